@@ -1,0 +1,77 @@
+"""Shared build settings for baton's own code.
+
+- BATON_COPTS: warnings as errors, applied to every target of the project
+  (never to third-party code).
+- baton_cc_library / baton_cc_test / baton_cc_binary: the native rules with
+  those copts.
+- baton_cuda_library: compiles .cu files with nvcc (one genrule per source)
+  into objects linked through a cc_library. With no CUDA toolkit it creates
+  an empty cc_library, so dependents still build.
+- if_cuda(a, b): a when the toolkit was found, else b.
+"""
+
+load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "CUDA_PATH", "NCCL_ENABLED")
+
+BATON_COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wno-unused-parameter",
+    "-Wno-missing-field-initializers",
+]
+
+# Hopper (H100/H200) native code plus PTX that newer GPUs can JIT.
+NVCC_ARCH_FLAGS = "-gencode=arch=compute_90,code=[sm_90,compute_90]"
+
+def if_cuda(if_true, if_false = []):
+    return if_true if CUDA_ENABLED else if_false
+
+def if_nccl(if_true, if_false = []):
+    return if_true if NCCL_ENABLED else if_false
+
+def baton_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = BATON_COPTS + copts, **kwargs)
+
+def baton_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = BATON_COPTS + copts, **kwargs)
+
+def baton_cc_test(name, copts = [], deps = [], **kwargs):
+    native.cc_test(
+        name = name,
+        copts = BATON_COPTS + copts,
+        deps = deps + ["@system//:gtest", "@system//:gtest_main"],
+        **kwargs
+    )
+
+def baton_cuda_library(name, srcs, hdrs = [], deps = [], cu_hdrs = [], **kwargs):
+    """A cc_library whose .cu srcs are compiled by nvcc.
+
+    The .cu files may include only CUDA headers and the files listed in
+    `cu_hdrs` (plain headers of this project, no abseil): keep the nvcc side
+    small and put Status-returning wrappers in ordinary .cc files.
+    """
+    if not CUDA_ENABLED:
+        native.cc_library(name = name, hdrs = hdrs, **kwargs)
+        return
+    objs = []
+    for src in srcs:
+        stem = src[:-len(".cu")] if src.endswith(".cu") else src
+        out = "_nvcc/%s/%s.pic.o" % (name, stem)
+        native.genrule(
+            name = "%s_%s_nvcc" % (name, stem.replace("/", "_")),
+            srcs = [src] + cu_hdrs + hdrs,
+            outs = [out],
+            cmd = ("%s/bin/nvcc -c -std=c++17 -O3 %s -Xcompiler -fPIC " % (CUDA_PATH, NVCC_ARCH_FLAGS) +
+                   "-I. -I$(GENDIR) --expt-relaxed-constexpr -Werror all-warnings " +
+                   "$(location %s) -o $@" % src),
+            message = "nvcc " + src,
+        )
+        objs.append(out)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        deps = deps + ["@local_cuda//:cudart"],
+        linkstatic = True,
+        **kwargs
+    )

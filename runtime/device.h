@@ -1,0 +1,225 @@
+// Devices, streams, events and device memory: the execution contract that
+// every layer above builds on. Two implementations honour it exactly:
+//
+//   host  (CreateHostDevice)   each stream is a FIFO queue drained by its own
+//                              worker thread; memory is aligned host memory.
+//   cuda  (CreateCudaDevice)   each stream is a non-blocking cudaStream_t with
+//                              a priority; events are timing-disabled
+//                              cudaEvent_t; memory comes from cudaMalloc.
+//
+// The scheduler is tested on the host implementation, so the host one copies
+// CUDA's semantics rather than approximating them.
+//
+// ---------------------------------------------------------------------------
+// Stream/event protocol
+// ---------------------------------------------------------------------------
+// 1. Work enqueued on one stream runs in FIFO order, one item at a time.
+//    Ordering two items on the same stream costs nothing.
+// 2. Event::Record(s) captures all work enqueued on `s` so far. The record
+//    completes when that work has completed. Recording again replaces the
+//    event's "most recent record"; earlier records still complete on their
+//    own streams.
+// 3. Stream::Wait(e) makes all work enqueued on the waiting stream after the
+//    call wait until the record that was e's most recent one AT THE TIME OF
+//    THE CALL has completed (cudaStreamWaitEvent semantics). A later
+//    re-record of `e` does not affect an earlier wait. Waiting on an event
+//    that was never recorded is a no-op. Wait never blocks the calling
+//    thread.
+// 4. Cross-stream order exists only through Record + Wait. Issue order on the
+//    host proves nothing across streams.
+// 5. Memory reuse: bytes used by work on stream A may be reused by work on
+//    stream B only after B waits on an event recorded on A after A's last
+//    use. The memory planner adds exactly such edges.
+// 6. The host never blocks inside a step: Record, Wait, Enqueue and the
+//    *Async calls return as soon as the work is queued. Synchronize calls are
+//    for the end of a step, tests and tear-down.
+//
+// Work. A stream accepts two kinds of work:
+//   - host work (Enqueue): a callable returning Status, run in stream order.
+//     On a host stream it runs on the stream's worker thread; on a CUDA
+//     stream it runs through cudaLaunchHostFunc on a CUDA-owned thread and
+//     must not call CUDA APIs (a CUDA rule).
+//   - device work: on a CUDA stream, kernels and CUDA calls are enqueued by
+//     the caller directly on native_handle() (a cudaStream_t). A kernel
+//     launcher that supports both kinds checks kind(): host -> Enqueue a CPU
+//     implementation, cuda -> launch on native_handle().
+//   MemcpyAsync / MemsetAsync are provided for both kinds.
+//
+// Errors. When host work returns a non-OK Status, the stream enters an error
+// state: later host work on it is skipped (CUDA kernels already enqueued
+// still run: CUDA cannot skip them), the next Synchronize() returns that
+// Status, and it stays sticky (like a CUDA sticky error) until the stream is
+// destroyed. Records made on a failed stream complete carrying the error, and
+// on a host stream a Wait on such a record puts the waiting stream into the
+// same error state, so a failure never lets dependent work run on bad data.
+//
+// Thread safety. Device, Stream and Event are safe to use from several
+// threads at once (issue order between threads is then whatever the threads
+// make it). Objects of one device may not be mixed with another device's:
+// that returns InvalidArgument.
+//
+// Lifetime. Destroying a Stream with pending work lets that work finish (the
+// host destructor blocks until it has; the CUDA one returns at once, as
+// cudaStreamDestroy does). An Event may be destroyed while records of it are
+// pending; waits already issued on it stay valid. Streams and events must be
+// destroyed before their Device.
+#ifndef BATON_RUNTIME_DEVICE_H_
+#define BATON_RUNTIME_DEVICE_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/functional/any_invocable.h"
+#include "runtime/status.h"
+
+namespace baton {
+
+enum class DeviceKind { kHost, kCuda };
+
+const char* DeviceKindName(DeviceKind kind);
+
+// Host work: runs in stream order; a non-OK result puts the stream in its
+// error state (see above).
+using HostWork = absl::AnyInvocable<Status()>;
+
+class Stream;
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  virtual DeviceKind kind() const = 0;
+
+  // Captures the work enqueued on `stream` so far (rule 2). InvalidArgument
+  // if `stream` belongs to another device.
+  virtual Status Record(Stream& stream) = 0;
+
+  // True when the most recent record has completed, or when never recorded.
+  virtual StatusOr<bool> Query() = 0;
+
+  // Blocks the calling thread until the most recent record has completed.
+  // Returns the error the recorded stream carried, if any.
+  virtual Status Synchronize() = 0;
+
+ protected:
+  Event() = default;
+};
+
+struct StreamOptions {
+  // Lower runs first, as in CUDA (YaFSDP gives its comm stream -1). Clamped
+  // to the device's range; the host implementation records it only.
+  int priority = 0;
+  // For traces and thread names; may be empty.
+  std::string name;
+};
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  virtual DeviceKind kind() const = 0;
+  virtual const std::string& name() const = 0;
+
+  // Enqueues host work (see "Work" above).
+  virtual Status Enqueue(HostWork work) = 0;
+
+  // Rule 3. InvalidArgument if `event` belongs to another device.
+  virtual Status Wait(Event& event) = 0;
+
+  // Copies / fills `bytes` bytes in stream order. Pointers must be memory of
+  // this device (or host memory for CUDA, which cudaMemcpyDefault accepts).
+  virtual Status MemcpyAsync(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status MemsetAsync(void* dst, int value, size_t bytes) = 0;
+
+  // Blocks until all work enqueued so far has completed; returns the stream's
+  // error state (OK if none).
+  virtual Status Synchronize() = 0;
+
+  // cudaStream_t for a CUDA stream, nullptr for a host stream.
+  virtual void* native_handle() = 0;
+
+ protected:
+  Stream() = default;
+};
+
+// Owns one allocation of device memory; frees it on destruction. Move-only.
+class DeviceBuffer {
+ public:
+  using Deleter = void (*)(void* ptr);
+  DeviceBuffer() = default;
+  DeviceBuffer(void* data, size_t bytes, Deleter deleter)
+      : data_(data), bytes_(bytes), deleter_(deleter) {}
+  ~DeviceBuffer() { Reset(); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      data_ = other.data_;
+      bytes_ = other.bytes_;
+      deleter_ = other.deleter_;
+      other.data_ = nullptr;
+      other.bytes_ = 0;
+      other.deleter_ = nullptr;
+    }
+    return *this;
+  }
+
+  void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  void Reset() {
+    if (data_ != nullptr && deleter_ != nullptr) deleter_(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Deleter deleter_ = nullptr;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual DeviceKind kind() const = 0;
+  // "host" or "cuda:<ordinal> (<GPU name>)".
+  virtual std::string name() const = 0;
+
+  virtual StatusOr<std::unique_ptr<Stream>> CreateStream(
+      const StreamOptions& options = {}) = 0;
+  virtual StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+
+  // `bytes` > 0; `alignment` a power of two (CUDA allocations are at least
+  // 256-byte aligned, larger alignments return InvalidArgument there).
+  // Contents are unspecified. ResourceExhausted when memory runs out.
+  virtual StatusOr<DeviceBuffer> Allocate(size_t bytes,
+                                          size_t alignment = 256) = 0;
+
+ protected:
+  Device() = default;
+};
+
+// The host device. Never fails in practice; StatusOr for symmetry.
+StatusOr<std::unique_ptr<Device>> CreateHostDevice();
+
+// A CUDA device. Unavailable when baton was built without CUDA, when no
+// driver or GPU is present, or when `ordinal` is out of range.
+StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal = 0);
+
+// Number of visible CUDA devices; 0 without CUDA, driver or GPU.
+int CudaDeviceCount();
+
+// True when this build includes the CUDA implementation.
+bool BuiltWithCuda();
+
+}  // namespace baton
+
+#endif  // BATON_RUNTIME_DEVICE_H_
