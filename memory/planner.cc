@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <numeric>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -12,6 +13,12 @@ namespace baton::memory {
 namespace {
 
 constexpr NodeId kNever = std::numeric_limits<NodeId>::max();
+// Inputs up to this many buffers try every visit order.
+constexpr int kSmallInput = 2000;
+// Peak sets up to this size are tried in every arrangement (5! = 120).
+constexpr size_t kMaxPeakPermuted = 5;
+// Inputs from this many buffers place their orders on two threads.
+constexpr int kParallelPlacement = 2000;
 
 // What the planner derives from one buffer.
 struct Lifetime {
@@ -197,23 +204,29 @@ Conflicts BuildConflicts(
 }
 
 // Greedy best fit in `order`; returns the arena size.
-size_t Place(const std::vector<BufferId>& order, const PlanInput& input,
+// Sizes and alignments in flat arrays, for the placement's inner loop.
+struct Sizes {
+  std::vector<size_t> bytes;
+  std::vector<size_t> alignment;
+};
+
+size_t Place(const std::vector<BufferId>& order, const Sizes& sizes,
              const Conflicts& adj, bool use_soft,
              std::vector<size_t>& offsets) {
-  const size_t nb = input.buffers.size();
+  const size_t nb = sizes.bytes.size();
   offsets.assign(nb, 0);
   std::vector<char> placed(nb, 0);
   std::vector<std::pair<size_t, size_t>> busy;
   size_t arena = 0;
   for (BufferId b : order) {
-    const size_t bytes = input.buffers[b].bytes;
-    const size_t align = input.buffers[b].alignment;
+    const size_t bytes = sizes.bytes[b];
+    const size_t align = sizes.alignment[b];
     busy.clear();
     for (const Neighbor* nbr = adj.first(b); nbr != adj.last(b, use_soft);
          ++nbr) {
       if (!placed[nbr->id]) continue;
-      busy.push_back({offsets[nbr->id],
-                      offsets[nbr->id] + input.buffers[nbr->id].bytes});
+      busy.push_back(
+          {offsets[nbr->id], offsets[nbr->id] + sizes.bytes[nbr->id]});
     }
     std::sort(busy.begin(), busy.end());
     size_t best = std::numeric_limits<size_t>::max();
@@ -252,6 +265,151 @@ size_t LowerBound(const std::vector<Lifetime>& lts, const PlanInput& input,
   return static_cast<size_t>(peak);
 }
 
+
+// Drops candidate edges already implied by the DAG, by FIFO order or by the
+// candidates kept before them: one vector-clock pass in issue order. At each
+// target, candidates are tried latest source first, so one edge from a
+// stream's last use covers the earlier uses on that stream.
+std::vector<DagEdge> PruneEdges(const StepDag& dag, const HappensBefore& hb,
+                                std::vector<DagEdge> edges) {
+  const int n = hb.num_nodes();
+  const int S = hb.num_streams();
+  std::sort(edges.begin(), edges.end(), [](const DagEdge& a, const DagEdge& b) {
+    return a.to != b.to ? a.to < b.to : a.from > b.from;
+  });
+  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  std::vector<std::vector<NodeId>> pred(n);
+  for (const DagEdge& e : dag.edges) pred[e.to].push_back(e.from);
+  std::vector<int32_t> clock(static_cast<size_t>(n) * S, -1);
+  auto absorb = [&](int32_t* cv, NodeId p) {
+    const int32_t* cp = &clock[static_cast<size_t>(p) * S];
+    for (int s = 0; s < S; ++s) cv[s] = std::max(cv[s], cp[s]);
+    cv[hb.stream(p)] = std::max(cv[hb.stream(p)], hb.index_in_stream(p));
+  };
+  std::vector<DagEdge> kept;
+  size_t next = 0;
+  for (NodeId v = 0; v < n; ++v) {
+    int32_t* cv = &clock[static_cast<size_t>(v) * S];
+    const int idx = hb.index_in_stream(v);
+    if (idx > 0) absorb(cv, hb.stream_nodes(hb.stream(v))[idx - 1]);
+    for (NodeId p : pred[v]) absorb(cv, p);
+    for (; next < edges.size() && edges[next].to == v; ++next) {
+      const NodeId u = edges[next].from;
+      if (hb.index_in_stream(u) <= cv[hb.stream(u)]) continue;  // implied
+      kept.push_back(edges[next]);
+      absorb(cv, u);
+    }
+  }
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+// Visit orders for the greedy placement. Large inputs get the three that
+// matter most; small ones (where placement is cheap) get all of them.
+std::vector<std::pair<std::string, std::vector<BufferId>>> Orderings(
+    const PlanInput& input, const std::vector<Lifetime>& lts, int num_nodes) {
+  const auto& bufs = input.buffers;
+  const int nb = static_cast<int>(bufs.size());
+  auto span = [&](BufferId b) -> uint64_t {
+    return static_cast<uint64_t>(lts[b].last - lts[b].first + 1);
+  };
+  std::vector<BufferId> ids(nb);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<std::pair<std::string, std::vector<BufferId>>> out;
+  auto add = [&](const char* name, auto less) {
+    std::vector<BufferId> order = ids;
+    std::stable_sort(order.begin(), order.end(), less);
+    out.push_back({name, std::move(order)});
+  };
+  add("size", [&](BufferId x, BufferId y) {
+    if (bufs[x].bytes != bufs[y].bytes) return bufs[x].bytes > bufs[y].bytes;
+    return span(x) > span(y);
+  });
+  add("area", [&](BufferId x, BufferId y) {
+    const long double ax = static_cast<long double>(bufs[x].bytes) * span(x);
+    const long double ay = static_cast<long double>(bufs[y].bytes) * span(y);
+    if (ax != ay) return ax > ay;
+    return bufs[x].bytes > bufs[y].bytes;
+  });
+  add("first-use", [&](BufferId x, BufferId y) {
+    if (lts[x].first != lts[y].first) return lts[x].first < lts[y].first;
+    return bufs[x].bytes > bufs[y].bytes;
+  });
+  if (nb > kSmallInput) return out;
+  add("size-early", [&](BufferId x, BufferId y) {
+    if (bufs[x].bytes != bufs[y].bytes) return bufs[x].bytes > bufs[y].bytes;
+    return lts[x].first < lts[y].first;
+  });
+  add("size-late", [&](BufferId x, BufferId y) {
+    if (bufs[x].bytes != bufs[y].bytes) return bufs[x].bytes > bufs[y].bytes;
+    return lts[x].last > lts[y].last;
+  });
+  add("last-use", [&](BufferId x, BufferId y) {
+    if (lts[x].last != lts[y].last) return lts[x].last > lts[y].last;
+    return bufs[x].bytes > bufs[y].bytes;
+  });
+  // Greedy by breadth (Pisarchyk & Lee): positions by live bytes, largest
+  // first; at each, its not yet visited buffers by size.
+  {
+    std::vector<int64_t> live(static_cast<size_t>(num_nodes) + 1, 0);
+    for (BufferId b = 0; b < nb; ++b) {
+      live[lts[b].first] += static_cast<int64_t>(bufs[b].bytes);
+      live[lts[b].last + 1] -= static_cast<int64_t>(bufs[b].bytes);
+    }
+    for (int p = 1; p <= num_nodes; ++p) live[p] += live[p - 1];
+    std::vector<NodeId> positions(num_nodes);
+    std::iota(positions.begin(), positions.end(), 0);
+    std::stable_sort(positions.begin(), positions.end(),
+                     [&](NodeId x, NodeId y) { return live[x] > live[y]; });
+    std::vector<BufferId> by_first = ids;
+    std::sort(by_first.begin(), by_first.end(), [&](BufferId x, BufferId y) {
+      return lts[x].first != lts[y].first ? lts[x].first < lts[y].first
+                                          : x < y;
+    });
+    std::vector<char> seen(nb, 0);
+    std::vector<BufferId> order, here;
+    for (NodeId p : positions) {
+      if (static_cast<int>(order.size()) == nb) break;
+      here.clear();
+      for (BufferId b : by_first) {
+        if (lts[b].first > p) break;
+        if (!seen[b] && lts[b].last >= p) here.push_back(b);
+      }
+      std::stable_sort(here.begin(), here.end(), [&](BufferId x, BufferId y) {
+        return bufs[x].bytes > bufs[y].bytes;
+      });
+      for (BufferId b : here) {
+        seen[b] = 1;
+        order.push_back(b);
+      }
+    }
+    out.push_back({"breadth", std::move(order)});
+    // Peak permutations: in a plan that meets the bound, the buffers live
+    // at the peak position tile the arena. Try each arrangement of a small
+    // peak set, placed first, then the rest by size.
+    const NodeId peak = positions.empty() ? 0 : positions[0];
+    std::vector<BufferId> peak_set;
+    for (BufferId b = 0; b < nb; ++b) {
+      if (lts[b].first <= peak && peak <= lts[b].last) peak_set.push_back(b);
+    }
+    if (!peak_set.empty() && peak_set.size() <= kMaxPeakPermuted) {
+      std::vector<char> in_peak(nb, 0);
+      for (BufferId b : peak_set) in_peak[b] = 1;
+      std::vector<BufferId> rest;
+      for (BufferId b : out[0].second) {
+        if (!in_peak[b]) rest.push_back(b);
+      }
+      int k = 0;
+      do {
+        std::vector<BufferId> order = peak_set;
+        order.insert(order.end(), rest.begin(), rest.end());
+        out.push_back({absl::StrCat("peak", k++), std::move(order)});
+      } while (std::next_permutation(peak_set.begin(), peak_set.end()));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 StatusOr<MemoryPlan> PlanMemory(const PlanInput& input,
@@ -264,54 +422,49 @@ StatusOr<MemoryPlan> PlanMemory(const PlanInput& input,
   const int nb = static_cast<int>(lts.size());
   const auto& bufs = input.buffers;
 
-  auto span = [&](BufferId b) -> uint64_t {
-    return static_cast<uint64_t>(lts[b].last - lts[b].first + 1);
-  };
-  std::vector<BufferId> by_size(nb);
-  std::iota(by_size.begin(), by_size.end(), 0);
-  std::vector<BufferId> by_area = by_size;
-  std::vector<BufferId> by_first = by_size;
-  std::stable_sort(by_size.begin(), by_size.end(), [&](BufferId x, BufferId y) {
-    if (bufs[x].bytes != bufs[y].bytes) return bufs[x].bytes > bufs[y].bytes;
-    return span(x) > span(y);
-  });
-  std::stable_sort(by_area.begin(), by_area.end(), [&](BufferId x, BufferId y) {
-    const long double ax = static_cast<long double>(bufs[x].bytes) * span(x);
-    const long double ay = static_cast<long double>(bufs[y].bytes) * span(y);
-    if (ax != ay) return ax > ay;
-    return bufs[x].bytes > bufs[y].bytes;
-  });
-  std::stable_sort(by_first.begin(), by_first.end(),
-                   [&](BufferId x, BufferId y) {
-                     if (lts[x].first != lts[y].first) {
-                       return lts[x].first < lts[y].first;
-                     }
-                     return bufs[x].bytes > bufs[y].bytes;
-                   });
-  const std::pair<const char*, const std::vector<BufferId>*> orders[] = {
-      {"size", &by_size}, {"area", &by_area}, {"first-use", &by_first}};
-
+  const std::vector<std::pair<std::string, std::vector<BufferId>>> orders =
+      Orderings(input, lts, hb.num_nodes());
   bool any_soft = false;
   for (const Neighbor& n : adj.items) any_soft |= n.soft;
 
-  MemoryPlan plan;
-  std::vector<size_t> best_offsets, offsets;
-  size_t best_arena = std::numeric_limits<size_t>::max();
-  bool best_soft = false;
-  // With reuse edges allowed, soft conflicts are free; the edges are added
-  // only where the chosen placement needs them.
-  for (int pass = any_soft ? 1 : 0; pass < (any_soft ? 2 : 1); ++pass) {
-    for (const auto& [name, order] : orders) {
-      const size_t arena = Place(*order, input, adj, pass == 1, offsets);
-      if (arena < best_arena) {
-        best_arena = arena;
-        best_offsets = offsets;
-        best_soft = pass == 1;
-        plan.strategy = pass == 1 ? absl::StrCat(name, "+edges") : name;
-      }
-    }
+  Sizes sizes;
+  for (const BufferSpec& b : bufs) {
+    sizes.bytes.push_back(b.bytes);
+    sizes.alignment.push_back(b.alignment);
   }
+  MemoryPlan plan;
+  plan.lower_bound_bytes = LowerBound(lts, input, hb.num_nodes());
+  // With reuse edges allowed, soft conflicts are free; the edges are added
+  // only where the chosen placement needs them. The orders are placed on two
+  // threads (each order's result is independent of the others); the winner
+  // is the smallest arena, ties to the earlier order, so the result does not
+  // depend on timing.
+  const bool best_soft = any_soft;
+  const size_t num_orders = orders.size();
+  std::vector<size_t> arenas(num_orders);
+  std::vector<std::vector<size_t>> offsets(num_orders);
+  auto place_range = [&](size_t first, size_t step) {
+    for (size_t i = first; i < num_orders; i += step) {
+      arenas[i] = Place(orders[i].second, sizes, adj, best_soft, offsets[i]);
+    }
+  };
+  if (nb >= kParallelPlacement && num_orders > 1) {
+    std::thread helper(place_range, 1, 2);
+    place_range(0, 2);
+    helper.join();
+  } else {
+    place_range(0, 1);
+  }
+  size_t winner = 0;
+  for (size_t i = 1; i < num_orders; ++i) {
+    if (arenas[i] < arenas[winner]) winner = i;
+  }
+  size_t best_arena = arenas[winner];
+  const std::vector<size_t>& best_offsets = offsets[winner];
+  plan.strategy = best_soft ? absl::StrCat(orders[winner].first, "+edges")
+                            : orders[winner].first;
   if (nb == 0) best_arena = 0;
+
 
   if (best_soft) {
     std::vector<DagEdge> edges;
@@ -329,9 +482,7 @@ StatusOr<MemoryPlan> PlanMemory(const PlanInput& input,
                     edges);
       }
     }
-    std::sort(edges.begin(), edges.end());
-    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
-    plan.added_edges = std::move(edges);
+    plan.added_edges = PruneEdges(input.dag, hb, std::move(edges));
   }
 
   plan.buffers.resize(nb);
@@ -340,7 +491,6 @@ StatusOr<MemoryPlan> PlanMemory(const PlanInput& input,
                        best_offsets[b], lts[b].first,  lts[b].last};
   }
   plan.arena_bytes = best_arena;
-  plan.lower_bound_bytes = LowerBound(lts, input, hb.num_nodes());
   plan.plan_ms = std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - start)
                      .count();

@@ -215,6 +215,43 @@ TEST(Planner, PropertiesHoldOnThousandsOfRandomInputs) {
   EXPECT_GT(with_edges, kCases / 20);
 }
 
+// Large enough for the two-thread placement path; still verified pair by
+// pair and required to be deterministic.
+TEST(Planner, LargeInputIsValidAndDeterministic) {
+  std::mt19937 rng(77);
+  PlanInput in;
+  const int n = 6000;
+  for (int v = 0; v < n; ++v) {
+    in.dag.AddNode("n" + std::to_string(v), rng() % 3);
+  }
+  for (int v = 1; v < n; ++v) {
+    if (rng() % 3 == 0 && v >= 4) in.dag.AddEdge(v - 1 - rng() % 4, v);
+  }
+  StatusOr<HappensBefore> hb = HappensBefore::Build(in.dag);
+  ASSERT_TRUE(hb.ok());
+  for (int i = 0; i < 3000; ++i) {
+    const NodeId w = rng() % (n - 1);
+    std::vector<NodeId> users;
+    const NodeId u = std::min<NodeId>(n - 1, w + 1 + rng() % 30);
+    if (hb->Before(w, u)) users.push_back(u);
+    in.AddBuffer("b" + std::to_string(i), 4096 + rng() % (1 << 20), w,
+                 users);
+  }
+  PlanOptions opts;
+  opts.allow_reuse_edges = true;
+  StatusOr<MemoryPlan> a = PlanMemory(in, opts);
+  StatusOr<MemoryPlan> b = PlanMemory(in, opts);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(VerifyPlan(in, *a).ok());
+  EXPECT_GE(a->arena_bytes, a->lower_bound_bytes);
+  EXPECT_EQ(a->arena_bytes, b->arena_bytes);
+  EXPECT_EQ(a->added_edges, b->added_edges);
+  EXPECT_EQ(a->strategy, b->strategy);
+  for (size_t i = 0; i < a->buffers.size(); ++i) {
+    ASSERT_EQ(a->buffers[i].offset, b->buffers[i].offset);
+  }
+}
+
 TEST(Planner, PrintsTableAndJson) {
   PlanInput in = CrossStream();
   StatusOr<MemoryPlan> plan = PlanMemory(in);
