@@ -146,13 +146,7 @@ class CudaDevice final : public Device {
   }
 
   StatusOr<DeviceBuffer> Allocate(size_t bytes, size_t alignment) override {
-    if (bytes == 0) {
-      return absl::InvalidArgumentError("Allocate: zero bytes requested");
-    }
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Allocate: alignment ", alignment, " is not a power of two"));
-    }
+    BATON_RETURN_IF_ERROR(CheckAllocationRequest(bytes, alignment));
     if (alignment > 256) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Allocate: alignment ", alignment,

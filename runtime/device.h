@@ -220,6 +220,10 @@ int CudaDeviceCount();
 // True when this build includes the CUDA implementation.
 bool BuiltWithCuda();
 
+// The argument checks every Device::Allocate applies: InvalidArgument for
+// zero bytes or an alignment that is not a power of two.
+Status CheckAllocationRequest(size_t bytes, size_t alignment);
+
 }  // namespace baton
 
 #endif  // BATON_RUNTIME_DEVICE_H_

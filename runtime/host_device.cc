@@ -264,14 +264,7 @@ class HostDevice final : public Device {
   }
 
   StatusOr<DeviceBuffer> Allocate(size_t bytes, size_t alignment) override {
-    if (bytes == 0) {
-      return absl::InvalidArgumentError("Allocate: zero bytes requested");
-    }
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Allocate: alignment ", alignment,
-                       " is not a power of two"));
-    }
+    BATON_RETURN_IF_ERROR(CheckAllocationRequest(bytes, alignment));
     alignment = std::max(alignment, sizeof(void*));
     const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
     if (rounded < bytes) {
@@ -318,16 +311,6 @@ Status HostStream::Wait(Event& event) {
 
 StatusOr<std::unique_ptr<Device>> CreateHostDevice() {
   return std::unique_ptr<Device>(new HostDevice());
-}
-
-const char* DeviceKindName(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kHost:
-      return "host";
-    case DeviceKind::kCuda:
-      return "cuda";
-  }
-  return "unknown";
 }
 
 }  // namespace baton
