@@ -250,19 +250,17 @@ size_t Place(const std::vector<BufferId>& order, const Sizes& sizes,
   return arena;
 }
 
-size_t LowerBound(const std::vector<Lifetime>& lts, const PlanInput& input,
-                  int num_nodes) {
-  std::vector<int64_t> delta(static_cast<size_t>(num_nodes) + 1, 0);
+// Bytes live at each issue position (first write <= position <= last use).
+std::vector<int64_t> LiveBytes(const std::vector<Lifetime>& lts,
+                               const PlanInput& input, int num_nodes) {
+  std::vector<int64_t> live(static_cast<size_t>(num_nodes) + 1, 0);
   for (size_t b = 0; b < lts.size(); ++b) {
-    delta[lts[b].first] += static_cast<int64_t>(input.buffers[b].bytes);
-    delta[lts[b].last + 1] -= static_cast<int64_t>(input.buffers[b].bytes);
+    live[lts[b].first] += static_cast<int64_t>(input.buffers[b].bytes);
+    live[lts[b].last + 1] -= static_cast<int64_t>(input.buffers[b].bytes);
   }
-  int64_t live = 0, peak = 0;
-  for (int64_t d : delta) {
-    live += d;
-    peak = std::max(peak, live);
-  }
-  return static_cast<size_t>(peak);
+  for (size_t p = 1; p < live.size(); ++p) live[p] += live[p - 1];
+  live.pop_back();
+  return live;
 }
 
 
@@ -307,7 +305,9 @@ std::vector<DagEdge> PruneEdges(const StepDag& dag, const HappensBefore& hb,
 // Visit orders for the greedy placement. Large inputs get the three that
 // matter most; small ones (where placement is cheap) get all of them.
 std::vector<std::pair<std::string, std::vector<BufferId>>> Orderings(
-    const PlanInput& input, const std::vector<Lifetime>& lts, int num_nodes) {
+    const PlanInput& input, const std::vector<Lifetime>& lts,
+    const std::vector<int64_t>& live) {
+  const int num_nodes = static_cast<int>(live.size());
   const auto& bufs = input.buffers;
   const int nb = static_cast<int>(bufs.size());
   auto span = [&](BufferId b) -> uint64_t {
@@ -351,12 +351,6 @@ std::vector<std::pair<std::string, std::vector<BufferId>>> Orderings(
   // Greedy by breadth (Pisarchyk & Lee): positions by live bytes, largest
   // first; at each, its not yet visited buffers by size.
   {
-    std::vector<int64_t> live(static_cast<size_t>(num_nodes) + 1, 0);
-    for (BufferId b = 0; b < nb; ++b) {
-      live[lts[b].first] += static_cast<int64_t>(bufs[b].bytes);
-      live[lts[b].last + 1] -= static_cast<int64_t>(bufs[b].bytes);
-    }
-    for (int p = 1; p <= num_nodes; ++p) live[p] += live[p - 1];
     std::vector<NodeId> positions(num_nodes);
     std::iota(positions.begin(), positions.end(), 0);
     std::stable_sort(positions.begin(), positions.end(),
@@ -422,8 +416,9 @@ StatusOr<MemoryPlan> PlanMemory(const PlanInput& input,
   const int nb = static_cast<int>(lts.size());
   const auto& bufs = input.buffers;
 
+  const std::vector<int64_t> live = LiveBytes(lts, input, hb.num_nodes());
   const std::vector<std::pair<std::string, std::vector<BufferId>>> orders =
-      Orderings(input, lts, hb.num_nodes());
+      Orderings(input, lts, live);
   bool any_soft = false;
   for (const Neighbor& n : adj.items) any_soft |= n.soft;
 
@@ -433,19 +428,21 @@ StatusOr<MemoryPlan> PlanMemory(const PlanInput& input,
     sizes.alignment.push_back(b.alignment);
   }
   MemoryPlan plan;
-  plan.lower_bound_bytes = LowerBound(lts, input, hb.num_nodes());
+  plan.lower_bound_bytes =
+      live.empty() ? 0
+                   : static_cast<size_t>(
+                         *std::max_element(live.begin(), live.end()));
   // With reuse edges allowed, soft conflicts are free; the edges are added
   // only where the chosen placement needs them. The orders are placed on two
   // threads (each order's result is independent of the others); the winner
   // is the smallest arena, ties to the earlier order, so the result does not
   // depend on timing.
-  const bool best_soft = any_soft;
   const size_t num_orders = orders.size();
   std::vector<size_t> arenas(num_orders);
   std::vector<std::vector<size_t>> offsets(num_orders);
   auto place_range = [&](size_t first, size_t step) {
     for (size_t i = first; i < num_orders; i += step) {
-      arenas[i] = Place(orders[i].second, sizes, adj, best_soft, offsets[i]);
+      arenas[i] = Place(orders[i].second, sizes, adj, any_soft, offsets[i]);
     }
   };
   if (nb >= kParallelPlacement && num_orders > 1) {
@@ -459,14 +456,12 @@ StatusOr<MemoryPlan> PlanMemory(const PlanInput& input,
   for (size_t i = 1; i < num_orders; ++i) {
     if (arenas[i] < arenas[winner]) winner = i;
   }
-  size_t best_arena = arenas[winner];
+  const size_t best_arena = arenas[winner];
   const std::vector<size_t>& best_offsets = offsets[winner];
-  plan.strategy = best_soft ? absl::StrCat(orders[winner].first, "+edges")
+  plan.strategy = any_soft ? absl::StrCat(orders[winner].first, "+edges")
                             : orders[winner].first;
-  if (nb == 0) best_arena = 0;
 
-
-  if (best_soft) {
+  if (any_soft) {
     std::vector<DagEdge> edges;
     for (BufferId a = 0; a < nb; ++a) {
       for (const Neighbor* nbr = adj.first(a); nbr != adj.last(a, false);
