@@ -35,11 +35,14 @@ def baton_cc_library(name, copts = [], **kwargs):
 def baton_cc_binary(name, copts = [], **kwargs):
     native.cc_binary(name = name, copts = BATON_COPTS + copts, **kwargs)
 
-def baton_cc_test(name, copts = [], deps = [], **kwargs):
+def baton_cc_test(name, copts = [], deps = [], gtest_main = True, **kwargs):
+    """A gtest test; gtest_main = False when the test has its own main()
+    (multi-process tests whose binary is also the child process)."""
     native.cc_test(
         name = name,
         copts = BATON_COPTS + copts,
-        deps = deps + ["@system//:gtest", "@system//:gtest_main"],
+        deps = deps + ["@system//:gtest"] +
+               (["@system//:gtest_main"] if gtest_main else []),
         **kwargs
     )
 

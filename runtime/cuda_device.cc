@@ -117,6 +117,7 @@ class CudaDevice final : public Device {
         greatest_priority_(greatest_priority) {}
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
+  int ordinal() const override { return ordinal_; }
   std::string name() const override {
     return absl::StrCat("cuda:", ordinal_, " (", gpu_name_, ")");
   }

@@ -192,6 +192,8 @@ class Device {
   virtual DeviceKind kind() const = 0;
   // "host" or "cuda:<ordinal> (<GPU name>)".
   virtual std::string name() const = 0;
+  // The CUDA device ordinal; -1 for the host device.
+  virtual int ordinal() const = 0;
 
   virtual StatusOr<std::unique_ptr<Stream>> CreateStream(
       const StreamOptions& options = {}) = 0;

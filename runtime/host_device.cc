@@ -253,6 +253,7 @@ class HostDevice final : public Device {
  public:
   DeviceKind kind() const override { return DeviceKind::kHost; }
   std::string name() const override { return "host"; }
+  int ordinal() const override { return -1; }
 
   StatusOr<std::unique_ptr<Stream>> CreateStream(
       const StreamOptions& options) override {

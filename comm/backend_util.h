@@ -1,0 +1,85 @@
+// Pieces shared by the backends (not a public header).
+#ifndef BATON_COMM_BACKEND_UTIL_H_
+#define BATON_COMM_BACKEND_UTIL_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "comm/communicator.h"
+
+namespace baton {
+
+// What one rank believes a collective is; ranks compare these to detect
+// mismatched calls. Plain bytes, sent as is by the ucx backend.
+struct CollectiveHeader {
+  uint32_t magic = 0xBA70C011u;
+  uint8_t kind = 0;
+  uint8_t type = 0;
+  uint8_t op = 0;
+  uint8_t accumulate_fp32 = 0;
+  int32_t root = 0;
+  uint32_t tag = 0;
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  // Set by a rank that has seen a mismatch, so it travels around the ring.
+  uint32_t error = 0;
+  uint32_t error_rank = 0;   // the rank that found the difference
+  uint32_t error_other = 0;  // the rank whose call differed from its own
+};
+
+CollectiveHeader MakeHeader(CollectiveKind kind, size_t count, DataType type,
+                            ReduceOp op, int root,
+                            const CollectiveOptions& options, uint64_t seq);
+
+// Empty when they describe the same collective, else a sentence naming the
+// first difference, e.g. "rank 0 has count 4 but rank 2 has count 5".
+std::string DescribeMismatch(const CollectiveHeader& a, int rank_a,
+                             const CollectiveHeader& b, int rank_b);
+
+// "all_gather #12 (tag 0)".
+std::string CollectiveLabel(const CollectiveHeader& h);
+
+// Per-tag sequence numbers, taken at issue time.
+class SequenceCounters {
+ public:
+  uint64_t Next(uint32_t tag) {
+    return counters_[tag & 255].fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<uint64_t>, 256> counters_{};
+};
+
+// The first failure of a communicator; later collectives fail with it.
+class HealthState {
+ public:
+  Status Get() const {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  // Keeps the first error.
+  void Fail(Status s) { (void)FailWith(std::move(s)); }
+  // Same, and returns the stored (first) error.
+  Status FailWith(Status s) {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok()) status_ = std::move(s);
+    return status_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+inline absl::Duration EffectiveTimeout(const CollectiveOptions& o,
+                                       absl::Duration fallback) {
+  return o.timeout > absl::ZeroDuration() ? o.timeout : fallback;
+}
+
+}  // namespace baton
+
+#endif  // BATON_COMM_BACKEND_UTIL_H_

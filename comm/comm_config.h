@@ -1,0 +1,38 @@
+// How to create a communicator (see comm/factory.h).
+#ifndef BATON_COMM_COMM_CONFIG_H_
+#define BATON_COMM_COMM_CONFIG_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/time/time.h"
+#include "runtime/device.h"
+
+namespace baton {
+
+class Store;
+
+struct CommConfig {
+  std::string backend = "inproc";
+  int rank = 0;
+  int size = 1;
+  // The device whose memory and streams the collectives use. Not owned;
+  // must outlive the communicator.
+  Device* device = nullptr;
+  // ucx and nccl: rendezvous through this store (not owned; used during
+  // creation and destruction, so it must outlive the communicator).
+  Store* store = nullptr;
+  // inproc: threads that pass the same group name form one group (the name
+  // is free again once all have joined). ucx/nccl: prefix of store keys, so
+  // several communicators can be created over one store.
+  std::string group = "default";
+  // Default for CollectiveOptions::timeout and for creation. Production jobs
+  // want minutes; tests use about 2 s.
+  absl::Duration timeout = absl::Minutes(5);
+  // ucx: pipeline chunk of the ring (bytes). Same on every rank.
+  size_t chunk_bytes = size_t{1} << 20;
+};
+
+}  // namespace baton
+
+#endif  // BATON_COMM_COMM_CONFIG_H_

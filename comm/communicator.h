@@ -1,0 +1,156 @@
+// Collective communication: the one interface everything above comm/ uses.
+//
+// A Communicator is one rank's handle on a group of `size()` ranks. Backends
+// (chosen by name in CreateCommunicator, comm/factory.h):
+//
+//   inproc  ranks are threads of one process; buffers are host memory (host
+//           streams) or memory of one GPU (CUDA streams).
+//   ucx     one rank per process; host memory; UCP tag messages in a ring,
+//           pipelined in chunks.
+//   nccl    one rank per GPU; device memory; CUDA streams.
+//
+// Ordering contract (the NCCL rule, for every backend):
+//   * Each collective is ENQUEUED on `stream` and returns as soon as it is
+//     queued. Completion is observed through the stream (Synchronize, or an
+//     event recorded after it). Buffers must stay valid and untouched by
+//     other streams until then.
+//   * Collectives are matched across ranks by (options.tag, the number of
+//     collectives issued before it with that tag on this communicator). Every
+//     rank must therefore issue the collectives of one tag in the same order.
+//     Collectives of different tags may be issued in different orders on
+//     different ranks and may run concurrently (on different streams).
+//   * A Communicator may be called from several threads; calls with the same
+//     tag must then be ordered by the caller.
+//
+// Buffers and counts (NCCL conventions):
+//   AllGather(send, recv, count):     send has `count` elements, recv has
+//       size()*count; rank r's input lands at recv + r*count.
+//       In place when send == recv + rank*count.
+//   ReduceScatter(send, recv, count): send has size()*count, recv has
+//       `count`; rank r gets the reduction of block r.
+//       In place when recv == send + rank*count.
+//   AllReduce(send, recv, count):     both `count`; send == recv is in place.
+//   Broadcast(send, recv, count, root): root's send is copied to every recv;
+//       send is read on the root only; send == recv is in place.
+//   Barrier(): completes on every rank only after every rank enqueued it and
+//       the work before it on each rank's stream completed.
+//   count == 0 is valid and still synchronizes the ranks.
+//
+// Errors:
+//   * Bad arguments (null buffer with count > 0, root out of range, a stream
+//     of the wrong kind, overlapping buffers that are not in place) return
+//     InvalidArgument from the call; nothing is enqueued.
+//   * Failures found while the collective runs put the stream in its error
+//     state (runtime/device.h) and are also returned by health():
+//       - a peer that does not arrive within the timeout: DeadlineExceeded,
+//         naming the collective, its sequence number and the peer(s);
+//       - a peer that died or aborted: Unavailable naming the peer;
+//       - ranks that disagree on count, type, op or root: InvalidArgument
+//         naming both values (inproc and ucx check a small header; nccl does
+//         not, as NCCL itself cannot).
+//     After such a failure the communicator is broken: later collectives fail
+//     at once with the same error. Create a new one to continue.
+#ifndef BATON_COMM_COMMUNICATOR_H_
+#define BATON_COMM_COMMUNICATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "comm/dtype.h"
+#include "runtime/device.h"
+#include "runtime/status.h"
+
+namespace baton {
+
+enum class CollectiveKind : uint8_t {
+  kAllGather = 0,
+  kReduceScatter = 1,
+  kAllReduce = 2,
+  kBroadcast = 3,
+  kBarrier = 4,
+};
+// "all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier".
+const char* CollectiveName(CollectiveKind kind);
+StatusOr<CollectiveKind> ParseCollective(absl::string_view name);
+
+struct CollectiveOptions {
+  // Give up after this long without completing; zero means the
+  // communicator's default (CommConfig::timeout).
+  absl::Duration timeout = absl::ZeroDuration();
+  // Matching key, 0..255 (see the ordering contract above).
+  uint32_t tag = 0;
+  // bf16/f16 reductions: keep partial sums in fp32 and round once at the
+  // end. On the ucx ring this sends fp32 partials (twice the bytes).
+  // Unsupported (InvalidArgument) on nccl: reduce an fp32 buffer instead.
+  bool accumulate_fp32 = false;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "inproc", "ucx" or "nccl".
+  virtual const char* backend() const = 0;
+
+  [[nodiscard]] virtual Status AllGather(const void* send, void* recv,
+                                         size_t count, DataType type,
+                                         Stream& stream,
+                                         const CollectiveOptions& options) = 0;
+  [[nodiscard]] virtual Status ReduceScatter(
+      const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+      Stream& stream, const CollectiveOptions& options) = 0;
+  [[nodiscard]] virtual Status AllReduce(const void* send, void* recv,
+                                         size_t count, DataType type,
+                                         ReduceOp op, Stream& stream,
+                                         const CollectiveOptions& options) = 0;
+  [[nodiscard]] virtual Status Broadcast(const void* send, void* recv,
+                                         size_t count, DataType type, int root,
+                                         Stream& stream,
+                                         const CollectiveOptions& options) = 0;
+  [[nodiscard]] virtual Status Barrier(Stream& stream,
+                                       const CollectiveOptions& options) = 0;
+
+  // The bandwidth limit of the medium this backend moves data through,
+  // measured now with `bytes`-sized transfers (best of `iters`): a
+  // single-thread memcpy (inproc, host memory), a raw UCX tag transfer from
+  // each rank to the next one at the same time (ucx), a device-to-device copy
+  // (nccl). Collective: every rank calls it; every rank gets the same
+  // figure (the slowest rank's, where ranks measure). For benchmarks.
+  struct Limit {
+    double gbps = 0;      // decimal GB/s
+    std::string medium;   // "memcpy", "ucx-tag", "d2d"
+  };
+  virtual StatusOr<Limit> MeasureLimit(size_t bytes, int iters) = 0;
+
+  // OK, or the first failure seen by a collective of this communicator.
+  virtual Status health() = 0;
+
+  // Marks this rank failed: its pending and later collectives end with
+  // Unavailable and so do the peers' (promptly on inproc; within the
+  // timeout elsewhere). For tear-down after an error and for fault tests.
+  virtual void Abort() = 0;
+
+ protected:
+  Communicator() = default;
+};
+
+// The argument checks shared by every backend (see "Errors" above).
+Status ValidateCollective(CollectiveKind kind, int rank, int size,
+                          const void* send, const void* recv, size_t count,
+                          DataType type, int root,
+                          const CollectiveOptions& options);
+
+// Byte offsets of a collective's send and receive buffers.
+size_t SendBytes(CollectiveKind kind, int size, size_t count, DataType type);
+size_t RecvBytes(CollectiveKind kind, int size, size_t count, DataType type);
+
+}  // namespace baton
+
+#endif  // BATON_COMM_COMMUNICATOR_H_

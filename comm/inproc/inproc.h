@@ -1,0 +1,36 @@
+// In-process backend: the ranks are threads of one process.
+//
+// Host memory (host streams): each collective is host work on the rank's
+// stream. When it runs, the rank publishes its buffers in a rendezvous slot
+// keyed by (tag, sequence number) and waits for the other ranks (blocking
+// only its stream's worker, the way a collective kernel occupies a GPU
+// stream); then every rank moves its share of the data (all-gather: copies
+// the n blocks into its own recv; reduce-scatter: reduces its block from the
+// n sends; all-reduce: reduces range r of every send into range r of every
+// recv), and waits for the others to finish before its stream moves on,
+// because the others read its buffers.
+//
+// Device memory (CUDA streams): not available in this build yet; the call
+// returns Unimplemented (see the README's status of comm/).
+//
+// The issuing thread never blocks. Mismatched calls are found when the last
+// rank arrives; everyone then fails with InvalidArgument. A rank that does
+// not arrive within the timeout fails the slot (DeadlineExceeded naming the
+// missing ranks), so a late rank fails too instead of reading buffers that
+// were given up. Abort() wakes every waiter of the group with Unavailable.
+#ifndef BATON_COMM_INPROC_INPROC_H_
+#define BATON_COMM_INPROC_INPROC_H_
+
+#include <memory>
+
+#include "comm/communicator.h"
+#include "comm/comm_config.h"
+
+namespace baton {
+
+StatusOr<std::unique_ptr<Communicator>> CreateInprocCommunicator(
+    const CommConfig& config);
+
+}  // namespace baton
+
+#endif  // BATON_COMM_INPROC_INPROC_H_

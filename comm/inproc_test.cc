@@ -1,0 +1,318 @@
+// The in-process backend through the public factory: the full sweep of
+// collectives x world sizes x counts x types x in/out of place, and its
+// failure modes. Ranks are threads.
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "comm/collective_check.h"
+#include "comm/factory.h"
+#include "gtest/gtest.h"
+#include "runtime/device.h"
+
+namespace baton {
+namespace {
+
+std::atomic<int> group_counter{0};
+
+struct Rank {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Stream> stream;
+};
+
+// Creates n inproc ranks (each with its own stream) and runs body(rank) on
+// n threads at once.
+class Group {
+ public:
+  Group(int n, absl::Duration timeout = absl::Seconds(30)) : n_(n) {
+    device_ = *CreateHostDevice();
+    ranks_.resize(n);
+    const std::string name = absl::StrCat("g", group_counter++);
+    RunAll([&](int r) {
+      CommConfig cfg;
+      cfg.backend = "inproc";
+      cfg.rank = r;
+      cfg.size = n;
+      cfg.device = device_.get();
+      cfg.group = name;
+      cfg.timeout = timeout;
+      auto c = CreateCommunicator(cfg);
+      ASSERT_TRUE(c.ok()) << c.status();
+      ranks_[r].comm = std::move(*c);
+      ranks_[r].stream = *device_->CreateStream();
+    });
+  }
+  ~Group() {
+    for (Rank& r : ranks_) {
+      if (r.stream) (void)r.stream->Synchronize();
+    }
+  }
+
+  void RunAll(const std::function<void(int)>& body) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n_; ++r) threads.emplace_back(body, r);
+    for (auto& t : threads) t.join();
+  }
+
+  Rank& rank(int r) { return ranks_[r]; }
+
+ private:
+  int n_;
+  std::unique_ptr<Device> device_;
+  std::vector<Rank> ranks_;
+};
+
+using SweepParam = std::tuple<CollectiveKind, int>;
+
+class InprocSweepTest : public ::testing::TestWithParam<SweepParam> {};
+
+TEST_P(InprocSweepTest, EveryCountTypeAndPlacementIsExact) {
+  const auto [kind, n] = GetParam();
+  Group g(n);
+  const size_t counts[] = {0, 1, 7, 1000, (size_t{1} << 20) + 3};
+  const DataType types[] = {DataType::kF32, DataType::kBF16, DataType::kF16,
+                            DataType::kI32};
+  g.RunAll([&](int r) {
+    int seed = 0;
+    for (size_t count : counts) {
+      for (DataType type : types) {
+        for (bool in_place : {false, true}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            const bool reduces = kind == CollectiveKind::kReduceScatter ||
+                                 kind == CollectiveKind::kAllReduce;
+            if (!reduces && op == ReduceOp::kAvg) continue;
+            // avg only at one mid-size count, to keep the sweep short.
+            if (op == ReduceOp::kAvg && count != 1000) continue;
+            for (bool acc : {false, true}) {
+              if (acc && (!reduces || DataTypeSize(type) != 2)) continue;
+              CheckCase c;
+              c.kind = kind;
+              c.type = type;
+              c.op = op;
+              c.nranks = n;
+              c.count = count;
+              c.root = n - 1;
+              c.seed = seed++;
+              CollectiveOptions o;
+              o.accumulate_fp32 = acc;
+              auto wrong = RunHostChecked(*g.rank(r).comm, *g.rank(r).stream,
+                                          c, in_place, o);
+              ASSERT_TRUE(wrong.ok()) << wrong.status();
+              ASSERT_EQ(*wrong, 0u)
+                  << CollectiveName(kind) << " n=" << n << " count=" << count
+                  << " " << DataTypeName(type) << " in_place=" << in_place
+                  << " op=" << ReduceOpName(op) << " acc=" << acc
+                  << " rank=" << r;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, InprocSweepTest,
+    ::testing::Combine(::testing::Values(CollectiveKind::kAllGather,
+                                         CollectiveKind::kReduceScatter,
+                                         CollectiveKind::kAllReduce,
+                                         CollectiveKind::kBroadcast),
+                       ::testing::Values(1, 2, 3, 4, 8)),
+    [](const ::testing::TestParamInfo<SweepParam>& info) {
+      return absl::StrCat(CollectiveName(std::get<0>(info.param)), "_n",
+                          std::get<1>(info.param));
+    });
+
+TEST(InprocTest, ConcurrentTagsOnTwoStreamsIssuedInDifferentOrders) {
+  Group g(3);
+  auto device = *CreateHostDevice();
+  g.RunAll([&](int r) {
+    auto second = *device->CreateStream();
+    CheckCase ag{CollectiveKind::kAllGather, DataType::kF32, ReduceOp::kSum,
+                 3, 4096, 0, 1};
+    CheckCase rs{CollectiveKind::kReduceScatter, DataType::kF32,
+                 ReduceOp::kSum, 3, 4096, 0, 2};
+    CollectiveOptions t1, t2;
+    t1.tag = 1;
+    t2.tag = 2;
+    std::vector<float> ag_in(4096), ag_out(3 * 4096), rs_in(3 * 4096),
+        rs_out(4096);
+    FillInput(ag, r, ag_in.data());
+    FillInput(rs, r, rs_in.data());
+    // Odd ranks issue tag 2 first: tags decouple the orders.
+    auto issue_ag = [&] {
+      ASSERT_TRUE(g.rank(r).comm->AllGather(ag_in.data(), ag_out.data(), 4096,
+                                            DataType::kF32, *g.rank(r).stream,
+                                            t1).ok());
+    };
+    auto issue_rs = [&] {
+      ASSERT_TRUE(g.rank(r).comm->ReduceScatter(rs_in.data(), rs_out.data(),
+                                                4096, DataType::kF32,
+                                                ReduceOp::kSum, *second, t2)
+                      .ok());
+    };
+    if (r % 2) {
+      issue_rs();
+      issue_ag();
+    } else {
+      issue_ag();
+      issue_rs();
+    }
+    ASSERT_TRUE(g.rank(r).stream->Synchronize().ok());
+    ASSERT_TRUE(second->Synchronize().ok());
+    EXPECT_EQ(CountWrong(ag, r, ag_out.data()), 0u);
+    EXPECT_EQ(CountWrong(rs, r, rs_out.data()), 0u);
+  });
+}
+
+TEST(InprocTest, MismatchedCountsFailEveryRankWithInvalidArgument) {
+  Group g(4);
+  g.RunAll([&](int r) {
+    std::vector<float> in(100), out(400);
+    const size_t count = r == 2 ? 99 : 100;  // rank 2 disagrees
+    ASSERT_TRUE(g.rank(r).comm->AllGather(in.data(), out.data(), count,
+                                          DataType::kF32, *g.rank(r).stream,
+                                          {}).ok());
+    Status s = g.rank(r).stream->Synchronize();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("count"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s;
+    // The communicator stays failed.
+    EXPECT_FALSE(g.rank(r).comm->health().ok());
+    EXPECT_FALSE(g.rank(r).comm->AllGather(in.data(), out.data(), 100,
+                                           DataType::kF32, *g.rank(r).stream,
+                                           {}).ok());
+  });
+}
+
+TEST(InprocTest, MismatchedTypesAreNamed) {
+  Group g(2);
+  g.RunAll([&](int r) {
+    std::vector<float> in(8), out(8);
+    ASSERT_TRUE(g.rank(r).comm->AllReduce(in.data(), out.data(), 8,
+                                          r == 0 ? DataType::kF32
+                                                 : DataType::kI32,
+                                          ReduceOp::kSum, *g.rank(r).stream,
+                                          {}).ok());
+    Status s = g.rank(r).stream->Synchronize();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("data type"), std::string::npos) << s;
+  });
+}
+
+TEST(InprocTest, RankThatNeverIssuesTimesOutWithinTwiceTheTimeout) {
+  const absl::Duration timeout = absl::Seconds(1);
+  Group g(3, timeout);
+  g.RunAll([&](int r) {
+    if (r == 1) return;  // never issues
+    std::vector<float> in(16), out(48);
+    const absl::Time t0 = absl::Now();
+    ASSERT_TRUE(g.rank(r).comm->AllGather(in.data(), out.data(), 16,
+                                          DataType::kF32, *g.rank(r).stream,
+                                          {}).ok());
+    Status s = g.rank(r).stream->Synchronize();
+    const absl::Duration took = absl::Now() - t0;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_NE(s.message().find("rank(s) 1"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("all_gather #0"), std::string::npos) << s;
+    EXPECT_LT(took, 2 * timeout);
+  });
+}
+
+TEST(InprocTest, AbortWakesThePeersWithUnavailable) {
+  Group g(4, absl::Seconds(60));
+  g.RunAll([&](int r) {
+    if (r == 3) {
+      absl::SleepFor(absl::Milliseconds(100));
+      g.rank(r).comm->Abort();
+      return;
+    }
+    std::vector<float> in(16), out(16);
+    const absl::Time t0 = absl::Now();
+    ASSERT_TRUE(g.rank(r).comm->AllReduce(in.data(), out.data(), 16,
+                                          DataType::kF32, ReduceOp::kSum,
+                                          *g.rank(r).stream, {}).ok());
+    Status s = g.rank(r).stream->Synchronize();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find("rank 3"), std::string::npos) << s;
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  });
+}
+
+TEST(InprocTest, CreationFailsWhenARankNeverJoins) {
+  auto device = *CreateHostDevice();
+  CommConfig cfg;
+  cfg.rank = 0;
+  cfg.size = 2;
+  cfg.device = device.get();
+  cfg.group = "never-complete";
+  cfg.timeout = absl::Milliseconds(300);
+  auto c = CreateCommunicator(cfg);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(c.status().message().find("rank(s) 1"), std::string::npos)
+      << c.status();
+}
+
+TEST(InprocTest, BadArgumentsAreRejectedBeforeEnqueue) {
+  Group g(2);
+  Rank& r0 = g.rank(0);
+  std::vector<float> buf(64);
+  auto expect_invalid = [](Status s, const char* word) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(word), std::string::npos) << s;
+  };
+  expect_invalid(r0.comm->AllGather(nullptr, buf.data(), 4, DataType::kF32,
+                                    *r0.stream, {}),
+                 "send");
+  expect_invalid(r0.comm->AllReduce(buf.data(), nullptr, 4, DataType::kF32,
+                                    ReduceOp::kSum, *r0.stream, {}),
+                 "recv");
+  expect_invalid(r0.comm->Broadcast(buf.data(), buf.data(), 4, DataType::kF32,
+                                    2, *r0.stream, {}),
+                 "root");
+  // Overlapping but not in place (recv = send + 1 element).
+  expect_invalid(r0.comm->AllReduce(buf.data(), buf.data() + 1, 8,
+                                    DataType::kF32, ReduceOp::kSum,
+                                    *r0.stream, {}),
+                 "overlap");
+  CollectiveOptions bad_tag;
+  bad_tag.tag = 300;
+  expect_invalid(r0.comm->Barrier(*r0.stream, bad_tag), "tag");
+  // Nothing was enqueued, so the communicator is still healthy.
+  EXPECT_TRUE(r0.comm->health().ok());
+  // A bad backend name or rank through the factory.
+  CommConfig cfg;
+  auto device = *CreateHostDevice();
+  cfg.device = device.get();
+  cfg.backend = "mpi";
+  auto c = CreateCommunicator(cfg);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("mpi"), std::string::npos);
+  cfg.backend = "inproc";
+  cfg.rank = 3;
+  cfg.size = 2;
+  EXPECT_EQ(CreateCommunicator(cfg).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(InprocTest, MeasureLimitGivesEveryRankTheSameFigure) {
+  Group g(2);
+  std::vector<double> got(2);
+  g.RunAll([&](int r) {
+    auto l = g.rank(r).comm->MeasureLimit(8 << 20, 3);
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ(l->medium, "memcpy");
+    got[r] = l->gbps;
+  });
+  EXPECT_GT(got[0], 0.1);
+  EXPECT_EQ(got[0], got[1]);
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,406 @@
+#include "comm/nccl/nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "comm/backend_util.h"
+#include "comm/store.h"
+#include "runtime/cuda_check.h"
+#include "runtime/nccl_check.h"
+
+namespace baton {
+namespace {
+
+StatusOr<ncclDataType_t> ToNccl(DataType t) {
+  switch (t) {
+    case DataType::kF32:
+      return ncclFloat32;
+    case DataType::kBF16:
+      return ncclBfloat16;
+    case DataType::kF16:
+      return ncclFloat16;
+    case DataType::kI32:
+      return ncclInt32;
+  }
+  return absl::InvalidArgumentError("nccl: bad data type");
+}
+
+class NcclCommunicator : public Communicator {
+ public:
+  static StatusOr<std::unique_ptr<NcclCommunicator>> Create(
+      const CommConfig& config) {
+    auto c = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(config));
+    BATON_RETURN_IF_ERROR(c->Init(config));
+    c->watchdog_ = std::thread([p = c.get()] { p->Watch(); });
+    return c;
+  }
+
+  ~NcclCommunicator() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (watchdog_.joinable()) watchdog_.join();
+    (void)cudaSetDevice(ordinal_);
+    if (comm_ != nullptr) {
+      if (health_.Get().ok() && Finalize().ok()) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    for (auto& p : pending_) cudaEventDestroy(p.event);
+    if (scratch_ != nullptr) cudaFree(scratch_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "nccl"; }
+
+  Status AllGather(const void* send, void* recv, size_t count, DataType type,
+                   Stream& stream, const CollectiveOptions& options) override {
+    return Issue(CollectiveKind::kAllGather, send, recv, count, type,
+                 ReduceOp::kSum, 0, stream, options);
+  }
+  Status ReduceScatter(const void* send, void* recv, size_t count,
+                       DataType type, ReduceOp op, Stream& stream,
+                       const CollectiveOptions& options) override {
+    return Issue(CollectiveKind::kReduceScatter, send, recv, count, type, op,
+                 0, stream, options);
+  }
+  Status AllReduce(const void* send, void* recv, size_t count, DataType type,
+                   ReduceOp op, Stream& stream,
+                   const CollectiveOptions& options) override {
+    return Issue(CollectiveKind::kAllReduce, send, recv, count, type, op, 0,
+                 stream, options);
+  }
+  Status Broadcast(const void* send, void* recv, size_t count, DataType type,
+                   int root, Stream& stream,
+                   const CollectiveOptions& options) override {
+    return Issue(CollectiveKind::kBroadcast, send, recv, count, type,
+                 ReduceOp::kSum, root, stream, options);
+  }
+  Status Barrier(Stream& stream, const CollectiveOptions& options) override {
+    // NCCL has no barrier: an all-reduce of one int on a private buffer.
+    return Issue(CollectiveKind::kBarrier, scratch_, scratch_, 1,
+                 DataType::kI32, ReduceOp::kSum, 0, stream, options);
+  }
+
+  StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
+    if (bytes == 0) {
+      return absl::InvalidArgumentError("MeasureLimit: bytes must be > 0");
+    }
+    BATON_RETURN_IF_ERROR(health_.Get());
+    BATON_CUDA_CHECK(cudaSetDevice(ordinal_));
+    void* a = nullptr;
+    void* b = nullptr;
+    cudaStream_t s = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    auto cleanup = [&] {
+      if (a) cudaFree(a);
+      if (b) cudaFree(b);
+      if (e0) cudaEventDestroy(e0);
+      if (e1) cudaEventDestroy(e1);
+      if (s) cudaStreamDestroy(s);
+    };
+    Status st = [&]() -> Status {
+      BATON_CUDA_CHECK(cudaMalloc(&a, bytes));
+      BATON_CUDA_CHECK(cudaMalloc(&b, bytes));
+      BATON_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      BATON_CUDA_CHECK(cudaEventCreate(&e0));
+      BATON_CUDA_CHECK(cudaEventCreate(&e1));
+      BATON_CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, s));
+      double best = 0;
+      for (int i = 0; i < std::max(iters, 1) + 1; ++i) {
+        BATON_CUDA_CHECK(cudaEventRecord(e0, s));
+        BATON_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+        BATON_CUDA_CHECK(cudaEventRecord(e1, s));
+        BATON_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        BATON_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i > 0 && ms > 0) best = std::max(best, bytes / (ms * 1e-3) / 1e9);
+      }
+      // The slowest rank's figure, on every rank.
+      float v = static_cast<float>(best);
+      BATON_CUDA_CHECK(cudaMemcpy(a, &v, sizeof(v), cudaMemcpyHostToDevice));
+      BATON_RETURN_IF_ERROR(WaitEnqueued(
+          ncclAllReduce(a, a, 1, ncclFloat32, ncclMin, comm_, s), "min"));
+      BATON_CUDA_CHECK(cudaMemcpyAsync(&v, a, sizeof(v), cudaMemcpyDeviceToHost, s));
+      BATON_CUDA_CHECK(cudaStreamSynchronize(s));
+      limit_ = v;
+      return Status();
+    }();
+    cleanup();
+    BATON_RETURN_IF_ERROR(st);
+    return Limit{limit_, "d2d"};
+  }
+
+  Status health() override { return health_.Get(); }
+
+  void Abort() override {
+    health_.Fail(absl::UnavailableError(
+        absl::StrCat("nccl rank ", rank_, " aborted")));
+    absl::MutexLock lock(&mu_);
+    AbortLocked();
+  }
+
+ private:
+  explicit NcclCommunicator(const CommConfig& config)
+      : rank_(config.rank),
+        size_(config.size),
+        ordinal_(config.device->ordinal()),
+        timeout_(config.timeout) {}
+
+  Status Init(const CommConfig& config) {
+    if (config.device->kind() != DeviceKind::kCuda) {
+      return absl::InvalidArgumentError(
+          "nccl: the nccl backend needs a CUDA device");
+    }
+    if (size_ > 1 && config.store == nullptr) {
+      return absl::InvalidArgumentError("nccl: CommConfig::store is null");
+    }
+    BATON_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const std::string prefix = absl::StrCat(config.group, "/nccl/");
+    ncclUniqueId id;
+    if (size_ > 1) {
+      BATON_RETURN_IF_ERROR(CheckDistinctGpus(*config.store, prefix));
+      if (rank_ == 0) {
+        BATON_NCCL_CHECK(ncclGetUniqueId(&id));
+        BATON_RETURN_IF_ERROR(config.store->Set(
+            absl::StrCat(prefix, "id"),
+            std::string(reinterpret_cast<const char*>(&id), sizeof(id))));
+      } else {
+        BATON_ASSIGN_OR_RETURN(
+            std::string s,
+            config.store->Get(absl::StrCat(prefix, "id"), timeout_));
+        if (s.size() != sizeof(id)) {
+          return absl::InternalError("nccl: unique id of the wrong size");
+        }
+        std::memcpy(&id, s.data(), sizeof(id));
+      }
+    } else {
+      BATON_NCCL_CHECK(ncclGetUniqueId(&id));
+    }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    const ncclResult_t r =
+        ncclCommInitRankConfig(&comm_, size_, id, rank_, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      BATON_NCCL_CHECK(r);
+    }
+    BATON_RETURN_IF_ERROR(WaitEnqueued(r, "init"));
+    BATON_CUDA_CHECK(cudaMalloc(&scratch_, 256));
+    BATON_CUDA_CHECK(cudaMemset(scratch_, 0, 256));
+    return Status();
+  }
+
+  Status CheckDistinctGpus(Store& store, const std::string& prefix) {
+    cudaDeviceProp prop;
+    BATON_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    const std::string me = absl::StrCat(
+        host, "/",
+        absl::BytesToHexString(absl::string_view(prop.uuid.bytes, 16)));
+    BATON_RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, "gpu/", rank_), me));
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      BATON_ASSIGN_OR_RETURN(
+          std::string theirs,
+          store.Get(absl::StrCat(prefix, "gpu/", q), timeout_));
+      if (theirs == me) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "nccl: ranks ", std::min(q, rank_), " and ", std::max(q, rank_),
+            " both use GPU ", me,
+            "; NCCL 2.28 refuses two ranks of one communicator on one GPU. "
+            "Give each rank its own GPU, or use backend 'inproc' for several "
+            "ranks on one GPU"));
+      }
+    }
+    return Status();
+  }
+
+  // Polls a non-blocking call until NCCL has finished enqueuing it.
+  Status WaitEnqueued(ncclResult_t r, const char* what) {
+    const absl::Time deadline = absl::Now() + timeout_;
+    while (r == ncclInProgress) {
+      if (absl::Now() > deadline) {
+        absl::MutexLock lock(&mu_);
+        AbortLocked();
+        return health_.FailWith(absl::DeadlineExceededError(absl::StrCat(
+            "nccl ", what, " on rank ", rank_, " did not complete within ",
+            absl::FormatDuration(timeout_), " (a rank never arrived?)")));
+      }
+      std::this_thread::yield();
+      ncclCommGetAsyncError(comm_, &r);
+    }
+    if (r != ncclSuccess) {
+      Status s = [&]() -> Status {
+        BATON_NCCL_CHECK(r);
+        return Status();
+      }();
+      return health_.FailWith(s);
+    }
+    return Status();
+  }
+
+  Status Finalize() {
+    ncclResult_t r = ncclCommFinalize(comm_);
+    if (r != ncclSuccess && r != ncclInProgress) return absl::InternalError("finalize");
+    return WaitEnqueued(r, "finalize");
+  }
+
+  Status Issue(CollectiveKind kind, const void* send, void* recv,
+               size_t count, DataType type, ReduceOp op, int root,
+               Stream& stream, const CollectiveOptions& options) {
+    const bool barrier = kind == CollectiveKind::kBarrier;
+    if (!barrier) {
+      BATON_RETURN_IF_ERROR(ValidateCollective(kind, rank_, size_, send, recv,
+                                               count, type, root, options));
+    }
+    if (stream.kind() != DeviceKind::kCuda) {
+      return absl::InvalidArgumentError("nccl: collectives need a CUDA stream");
+    }
+    if (options.accumulate_fp32 && DataTypeSize(type) == 2) {
+      return absl::InvalidArgumentError(
+          "nccl: accumulate_fp32 is not supported (NCCL reduces in the "
+          "buffer's type); reduce an fp32 buffer instead");
+    }
+    BATON_RETURN_IF_ERROR(health_.Get());
+    BATON_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(type));
+    const ncclRedOp_t nop = op == ReduceOp::kAvg ? ncclAvg : ncclSum;
+    auto s = static_cast<cudaStream_t>(stream.native_handle());
+    BATON_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const CollectiveHeader h = MakeHeader(kind, count, type, op, root, options,
+                                          seqs_.Next(options.tag));
+    ncclResult_t r = ncclSuccess;
+    switch (kind) {
+      case CollectiveKind::kAllGather:
+        r = ncclAllGather(send, recv, count, t, comm_, s);
+        break;
+      case CollectiveKind::kReduceScatter:
+        r = ncclReduceScatter(send, recv, count, t, nop, comm_, s);
+        break;
+      case CollectiveKind::kAllReduce:
+      case CollectiveKind::kBarrier:
+        r = ncclAllReduce(send, recv, count, t, nop, comm_, s);
+        break;
+      case CollectiveKind::kBroadcast:
+        r = ncclBroadcast(send, recv, count, t, root, comm_, s);
+        break;
+    }
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return health_.FailWith([&]() -> Status {
+        BATON_NCCL_CHECK(r);
+        return Status();
+      }());
+    }
+    BATON_RETURN_IF_ERROR(WaitEnqueued(r, CollectiveName(kind)));
+    // Watch its completion, and surface the health on the stream.
+    cudaEvent_t ev;
+    {
+      absl::MutexLock lock(&mu_);
+      if (free_events_.empty()) {
+        BATON_CUDA_CHECK(
+            cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      } else {
+        ev = free_events_.back();
+        free_events_.pop_back();
+      }
+    }
+    BATON_CUDA_CHECK(cudaEventRecord(ev, s));
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.push_back(Pending{
+          ev, absl::Now() + EffectiveTimeout(options, timeout_),
+          absl::StrCat("nccl ", CollectiveLabel(h), " on rank ", rank_)});
+    }
+    return stream.Enqueue([this]() { return health_.Get(); });
+  }
+
+  void Watch() {
+    (void)cudaSetDevice(ordinal_);
+    for (;;) {
+      absl::SleepFor(absl::Milliseconds(20));
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      if (comm_ == nullptr || aborted_) continue;
+      ncclResult_t r = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &r);
+      if (r != ncclSuccess && r != ncclInProgress) {
+        health_.Fail(absl::UnavailableError(absl::StrCat(
+            "nccl rank ", rank_, ": asynchronous error: ",
+            ncclGetErrorString(r), " (", ncclGetLastError(comm_), ")")));
+        AbortLocked();
+        continue;
+      }
+      while (!pending_.empty()) {
+        Pending& p = pending_.front();
+        const cudaError_t q = cudaEventQuery(p.event);
+        if (q == cudaErrorNotReady) {
+          if (absl::Now() > p.deadline) {
+            health_.Fail(absl::DeadlineExceededError(absl::StrCat(
+                p.label, " did not complete within its timeout; the "
+                         "communicator was aborted")));
+            AbortLocked();
+          }
+          break;
+        }
+        free_events_.push_back(p.event);
+        pending_.pop_front();
+      }
+    }
+  }
+
+  void AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (aborted_ || comm_ == nullptr) return;
+    aborted_ = true;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  struct Pending {
+    cudaEvent_t event;
+    absl::Time deadline;
+    std::string label;
+  };
+
+  const int rank_;
+  const int size_;
+  const int ordinal_;
+  const absl::Duration timeout_;
+  ncclComm_t comm_ = nullptr;
+  void* scratch_ = nullptr;
+  float limit_ = 0;
+  SequenceCounters seqs_;
+  HealthState health_;
+  std::thread watchdog_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
+    const CommConfig& config) {
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> c,
+                         NcclCommunicator::Create(config));
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+}  // namespace baton

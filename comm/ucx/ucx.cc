@@ -1,0 +1,444 @@
+#include "comm/ucx/ucx.h"
+
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <cstring>
+#include <list>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "comm/backend_util.h"
+#include "comm/store.h"
+#include "comm/ucx/ring.h"
+#include "runtime/ucx_check.h"
+
+namespace baton {
+namespace {
+
+using ucx_internal::RingJob;
+using ucx_internal::RingLinks;
+using ucx_internal::Scratch;
+
+constexpr const char* kDefaultTls = "self,posix,sysv,tcp";
+constexpr int kMaxRanks = 1 << 14;  // step field of the tag
+
+// A job and the notification its stream work waits on.
+struct Submission {
+  std::unique_ptr<RingJob> job;
+  absl::Notification done;
+  Status status;
+};
+
+class UcxCommunicator : public Communicator {
+ public:
+  ~UcxCommunicator() override { Shutdown(); }
+
+  static StatusOr<std::unique_ptr<UcxCommunicator>> Create(
+      const CommConfig& config) {
+    auto c = std::unique_ptr<UcxCommunicator>(new UcxCommunicator(config));
+    BATON_RETURN_IF_ERROR(c->Init(config));
+    return c;
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "ucx"; }
+
+  Status AllGather(const void* send, void* recv, size_t count, DataType type,
+                   Stream& stream, const CollectiveOptions& options) override {
+    return Issue(CollectiveKind::kAllGather, send, recv, count, type,
+                 ReduceOp::kSum, 0, stream, options);
+  }
+  Status ReduceScatter(const void* send, void* recv, size_t count,
+                       DataType type, ReduceOp op, Stream& stream,
+                       const CollectiveOptions& options) override {
+    return Issue(CollectiveKind::kReduceScatter, send, recv, count, type, op,
+                 0, stream, options);
+  }
+  Status AllReduce(const void* send, void* recv, size_t count, DataType type,
+                   ReduceOp op, Stream& stream,
+                   const CollectiveOptions& options) override {
+    return Issue(CollectiveKind::kAllReduce, send, recv, count, type, op, 0,
+                 stream, options);
+  }
+  Status Broadcast(const void* send, void* recv, size_t count, DataType type,
+                   int root, Stream& stream,
+                   const CollectiveOptions& options) override {
+    return Issue(CollectiveKind::kBroadcast, send, recv, count, type,
+                 ReduceOp::kSum, root, stream, options);
+  }
+  Status Barrier(Stream& stream, const CollectiveOptions& options) override {
+    return Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0,
+                 DataType::kF32, ReduceOp::kSum, 0, stream, options);
+  }
+
+  StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
+    if (bytes == 0) {
+      return absl::InvalidArgumentError("MeasureLimit: bytes must be > 0");
+    }
+    BATON_RETURN_IF_ERROR(health_.Get());
+    if (size_ == 1) {
+      return absl::FailedPreconditionError(
+          "ucx: the transfer limit needs at least 2 ranks");
+    }
+    std::vector<char> src(bytes, 1), dst(bytes, 0);
+    // A private tag so the probe never matches user collectives.
+    CollectiveOptions o;
+    o.tag = 255;
+    double best = 0;
+    for (int i = 0; i < std::max(iters, 1) + 1; ++i) {
+      BATON_RETURN_IF_ERROR(RunNow(
+          MakeHeader(CollectiveKind::kBarrier, 0, DataType::kF32,
+                     ReduceOp::kSum, 0, o, probe_seq_++),
+          nullptr, nullptr, false));
+      const absl::Time t0 = absl::Now();
+      CollectiveHeader h = MakeHeader(CollectiveKind::kBroadcast, bytes,
+                                      DataType::kI32, ReduceOp::kSum, 0, o,
+                                      probe_seq_++);
+      BATON_RETURN_IF_ERROR(RunNow(h, src.data(), dst.data(), true));
+      const double s = absl::ToDoubleSeconds(absl::Now() - t0);
+      if (i > 0 && s > 0) best = std::max(best, bytes / s / 1e9);
+    }
+    // Every rank reports the slowest rank's figure: gather them.
+    std::vector<float> all(size_);
+    float mine = static_cast<float>(best);
+    std::memcpy(&all[rank_], &mine, sizeof(float));
+    BATON_RETURN_IF_ERROR(RunNow(
+        MakeHeader(CollectiveKind::kAllGather, 1, DataType::kF32,
+                   ReduceOp::kSum, 0, o, probe_seq_++),
+        &all[rank_], all.data(), false));
+    return Limit{*std::min_element(all.begin(), all.end()), "ucx-tag"};
+  }
+
+  Status health() override { return health_.Get(); }
+
+  void Abort() override {
+    health_.Fail(absl::UnavailableError(
+        absl::StrCat("ucx rank ", rank_, " aborted")));
+    // Closing the endpoints makes the peers' transfers fail (or time out).
+    absl::MutexLock lock(&mu_);
+    abort_requested_ = true;
+  }
+
+ private:
+  explicit UcxCommunicator(const CommConfig& config)
+      : rank_(config.rank),
+        size_(config.size),
+        store_(config.store),
+        group_(config.group),
+        timeout_(config.timeout),
+        chunk_bytes_(config.chunk_bytes) {}
+
+  Status Init(const CommConfig& config) {
+    if (config.store == nullptr && size_ > 1) {
+      return absl::InvalidArgumentError("ucx: CommConfig::store is null");
+    }
+    if (config.device->kind() != DeviceKind::kHost) {
+      return absl::InvalidArgumentError(
+          "ucx: the ucx backend moves host memory; give it a host device");
+    }
+    if (size_ > kMaxRanks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ucx: at most ", kMaxRanks, " ranks"));
+    }
+    if (chunk_bytes_ < 64) {
+      return absl::InvalidArgumentError("ucx: chunk_bytes must be >= 64");
+    }
+    ucp_config_t* cfg = nullptr;
+    BATON_UCX_CHECK(ucp_config_read(nullptr, nullptr, &cfg));
+    if (std::getenv("UCX_TLS") == nullptr) {
+      ucp_config_modify(cfg, "TLS", kDefaultTls);
+    }
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG;
+    const ucs_status_t st = ucp_init(&params, cfg, &context_);
+    ucp_config_release(cfg);
+    BATON_UCX_CHECK(st);
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    BATON_UCX_CHECK(ucp_worker_create(context_, &wp, &worker_));
+    if (size_ > 1) BATON_RETURN_IF_ERROR(Connect(config));
+    connected_ = true;
+    thread_ = std::thread([this] { Loop(); });
+    return Status();
+  }
+
+  Status Connect(const CommConfig& config) {
+    Store& store = *config.store;
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    BATON_UCX_CHECK(ucp_worker_get_address(worker_, &addr, &len));
+    const std::string mine(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(worker_, addr);
+    const std::string prefix = absl::StrCat(config.group, "/ucx/");
+    BATON_RETURN_IF_ERROR(
+        store.Set(absl::StrCat(prefix, "addr/", rank_), mine));
+    const int prev = (rank_ - 1 + size_) % size_;
+    const int next = (rank_ + 1) % size_;
+    for (int peer : {next, prev}) {
+      if (eps_.count(peer) != 0) continue;
+      StatusOr<std::string> theirs =
+          store.Get(absl::StrCat(prefix, "addr/", peer), timeout_);
+      if (!theirs.ok()) {
+        return absl::Status(theirs.status().code(),
+                            absl::StrCat("ucx: rank ", peer,
+                                         " never published its address: ",
+                                         theirs.status().message()));
+      }
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(theirs->data());
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &UcxCommunicator::OnEndpointError;
+      ep.err_handler.arg = this;
+      ucp_ep_h h = nullptr;
+      BATON_UCX_CHECK(ucp_ep_create(worker_, &ep, &h));
+      eps_[peer] = h;
+    }
+    links_.worker = worker_;
+    links_.next = eps_.at(next);
+    links_.prev = eps_.at(prev);
+    links_.rank = rank_;
+    links_.size = size_;
+    links_.chunk_bytes = chunk_bytes_;
+    links_.peer_status = [this](int peer) { return PeerStatus(peer); };
+    return store.Barrier(absl::StrCat(prefix, "ready"), timeout_);
+  }
+
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+    auto* self = static_cast<UcxCommunicator*>(arg);
+    absl::MutexLock lock(&self->peers_mu_);
+    for (const auto& [peer, h] : self->eps_) {
+      if (h == ep && self->peer_errors_.count(peer) == 0) {
+        self->peer_errors_[peer] = absl::UnavailableError(
+            absl::StrCat("endpoint error: ", ucs_status_string(status)));
+      }
+    }
+  }
+
+  Status PeerStatus(int peer) {
+    absl::MutexLock lock(&peers_mu_);
+    auto it = peer_errors_.find(peer);
+    return it == peer_errors_.end() ? Status() : it->second;
+  }
+
+  Status Issue(CollectiveKind kind, const void* send, void* recv,
+               size_t count, DataType type, ReduceOp op, int root,
+               Stream& stream, const CollectiveOptions& options) {
+    BATON_RETURN_IF_ERROR(ValidateCollective(kind, rank_, size_, send, recv,
+                                             count, type, root, options));
+    if (stream.kind() != DeviceKind::kHost) {
+      return absl::InvalidArgumentError(
+          "ucx: collectives run on host streams (host memory)");
+    }
+    if (options.tag == 255) {
+      return absl::InvalidArgumentError("ucx: tag 255 is reserved");
+    }
+    BATON_RETURN_IF_ERROR(health_.Get());
+    const CollectiveHeader h = MakeHeader(kind, count, type, op, root, options,
+                                          seqs_.Next(options.tag));
+    const absl::Duration timeout = EffectiveTimeout(options, timeout_);
+    return stream.Enqueue([this, h, send, recv, timeout]() -> Status {
+      BATON_RETURN_IF_ERROR(health_.Get());
+      return Run(h, send, recv, timeout, false);
+    });
+  }
+
+  Status RunNow(const CollectiveHeader& h, const void* send, void* recv,
+                bool raw) {
+    return Run(h, send, recv, timeout_, raw);
+  }
+
+  // Hands the job to the progress thread and waits for it.
+  Status Run(const CollectiveHeader& h, const void* send, void* recv,
+             absl::Duration timeout, bool raw) {
+    auto sub = std::make_shared<Submission>();
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("ucx: communicator closed");
+      if (abort_requested_) {
+        return absl::UnavailableError(
+            absl::StrCat("ucx rank ", rank_, " aborted"));
+      }
+      std::unique_ptr<Scratch> scratch;
+      if (!scratch_pool_.empty()) {
+        scratch = std::move(scratch_pool_.back());
+        scratch_pool_.pop_back();
+      }
+      sub->job = std::make_unique<RingJob>(h, send, recv,
+                                           links_, timeout, std::move(scratch),
+                                           raw);
+      incoming_.push_back(sub);
+    }
+    sub->done.WaitForNotification();
+    if (!sub->status.ok()) health_.Fail(sub->status);
+    return sub->status;
+  }
+
+  void Loop() {
+    std::list<std::shared_ptr<Submission>> active;
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+          return !incoming_.empty() || stopping_ ||
+                 (abort_requested_ && eps_open_);
+        };
+        // With jobs in flight, poll; otherwise sleep until there is work.
+        if (active.empty()) mu_.Await(absl::Condition(&wake));
+        if (stopping_) break;
+        if (abort_requested_ && eps_open_) {
+          eps_open_ = false;
+          // Fail our jobs, then close the endpoints so that the peers'
+          // transfers with us fail instead of waiting for their timeout.
+          for (auto& sub : active) {
+            sub->status = absl::UnavailableError(
+                absl::StrCat("ucx rank ", rank_, " aborted"));
+            failed_.push_back(std::move(sub->job));
+            sub->done.Notify();
+          }
+          active.clear();
+          failed_.clear();
+          CloseEndpoints(/*graceful=*/false);
+        }
+        while (!incoming_.empty()) {
+          active.push_back(std::move(incoming_.front()));
+          incoming_.pop_front();
+        }
+      }
+      unsigned progressed = 0;
+      while (unsigned n = ucp_worker_progress(worker_)) progressed += n;
+      // Polling: give the core away when nothing moved (ranks may share
+      // cores with their peers).
+      if (progressed == 0) std::this_thread::yield();
+      for (auto it = active.begin(); it != active.end();) {
+        Submission& sub = **it;
+        if (!sub.job->Advance()) {
+          ++it;
+          continue;
+        }
+        sub.status = sub.job->status();
+        {
+          absl::MutexLock lock(&mu_);
+          if (sub.status.ok()) {
+            if (auto s = sub.job->TakeScratch(); s != nullptr) {
+              scratch_pool_.push_back(std::move(s));
+            }
+          } else {
+            // Requests were cancelled; keep the memory they pointed at
+            // until the worker is gone.
+            failed_.push_back(std::move(sub.job));
+          }
+        }
+        sub.done.Notify();
+        it = active.erase(it);
+      }
+    }
+    // Stopping: fail what is still in flight.
+    for (auto& sub : active) {
+      sub->status = absl::CancelledError("ucx: communicator closed");
+      failed_.push_back(std::move(sub->job));
+      sub->done.Notify();
+    }
+  }
+
+  void Shutdown() {
+    // Healthy: meet the other ranks first, so that nobody closes its
+    // connections while a peer still completes its last transfers.
+    if (connected_ && store_ != nullptr && size_ > 1 && health_.Get().ok()) {
+      (void)store_->Barrier(absl::StrCat(group_, "/ucx/close"), timeout_);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      for (auto& sub : incoming_) {
+        sub->status = absl::CancelledError("ucx: communicator closed");
+        sub->done.Notify();
+      }
+      incoming_.clear();
+    }
+    if (thread_.joinable()) thread_.join();
+    failed_.clear();  // cancels and frees their requests
+    // Flush our last messages to the peers when healthy; after a failure
+    // some transfers can never complete, so drop them.
+    CloseEndpoints(/*graceful=*/health_.Get().ok());
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (context_ != nullptr) ucp_cleanup(context_);
+    worker_ = nullptr;
+    context_ = nullptr;
+  }
+
+  // Progress thread or Shutdown only. A graceful close flushes what we
+  // sent (a peer may still be receiving our last messages) before the
+  // connection goes; a forced one (Abort) drops it.
+  void CloseEndpoints(bool graceful) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::vector<ucs_status_ptr_t> pending;
+    for (auto& [peer, ep] : eps_) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = graceful ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+      if (UCS_PTR_IS_PTR(r)) pending.push_back(r);
+    }
+    const absl::Time until = absl::Now() + (graceful ? timeout_ : absl::Seconds(2));
+    for (ucs_status_ptr_t r : pending) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS &&
+             absl::Now() < until) {
+        if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
+      }
+      ucp_request_free(r);
+    }
+    eps_.clear();
+  }
+
+  const int rank_;
+  const int size_;
+  Store* const store_;  // not owned; used at creation and destruction
+  const std::string group_;
+  const absl::Duration timeout_;
+  const size_t chunk_bytes_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  // Written by Connect and CloseEndpoints; read under mu_ by the wake test.
+  std::map<int, ucp_ep_h> eps_;
+  RingLinks links_;
+  SequenceCounters seqs_;
+  HealthState health_;
+  uint64_t probe_seq_ = 0;
+  bool connected_ = false;  // creation completed
+
+  absl::Mutex peers_mu_;
+  std::map<int, Status> peer_errors_ ABSL_GUARDED_BY(peers_mu_);
+
+  absl::Mutex mu_;
+  std::deque<std::shared_ptr<Submission>> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Scratch>> scratch_pool_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool abort_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool eps_open_ ABSL_GUARDED_BY(mu_) = true;
+  std::thread thread_;
+  // Failed jobs: owned by the progress thread, then by Shutdown.
+  std::vector<std::unique_ptr<RingJob>> failed_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
+    const CommConfig& config) {
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> c,
+                         UcxCommunicator::Create(config));
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+}  // namespace baton
