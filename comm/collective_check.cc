@@ -125,4 +125,40 @@ StatusOr<size_t> RunHostChecked(Communicator& comm, Stream& stream,
   return CountWrong(c, rank, recv);
 }
 
+StatusOr<size_t> RunDeviceChecked(Communicator& comm, Device& device,
+                                  Stream& stream, const CheckCase& c,
+                                  bool in_place,
+                                  const CollectiveOptions& options) {
+  constexpr unsigned char kPoison = 0xEE;
+  const int rank = comm.rank();
+  const size_t chunk = c.count * DataTypeSize(c.type);
+  const size_t sbytes = SendBytes(c.kind, c.nranks, c.count, c.type);
+  const size_t rbytes = RecvBytes(c.kind, c.nranks, c.count, c.type);
+  const size_t abytes = std::max<size_t>(256, std::max(sbytes, rbytes));
+  BATON_ASSIGN_OR_RETURN(DeviceBuffer a, device.Allocate(abytes));
+  BATON_ASSIGN_OR_RETURN(DeviceBuffer b, device.Allocate(abytes));
+  char* send = static_cast<char*>(a.data());
+  char* recv = static_cast<char*>(b.data());
+  if (in_place) {
+    recv = send;
+    if (c.kind == CollectiveKind::kAllGather) send = recv + rank * chunk;
+    if (c.kind == CollectiveKind::kReduceScatter) recv = send + rank * chunk;
+  }
+  std::vector<unsigned char> host(abytes, kPoison);
+  BATON_RETURN_IF_ERROR(stream.MemcpyAsync(a.data(), host.data(), abytes));
+  BATON_RETURN_IF_ERROR(stream.MemcpyAsync(b.data(), host.data(), abytes));
+  std::vector<unsigned char> input(std::max<size_t>(1, sbytes), kPoison);
+  FillInput(c, rank, input.data());
+  if (sbytes > 0 && (c.kind != CollectiveKind::kBroadcast || rank == c.root)) {
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(send, input.data(), sbytes));
+  }
+  BATON_RETURN_IF_ERROR(IssueCollective(comm, stream, c, send, recv, options));
+  std::vector<unsigned char> out(std::max<size_t>(1, rbytes));
+  if (rbytes > 0) {
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out.data(), recv, rbytes));
+  }
+  BATON_RETURN_IF_ERROR(stream.Synchronize());
+  return CountWrong(c, rank, out.data());
+}
+
 }  // namespace baton

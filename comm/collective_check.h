@@ -42,6 +42,13 @@ StatusOr<size_t> RunHostChecked(Communicator& comm, Stream& stream,
                                 const CheckCase& c, bool in_place,
                                 const CollectiveOptions& options = {});
 
+// The same with buffers allocated on `device` (any kind): inputs and outputs
+// are staged through host memory with Stream::MemcpyAsync.
+StatusOr<size_t> RunDeviceChecked(Communicator& comm, Device& device,
+                                  Stream& stream, const CheckCase& c,
+                                  bool in_place,
+                                  const CollectiveOptions& options = {});
+
 // Issues one collective of kind c.kind on the given buffers.
 Status IssueCollective(Communicator& comm, Stream& stream, const CheckCase& c,
                        const void* send, void* recv,

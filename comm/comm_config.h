@@ -29,6 +29,11 @@ struct CommConfig {
   // Default for CollectiveOptions::timeout and for creation. Production jobs
   // want minutes; tests use about 2 s.
   absl::Duration timeout = absl::Minutes(5);
+  // inproc: use the device-memory protocol (rendezvous when the collective is
+  // issued, cross-rank order through events, copies enqueued on the ranks'
+  // streams) also for host streams. CUDA streams always use it. For tests of
+  // that protocol on machines without a GPU.
+  bool inproc_event_protocol = false;
   // ucx: pipeline chunk of the ring (bytes). Same on every rank.
   size_t chunk_bytes = size_t{1} << 20;
 };

@@ -118,7 +118,8 @@ class Communicator {
                                        const CollectiveOptions& options) = 0;
 
   // The bandwidth limit of the medium this backend moves data through,
-  // measured now with `bytes`-sized transfers (best of `iters`): a
+  // measured now with `bytes`-sized transfers (mean over `iters` after a
+  // warm-up, the statistic the benchmark uses for collectives): a
   // single-thread memcpy (inproc, host memory), a raw UCX tag transfer from
   // each rank to the next one at the same time (ucx), a device-to-device copy
   // (nccl). Collective: every rank calls it; every rank gets the same

@@ -29,8 +29,10 @@ struct Rank {
 // n threads at once.
 class Group {
  public:
-  Group(int n, absl::Duration timeout = absl::Seconds(30)) : n_(n) {
-    device_ = *CreateHostDevice();
+  Group(int n, absl::Duration timeout = absl::Seconds(30),
+        bool event_protocol = false, std::unique_ptr<Device> device = nullptr)
+      : n_(n) {
+    device_ = device != nullptr ? std::move(device) : *CreateHostDevice();
     ranks_.resize(n);
     const std::string name = absl::StrCat("g", group_counter++);
     RunAll([&](int r) {
@@ -41,6 +43,7 @@ class Group {
       cfg.device = device_.get();
       cfg.group = name;
       cfg.timeout = timeout;
+      cfg.inproc_event_protocol = event_protocol;
       auto c = CreateCommunicator(cfg);
       ASSERT_TRUE(c.ok()) << c.status();
       ranks_[r].comm = std::move(*c);
@@ -60,6 +63,7 @@ class Group {
   }
 
   Rank& rank(int r) { return ranks_[r]; }
+  Device& device() { return *device_; }
 
  private:
   int n_;
@@ -127,6 +131,71 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(CollectiveName(std::get<0>(info.param)), "_n",
                           std::get<1>(info.param));
     });
+
+// The device-memory protocol (rendezvous at issue, events, copies on the
+// ranks' streams), run on host streams, and on a GPU when there is one.
+void EventProtocolSweep(Group& g, int n, bool staged) {
+  g.RunAll([&](int r) {
+    int seed = 0;
+    for (CollectiveKind kind :
+         {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+          CollectiveKind::kAllReduce, CollectiveKind::kBroadcast}) {
+      for (size_t count : {size_t{0}, size_t{7}, size_t{1000}, size_t{65539}}) {
+        for (DataType type : {DataType::kF32, DataType::kBF16, DataType::kF16,
+                              DataType::kI32}) {
+          for (bool in_place : {false, true}) {
+            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+              const bool reduces = kind == CollectiveKind::kReduceScatter ||
+                                   kind == CollectiveKind::kAllReduce;
+              if (op == ReduceOp::kAvg && (!reduces || count != 1000)) continue;
+              CheckCase c{kind, type, op, n, count, (seed + 1) % n, seed};
+              ++seed;
+              auto wrong =
+                  staged ? RunDeviceChecked(*g.rank(r).comm, g.device(),
+                                            *g.rank(r).stream, c, in_place)
+                         : RunHostChecked(*g.rank(r).comm, *g.rank(r).stream,
+                                          c, in_place);
+              ASSERT_TRUE(wrong.ok()) << wrong.status();
+              ASSERT_EQ(*wrong, 0u)
+                  << CollectiveName(kind) << " n=" << n << " count=" << count
+                  << " " << DataTypeName(type) << " in_place=" << in_place
+                  << " rank=" << r;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(InprocEventProtocolTest, HostStreamsSweep) {
+  for (int n : {1, 2, 3, 4}) {
+    Group g(n, absl::Seconds(30), /*event_protocol=*/true);
+    EventProtocolSweep(g, n, /*staged=*/false);
+  }
+}
+
+TEST(InprocEventProtocolTest, GpuSweep) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  for (int n : {1, 2, 3, 4, 8}) {
+    auto device = CreateCudaDevice(0);
+    ASSERT_TRUE(device.ok()) << device.status();
+    Group g(n, absl::Seconds(30), false, std::move(*device));
+    EventProtocolSweep(g, n, /*staged=*/true);
+  }
+}
+
+TEST(InprocEventProtocolTest, MismatchIsReportedByTheCall) {
+  Group g(3, absl::Seconds(30), /*event_protocol=*/true);
+  g.RunAll([&](int r) {
+    std::vector<float> in(64), out(64);
+    Status s = g.rank(r).comm->AllReduce(in.data(), out.data(),
+                                         r == 1 ? 32 : 64, DataType::kF32,
+                                         ReduceOp::kSum, *g.rank(r).stream, {});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_FALSE(g.rank(r).stream->Synchronize().ok());
+  });
+}
 
 TEST(InprocTest, ConcurrentTagsOnTwoStreamsIssuedInDifferentOrders) {
   Group g(3);

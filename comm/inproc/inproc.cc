@@ -13,6 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "comm/backend_util.h"
+#if defined(BATON_HAVE_CUDA)
+#include "comm/inproc/reduce_kernel.h"
+#endif
 
 namespace baton {
 namespace {
@@ -21,7 +24,13 @@ struct Arrival {
   const void* send = nullptr;
   void* recv = nullptr;
   CollectiveHeader header;
+  Event* event = nullptr;  // event protocol: `ready` (phase 1), `done` (2)
 };
+
+// Slot keys of the event protocol's two meetings (the host path uses the
+// plain tag).
+constexpr uint32_t kPhase1 = 0x100;
+constexpr uint32_t kPhase2 = 0x200;
 
 struct Slot {
   explicit Slot(int n) : arrivals(n), present(n, false) {}
@@ -75,10 +84,11 @@ class World {
 
   StatusOr<std::shared_ptr<Slot>> Arrive(int rank, const Arrival& a,
                                          absl::Time deadline,
-                                         absl::Duration timeout) {
+                                         absl::Duration timeout,
+                                         uint32_t phase = 0) {
     absl::MutexLock lock(&mu_);
     if (!aborted_.ok()) return aborted_;
-    const SlotKey key{a.header.tag, a.header.seq};
+    const SlotKey key{a.header.tag | phase, a.header.seq};
     std::shared_ptr<Slot>& entry = slots_[key];
     if (entry == nullptr) entry = std::make_shared<Slot>(size_);
     std::shared_ptr<Slot> slot = entry;
@@ -116,9 +126,9 @@ class World {
   }
 
   Status Depart(int rank, const CollectiveHeader& h, Slot& slot,
-                absl::Time deadline) {
+                absl::Time deadline, uint32_t phase = 0) {
     absl::MutexLock lock(&mu_);
-    if (++slot.departed == size_) slots_.erase(SlotKey{h.tag, h.seq});
+    if (++slot.departed == size_) slots_.erase(SlotKey{h.tag | phase, h.seq});
     auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return slot.departed == size_ || !aborted_.ok();
     };
@@ -211,8 +221,12 @@ class Registry {
 class InprocCommunicator : public Communicator {
  public:
   InprocCommunicator(std::shared_ptr<World> world, int rank,
-                     absl::Duration timeout)
-      : world_(std::move(world)), rank_(rank), timeout_(timeout) {}
+                     const CommConfig& config)
+      : world_(std::move(world)),
+        rank_(rank),
+        timeout_(config.timeout),
+        device_(config.device),
+        event_protocol_(config.inproc_event_protocol) {}
 
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
@@ -251,21 +265,44 @@ class InprocCommunicator : public Communicator {
       return absl::InvalidArgumentError("MeasureLimit: bytes must be > 0");
     }
     const int epoch = ++limit_calls_;
-    if (rank_ == 0) {
+    if (rank_ == 0 && device_->kind() == DeviceKind::kCuda) {
+      BATON_ASSIGN_OR_RETURN(double gbps, MeasureDeviceCopy(bytes, iters));
+      world_->PublishLimit(gbps);
+    } else if (rank_ == 0) {
       std::vector<char> src(bytes, 1), dst(bytes, 0);
-      double best = 0;
-      for (int i = 0; i < std::max(iters, 1) + 1; ++i) {
-        const absl::Time t0 = absl::Now();
+      std::memcpy(dst.data(), src.data(), bytes);  // warm-up, faults pages
+      const int n = std::max(iters, 1);
+      const absl::Time t0 = absl::Now();
+      for (int i = 0; i < n; ++i) {
         std::memcpy(dst.data(), src.data(), bytes);
-        const double s = absl::ToDoubleSeconds(absl::Now() - t0);
-        if (i > 0 && s > 0) best = std::max(best, bytes / s / 1e9);  // i=0 warms
         src[i % bytes] = static_cast<char>(dst[(i * 7) % bytes] + 1);
       }
+      const double s = absl::ToDoubleSeconds(absl::Now() - t0);
+      const double best = s > 0 ? static_cast<double>(bytes) * n / s / 1e9 : 0;
       world_->PublishLimit(best);
     }
     BATON_ASSIGN_OR_RETURN(double gbps,
                            world_->AwaitLimit(epoch, absl::Now() + timeout_));
-    return Limit{gbps, "memcpy"};
+    return Limit{gbps, device_->kind() == DeviceKind::kCuda ? "d2d" : "memcpy"};
+  }
+
+  // Device-to-device copies on one stream, timed from the host around a
+  // synchronize (mean over `iters` after one warm-up).
+  StatusOr<double> MeasureDeviceCopy(size_t bytes, int iters) {
+    BATON_ASSIGN_OR_RETURN(DeviceBuffer a, device_->Allocate(bytes));
+    BATON_ASSIGN_OR_RETURN(DeviceBuffer b, device_->Allocate(bytes));
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<Stream> s, device_->CreateStream());
+    BATON_RETURN_IF_ERROR(s->MemsetAsync(a.data(), 1, bytes));
+    BATON_RETURN_IF_ERROR(s->MemcpyAsync(b.data(), a.data(), bytes));
+    BATON_RETURN_IF_ERROR(s->Synchronize());
+    const int n = std::max(iters, 1);
+    const absl::Time t0 = absl::Now();
+    for (int i = 0; i < n; ++i) {
+      BATON_RETURN_IF_ERROR(s->MemcpyAsync(b.data(), a.data(), bytes));
+    }
+    BATON_RETURN_IF_ERROR(s->Synchronize());
+    const double sec = absl::ToDoubleSeconds(absl::Now() - t0);
+    return sec > 0 ? static_cast<double>(bytes) * n / sec / 1e9 : 0.0;
   }
 
   Status health() override { return health_.Get(); }
@@ -282,16 +319,25 @@ class InprocCommunicator : public Communicator {
                Stream& stream, const CollectiveOptions& options) {
     BATON_RETURN_IF_ERROR(ValidateCollective(kind, rank_, size(), send, recv,
                                              count, type, root, options));
-    if (stream.kind() != DeviceKind::kHost) {
-      return absl::UnimplementedError(
-          "inproc on device memory (CUDA streams) is not implemented in this "
-          "build; use host streams, or the nccl backend with one rank per "
-          "GPU");
+    if (stream.kind() != device_->kind()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inproc: a ", DeviceKindName(stream.kind()),
+          " stream on a communicator of a ", DeviceKindName(device_->kind()),
+          " device"));
     }
     BATON_RETURN_IF_ERROR(health_.Get());
     const CollectiveHeader h = MakeHeader(kind, count, type, op, root, options,
                                           seqs_.Next(options.tag));
     const absl::Duration timeout = EffectiveTimeout(options, timeout_);
+    if (event_protocol_ || stream.kind() == DeviceKind::kCuda) {
+      Status s = IssueWithEvents(h, send, recv, stream, timeout);
+      if (!s.ok()) {
+        health_.Fail(s);
+        // Also into the stream's error state, as on the host path.
+        (void)stream.Enqueue([s]() { return s; });
+      }
+      return s;
+    }
     return stream.Enqueue([this, h, send, recv, timeout]() -> Status {
       BATON_RETURN_IF_ERROR(health_.Get());
       Status s = Run(h, send, recv, timeout);
@@ -308,6 +354,122 @@ class InprocCommunicator : public Communicator {
                                           deadline, timeout));
     Move(h, slot->arrivals);
     return world_->Depart(rank_, h, *slot, deadline);
+  }
+
+  // The device-memory protocol (inproc.h).
+  Status IssueWithEvents(const CollectiveHeader& h, const void* send,
+                         void* recv, Stream& stream, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<Event> ready,
+                           device_->CreateEvent());
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<Event> done,
+                           device_->CreateEvent());
+    BATON_RETURN_IF_ERROR(ready->Record(stream));
+    BATON_ASSIGN_OR_RETURN(
+        std::shared_ptr<Slot> one,
+        world_->Arrive(rank_, Arrival{send, recv, h, ready.get()}, deadline,
+                       timeout, kPhase1));
+    const std::vector<Arrival> a = one->arrivals;
+    for (int q = 0; q < size(); ++q) {
+      if (q != rank_) BATON_RETURN_IF_ERROR(stream.Wait(*a[q].event));
+    }
+    BATON_RETURN_IF_ERROR(MoveOnStream(h, a, stream));
+    BATON_RETURN_IF_ERROR(done->Record(stream));
+    BATON_RETURN_IF_ERROR(world_->Depart(rank_, h, *one, deadline, kPhase1));
+    BATON_ASSIGN_OR_RETURN(
+        std::shared_ptr<Slot> two,
+        world_->Arrive(rank_, Arrival{send, recv, h, done.get()}, deadline,
+                       timeout, kPhase2));
+    for (int q = 0; q < size(); ++q) {
+      if (q != rank_) {
+        BATON_RETURN_IF_ERROR(stream.Wait(*two->arrivals[q].event));
+      }
+    }
+    // Once every rank has issued its waits, the events may go (waits
+    // already issued stay valid; runtime/device.h).
+    return world_->Depart(rank_, h, *two, deadline, kPhase2);
+  }
+
+  // This rank's share of the data movement, enqueued on its stream.
+  Status MoveOnStream(const CollectiveHeader& h, std::vector<Arrival> a,
+                      Stream& stream) {
+    if (stream.kind() == DeviceKind::kHost) {
+      return stream.Enqueue([this, h, a = std::move(a)]() {
+        Move(h, a);
+        return Status();
+      });
+    }
+    const int n = size();
+    const auto type = static_cast<DataType>(h.type);
+    const size_t esize = DataTypeSize(type);
+    const size_t chunk = h.count * esize;
+    const int divisor = static_cast<ReduceOp>(h.op) == ReduceOp::kAvg ? n : 1;
+    std::vector<const void*> srcs(n);
+    switch (static_cast<CollectiveKind>(h.kind)) {
+      case CollectiveKind::kAllGather:
+        for (int q = 0; q < n; ++q) {
+          char* dst = static_cast<char*>(a[rank_].recv) + q * chunk;
+          if (chunk != 0 && dst != a[q].send) {
+            BATON_RETURN_IF_ERROR(stream.MemcpyAsync(dst, a[q].send, chunk));
+          }
+        }
+        return Status();
+      case CollectiveKind::kBroadcast:
+        if (chunk != 0 && a[rank_].recv != a[h.root].send) {
+          return stream.MemcpyAsync(a[rank_].recv, a[h.root].send, chunk);
+        }
+        return Status();
+      case CollectiveKind::kReduceScatter:
+        for (int q = 0; q < n; ++q) {
+          srcs[q] = static_cast<const char*>(a[q].send) + rank_ * chunk;
+        }
+        return DeviceReduce(a[rank_].recv, srcs, h.count, type, divisor,
+                            stream);
+      case CollectiveKind::kAllReduce: {
+        const size_t begin = h.count * rank_ / n;
+        const size_t end = h.count * (rank_ + 1) / n;
+        if (begin == end) return Status();
+        for (int q = 0; q < n; ++q) {
+          srcs[q] = static_cast<const char*>(a[q].send) + begin * esize;
+        }
+        char* mine = static_cast<char*>(a[rank_].recv) + begin * esize;
+        BATON_RETURN_IF_ERROR(
+            DeviceReduce(mine, srcs, end - begin, type, divisor, stream));
+        for (int q = 0; q < n; ++q) {
+          if (q == rank_) continue;
+          BATON_RETURN_IF_ERROR(stream.MemcpyAsync(
+              static_cast<char*>(a[q].recv) + begin * esize, mine,
+              (end - begin) * esize));
+        }
+        return Status();
+      }
+      case CollectiveKind::kBarrier:
+        return Status();
+    }
+    return Status();
+  }
+
+  Status DeviceReduce(void* out, const std::vector<const void*>& srcs,
+                      size_t count, DataType type, int divisor,
+                      Stream& stream) {
+#if defined(BATON_HAVE_CUDA)
+    if (srcs.size() > inproc_internal::kMaxReduceSources) {
+      return absl::UnimplementedError(absl::StrCat(
+          "inproc on a GPU reduces at most ",
+          inproc_internal::kMaxReduceSources, " ranks"));
+    }
+    const int err = inproc_internal::LaunchReduce(
+        out, srcs.data(), static_cast<int>(srcs.size()), count,
+        static_cast<int>(type), divisor, stream.native_handle());
+    if (err != 0) {
+      return absl::InternalError(
+          absl::StrCat("inproc: reduction kernel launch failed (cudaError ",
+                       err, ")"));
+    }
+    return Status();
+#else
+    return absl::UnimplementedError("inproc: built without CUDA");
+#endif
   }
 
   // This rank's share of the data movement (see inproc.h).
@@ -364,6 +526,8 @@ class InprocCommunicator : public Communicator {
   const std::shared_ptr<World> world_;
   const int rank_;
   const absl::Duration timeout_;
+  Device* const device_;
+  const bool event_protocol_;
   SequenceCounters seqs_;
   HealthState health_;
   int limit_calls_ = 0;
@@ -373,17 +537,12 @@ class InprocCommunicator : public Communicator {
 
 StatusOr<std::unique_ptr<Communicator>> CreateInprocCommunicator(
     const CommConfig& config) {
-  if (config.device != nullptr && config.device->kind() != DeviceKind::kHost) {
-    return absl::UnimplementedError(
-        "inproc on device memory is not implemented in this build; use a "
-        "host device");
-  }
   BATON_ASSIGN_OR_RETURN(
       std::shared_ptr<World> world,
       Registry::Get().Join(config.group, config.rank, config.size,
                            config.timeout));
   return std::unique_ptr<Communicator>(
-      new InprocCommunicator(std::move(world), config.rank, config.timeout));
+      new InprocCommunicator(std::move(world), config.rank, config));
 }
 
 }  // namespace baton

@@ -121,16 +121,18 @@ class NcclCommunicator : public Communicator {
       BATON_CUDA_CHECK(cudaEventCreate(&e0));
       BATON_CUDA_CHECK(cudaEventCreate(&e1));
       BATON_CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, s));
-      double best = 0;
-      for (int i = 0; i < std::max(iters, 1) + 1; ++i) {
-        BATON_CUDA_CHECK(cudaEventRecord(e0, s));
+      const int n = std::max(iters, 1);
+      BATON_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+      BATON_CUDA_CHECK(cudaEventRecord(e0, s));
+      for (int i = 0; i < n; ++i) {
         BATON_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
-        BATON_CUDA_CHECK(cudaEventRecord(e1, s));
-        BATON_CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        BATON_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i > 0 && ms > 0) best = std::max(best, bytes / (ms * 1e-3) / 1e9);
       }
+      BATON_CUDA_CHECK(cudaEventRecord(e1, s));
+      BATON_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      BATON_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      const double best =
+          ms > 0 ? static_cast<double>(bytes) * n / (ms * 1e-3) / 1e9 : 0;
       // The slowest rank's figure, on every rank.
       float v = static_cast<float>(best);
       BATON_CUDA_CHECK(cudaMemcpy(a, &v, sizeof(v), cudaMemcpyHostToDevice));

@@ -92,8 +92,9 @@ class UcxCommunicator : public Communicator {
     // A private tag so the probe never matches user collectives.
     CollectiveOptions o;
     o.tag = 255;
-    double best = 0;
-    for (int i = 0; i < std::max(iters, 1) + 1; ++i) {
+    double total_s = 0;
+    const int n = std::max(iters, 1);
+    for (int i = 0; i < n + 1; ++i) {  // i == 0 warms up
       BATON_RETURN_IF_ERROR(RunNow(
           MakeHeader(CollectiveKind::kBarrier, 0, DataType::kF32,
                      ReduceOp::kSum, 0, o, probe_seq_++),
@@ -103,9 +104,9 @@ class UcxCommunicator : public Communicator {
                                       DataType::kI32, ReduceOp::kSum, 0, o,
                                       probe_seq_++);
       BATON_RETURN_IF_ERROR(RunNow(h, src.data(), dst.data(), true));
-      const double s = absl::ToDoubleSeconds(absl::Now() - t0);
-      if (i > 0 && s > 0) best = std::max(best, bytes / s / 1e9);
+      if (i > 0) total_s += absl::ToDoubleSeconds(absl::Now() - t0);
     }
+    const double best = total_s > 0 ? static_cast<double>(bytes) * n / total_s / 1e9 : 0;
     // Every rank reports the slowest rank's figure: gather them.
     std::vector<float> all(size_);
     float mine = static_cast<float>(best);
