@@ -75,6 +75,45 @@ class HealthState {
   Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// The base of the backends: the five verbs funnel into one Issue().
+class CommunicatorBase : public Communicator {
+ public:
+  Status AllGather(const void* send, void* recv, size_t count, DataType type,
+                   Stream& stream, const CollectiveOptions& options) final {
+    return Issue(CollectiveKind::kAllGather, send, recv, count, type,
+                 ReduceOp::kSum, 0, stream, options);
+  }
+  Status ReduceScatter(const void* send, void* recv, size_t count,
+                       DataType type, ReduceOp op, Stream& stream,
+                       const CollectiveOptions& options) final {
+    return Issue(CollectiveKind::kReduceScatter, send, recv, count, type, op,
+                 0, stream, options);
+  }
+  Status AllReduce(const void* send, void* recv, size_t count, DataType type,
+                   ReduceOp op, Stream& stream,
+                   const CollectiveOptions& options) final {
+    return Issue(CollectiveKind::kAllReduce, send, recv, count, type, op, 0,
+                 stream, options);
+  }
+  Status Broadcast(const void* send, void* recv, size_t count, DataType type,
+                   int root, Stream& stream,
+                   const CollectiveOptions& options) final {
+    return Issue(CollectiveKind::kBroadcast, send, recv, count, type,
+                 ReduceOp::kSum, root, stream, options);
+  }
+  Status Barrier(Stream& stream, const CollectiveOptions& options) final {
+    return Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0,
+                 DataType::kF32, ReduceOp::kSum, 0, stream, options);
+  }
+
+ protected:
+  // Validates (ValidateCollective and the backend's own checks) and
+  // enqueues one collective; see communicator.h for the contract.
+  virtual Status Issue(CollectiveKind kind, const void* send, void* recv,
+                       size_t count, DataType type, ReduceOp op, int root,
+                       Stream& stream, const CollectiveOptions& options) = 0;
+};
+
 inline absl::Duration EffectiveTimeout(const CollectiveOptions& o,
                                        absl::Duration fallback) {
   return o.timeout > absl::ZeroDuration() ? o.timeout : fallback;

@@ -218,7 +218,7 @@ class Registry {
   std::map<std::string, std::shared_ptr<World>> forming_ ABSL_GUARDED_BY(mu_);
 };
 
-class InprocCommunicator : public Communicator {
+class InprocCommunicator : public CommunicatorBase {
  public:
   InprocCommunicator(std::shared_ptr<World> world, int rank,
                      const CommConfig& config)
@@ -231,34 +231,6 @@ class InprocCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
   const char* backend() const override { return "inproc"; }
-
-  Status AllGather(const void* send, void* recv, size_t count, DataType type,
-                   Stream& stream, const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kAllGather, send, recv, count, type,
-                 ReduceOp::kSum, 0, stream, options);
-  }
-  Status ReduceScatter(const void* send, void* recv, size_t count,
-                       DataType type, ReduceOp op, Stream& stream,
-                       const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kReduceScatter, send, recv, count, type, op,
-                 0, stream, options);
-  }
-  Status AllReduce(const void* send, void* recv, size_t count, DataType type,
-                   ReduceOp op, Stream& stream,
-                   const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kAllReduce, send, recv, count, type, op, 0,
-                 stream, options);
-  }
-  Status Broadcast(const void* send, void* recv, size_t count, DataType type,
-                   int root, Stream& stream,
-                   const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kBroadcast, send, recv, count, type,
-                 ReduceOp::kSum, root, stream, options);
-  }
-  Status Barrier(Stream& stream, const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0,
-                 DataType::kF32, ReduceOp::kSum, 0, stream, options);
-  }
 
   StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
     if (bytes == 0) {
@@ -316,7 +288,7 @@ class InprocCommunicator : public Communicator {
  private:
   Status Issue(CollectiveKind kind, const void* send, void* recv,
                size_t count, DataType type, ReduceOp op, int root,
-               Stream& stream, const CollectiveOptions& options) {
+               Stream& stream, const CollectiveOptions& options) override {
     BATON_RETURN_IF_ERROR(ValidateCollective(kind, rank_, size(), send, recv,
                                              count, type, root, options));
     if (stream.kind() != device_->kind()) {

@@ -35,7 +35,7 @@ StatusOr<ncclDataType_t> ToNccl(DataType t) {
   return absl::InvalidArgumentError("nccl: bad data type");
 }
 
-class NcclCommunicator : public Communicator {
+class NcclCommunicator : public CommunicatorBase {
  public:
   static StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       const CommConfig& config) {
@@ -67,35 +67,6 @@ class NcclCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
-
-  Status AllGather(const void* send, void* recv, size_t count, DataType type,
-                   Stream& stream, const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kAllGather, send, recv, count, type,
-                 ReduceOp::kSum, 0, stream, options);
-  }
-  Status ReduceScatter(const void* send, void* recv, size_t count,
-                       DataType type, ReduceOp op, Stream& stream,
-                       const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kReduceScatter, send, recv, count, type, op,
-                 0, stream, options);
-  }
-  Status AllReduce(const void* send, void* recv, size_t count, DataType type,
-                   ReduceOp op, Stream& stream,
-                   const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kAllReduce, send, recv, count, type, op, 0,
-                 stream, options);
-  }
-  Status Broadcast(const void* send, void* recv, size_t count, DataType type,
-                   int root, Stream& stream,
-                   const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kBroadcast, send, recv, count, type,
-                 ReduceOp::kSum, root, stream, options);
-  }
-  Status Barrier(Stream& stream, const CollectiveOptions& options) override {
-    // NCCL has no barrier: an all-reduce of one int on a private buffer.
-    return Issue(CollectiveKind::kBarrier, scratch_, scratch_, 1,
-                 DataType::kI32, ReduceOp::kSum, 0, stream, options);
-  }
 
   StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
     if (bytes == 0) {
@@ -265,11 +236,14 @@ class NcclCommunicator : public Communicator {
 
   Status Issue(CollectiveKind kind, const void* send, void* recv,
                size_t count, DataType type, ReduceOp op, int root,
-               Stream& stream, const CollectiveOptions& options) {
-    const bool barrier = kind == CollectiveKind::kBarrier;
-    if (!barrier) {
-      BATON_RETURN_IF_ERROR(ValidateCollective(kind, rank_, size_, send, recv,
-                                               count, type, root, options));
+               Stream& stream, const CollectiveOptions& options) override {
+    BATON_RETURN_IF_ERROR(ValidateCollective(kind, rank_, size_, send, recv,
+                                             count, type, root, options));
+    if (kind == CollectiveKind::kBarrier) {
+      // NCCL has no barrier: an all-reduce of one int on a private buffer.
+      send = recv = scratch_;
+      count = 1;
+      type = DataType::kI32;
     }
     if (stream.kind() != DeviceKind::kCuda) {
       return absl::InvalidArgumentError("nccl: collectives need a CUDA stream");

@@ -36,7 +36,7 @@ struct Submission {
   Status status;
 };
 
-class UcxCommunicator : public Communicator {
+class UcxCommunicator : public CommunicatorBase {
  public:
   ~UcxCommunicator() override { Shutdown(); }
 
@@ -50,34 +50,6 @@ class UcxCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "ucx"; }
-
-  Status AllGather(const void* send, void* recv, size_t count, DataType type,
-                   Stream& stream, const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kAllGather, send, recv, count, type,
-                 ReduceOp::kSum, 0, stream, options);
-  }
-  Status ReduceScatter(const void* send, void* recv, size_t count,
-                       DataType type, ReduceOp op, Stream& stream,
-                       const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kReduceScatter, send, recv, count, type, op,
-                 0, stream, options);
-  }
-  Status AllReduce(const void* send, void* recv, size_t count, DataType type,
-                   ReduceOp op, Stream& stream,
-                   const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kAllReduce, send, recv, count, type, op, 0,
-                 stream, options);
-  }
-  Status Broadcast(const void* send, void* recv, size_t count, DataType type,
-                   int root, Stream& stream,
-                   const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kBroadcast, send, recv, count, type,
-                 ReduceOp::kSum, root, stream, options);
-  }
-  Status Barrier(Stream& stream, const CollectiveOptions& options) override {
-    return Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0,
-                 DataType::kF32, ReduceOp::kSum, 0, stream, options);
-  }
 
   StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
     if (bytes == 0) {
@@ -236,7 +208,7 @@ class UcxCommunicator : public Communicator {
 
   Status Issue(CollectiveKind kind, const void* send, void* recv,
                size_t count, DataType type, ReduceOp op, int root,
-               Stream& stream, const CollectiveOptions& options) {
+               Stream& stream, const CollectiveOptions& options) override {
     BATON_RETURN_IF_ERROR(ValidateCollective(kind, rank_, size_, send, recv,
                                              count, type, root, options));
     if (stream.kind() != DeviceKind::kHost) {
