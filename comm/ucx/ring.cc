@@ -134,13 +134,17 @@ void RingJob::Fail(Status s) {
   if (status_.ok()) status_ = std::move(s);
 }
 
+void RingJob::FailNext(Status s) {
+  if (next_error_.ok()) next_error_ = std::move(s);
+}
+
 uint8_t RingJob::PostSend(ucp_ep_h ep, const void* buf, size_t len,
                           uint64_t tag, void** req) {
   ucp_request_param_t param{};
   ucs_status_ptr_t r = ucp_tag_send_nbx(ep, buf, len, tag, &param);
   if (r == nullptr) return kDone;
   if (UCS_PTR_IS_ERR(r)) {
-    Fail(absl::UnavailableError(absl::StrCat(
+    FailNext(absl::UnavailableError(absl::StrCat(
         "ucx ", CollectiveLabel(mine_), ": send to rank ", next_rank_,
         " failed: ", ucs_status_string(UCS_PTR_STATUS(r)))));
     return kIdle;
@@ -207,9 +211,14 @@ uint8_t RingJob::Test(void** req, const size_t* got, size_t expected,
     return kIdle;
   }
   if (st != UCS_OK) {
-    Fail(absl::UnavailableError(absl::StrCat(
+    Status e = absl::UnavailableError(absl::StrCat(
         "ucx ", CollectiveLabel(mine_), ": transfer with rank ", peer,
-        " failed: ", ucs_status_string(st))));
+        " failed: ", ucs_status_string(st)));
+    if (is_recv) {
+      Fail(std::move(e));
+    } else {
+      FailNext(std::move(e));
+    }
     return kIdle;
   }
   if (is_recv && *got != expected) {
@@ -503,9 +512,24 @@ bool RingJob::Advance() {
         "ucx ", CollectiveLabel(mine_), ": mismatched calls: ",
         mismatch_text_)));
   }
-  if (status_.ok() && !mismatch_) {
+  if (status_.ok() && !mismatch_ && next_error_.ok()) {
     while (current_ < passes_.size() && AdvancePass(passes_[current_])) {
       ++current_;
+    }
+  }
+  if (status_.ok() && !next_error_.ok()) {
+    // The next rank is gone or refused our data. It may have left because
+    // it already found a mismatch, which then is the error to report: keep
+    // receiving the previous rank's headers (it is alive) until they are all
+    // in or the deadline passes.
+    bool received = true;
+    for (uint8_t st : hdr_recv_state_) received = received && st == kDone;
+    if (mismatch_) {
+      Fail(absl::InvalidArgumentError(absl::StrCat(
+          "ucx ", CollectiveLabel(mine_), ": mismatched calls: ",
+          mismatch_text_, " (then: ", next_error_.message(), ")")));
+    } else if (received || absl::Now() > deadline_) {
+      Fail(next_error_);
     }
   }
   if (status_.ok() && !mismatch_ && current_ == passes_.size() &&
@@ -519,10 +543,14 @@ bool RingJob::Advance() {
     for (int peer : {prev_rank_, next_rank_}) {
       Status s = links_.peer_status(peer);
       if (!s.ok()) {
-        Fail(absl::UnavailableError(absl::StrCat(
+        Status e = absl::UnavailableError(absl::StrCat(
             "ucx ", CollectiveLabel(mine_), ": rank ", peer,
-            " failed: ", s.message())));
-        break;
+            " failed: ", s.message()));
+        if (peer == prev_rank_) {
+          Fail(std::move(e));
+          break;
+        }
+        FailNext(std::move(e));
       }
     }
   }

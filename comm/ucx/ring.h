@@ -134,6 +134,8 @@ class RingJob {
   // kDone, kPosted, or sets status_.
   uint8_t Test(void** req, const size_t* got, size_t expected, int peer);
   void Fail(Status s);
+  // A failure on the link to the next rank (see Advance).
+  void FailNext(Status s);
   void CancelAll();
 
   const RingLinks links_;
@@ -166,6 +168,7 @@ class RingJob {
 
   bool finished_ = false;
   Status status_;
+  Status next_error_;
 };
 
 }  // namespace baton::ucx_internal
