@@ -101,64 +101,59 @@ Status IssueCollective(Communicator& comm, Stream& stream, const CheckCase& c,
   return absl::InvalidArgumentError("bad collective kind");
 }
 
-StatusOr<size_t> RunHostChecked(Communicator& comm, Stream& stream,
-                                const CheckCase& c, bool in_place,
-                                const CollectiveOptions& options) {
-  constexpr unsigned char kPoison = 0xEE;
-  const int rank = comm.rank();
+void PlaceBuffers(const CheckCase& c, int rank, bool in_place, char* a,
+                  char* b, const void** send, void** recv) {
   const size_t chunk = c.count * DataTypeSize(c.type);
-  const size_t sbytes = SendBytes(c.kind, c.nranks, c.count, c.type);
-  const size_t rbytes = RecvBytes(c.kind, c.nranks, c.count, c.type);
-  std::vector<unsigned char> a(std::max<size_t>(1, std::max(sbytes, rbytes)),
-                               kPoison);
-  std::vector<unsigned char> b(std::max<size_t>(1, rbytes), kPoison);
-  void* send = a.data();
-  void* recv = b.data();
+  char* s = a;
+  char* r = b;
   if (in_place) {
-    recv = a.data();
-    if (c.kind == CollectiveKind::kAllGather) send = a.data() + rank * chunk;
-    if (c.kind == CollectiveKind::kReduceScatter) recv = a.data() + rank * chunk;
+    r = a;
+    if (c.kind == CollectiveKind::kAllGather) s = r + rank * chunk;
+    if (c.kind == CollectiveKind::kReduceScatter) r = s + rank * chunk;
   }
-  FillInput(c, rank, send);
-  BATON_RETURN_IF_ERROR(IssueCollective(comm, stream, c, send, recv, options));
-  BATON_RETURN_IF_ERROR(stream.Synchronize());
-  return CountWrong(c, rank, recv);
+  *send = s;
+  *recv = r;
 }
 
-StatusOr<size_t> RunDeviceChecked(Communicator& comm, Device& device,
-                                  Stream& stream, const CheckCase& c,
-                                  bool in_place,
-                                  const CollectiveOptions& options) {
-  constexpr unsigned char kPoison = 0xEE;
+StatusOr<size_t> CheckOnBuffers(Communicator& comm, Stream& stream,
+                                const CheckCase& c, const void* send,
+                                void* recv, const CollectiveOptions& options) {
   const int rank = comm.rank();
-  const size_t chunk = c.count * DataTypeSize(c.type);
   const size_t sbytes = SendBytes(c.kind, c.nranks, c.count, c.type);
   const size_t rbytes = RecvBytes(c.kind, c.nranks, c.count, c.type);
-  const size_t abytes = std::max<size_t>(256, std::max(sbytes, rbytes));
-  BATON_ASSIGN_OR_RETURN(DeviceBuffer a, device.Allocate(abytes));
-  BATON_ASSIGN_OR_RETURN(DeviceBuffer b, device.Allocate(abytes));
-  char* send = static_cast<char*>(a.data());
-  char* recv = static_cast<char*>(b.data());
-  if (in_place) {
-    recv = send;
-    if (c.kind == CollectiveKind::kAllGather) send = recv + rank * chunk;
-    if (c.kind == CollectiveKind::kReduceScatter) recv = send + rank * chunk;
+  // One staging buffer: poison for the output first, then the input (in
+  // place the two overlap, so this order leaves the input intact).
+  std::vector<unsigned char> host(std::max<size_t>(1, std::max(sbytes, rbytes)),
+                                  0xEE);
+  if (rbytes > 0) {
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(recv, host.data(), rbytes));
   }
-  std::vector<unsigned char> host(abytes, kPoison);
-  BATON_RETURN_IF_ERROR(stream.MemcpyAsync(a.data(), host.data(), abytes));
-  BATON_RETURN_IF_ERROR(stream.MemcpyAsync(b.data(), host.data(), abytes));
-  std::vector<unsigned char> input(std::max<size_t>(1, sbytes), kPoison);
-  FillInput(c, rank, input.data());
+  FillInput(c, rank, host.data());
   if (sbytes > 0 && (c.kind != CollectiveKind::kBroadcast || rank == c.root)) {
-    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(send, input.data(), sbytes));
+    BATON_RETURN_IF_ERROR(
+        stream.MemcpyAsync(const_cast<void*>(send), host.data(), sbytes));
   }
   BATON_RETURN_IF_ERROR(IssueCollective(comm, stream, c, send, recv, options));
-  std::vector<unsigned char> out(std::max<size_t>(1, rbytes));
   if (rbytes > 0) {
-    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out.data(), recv, rbytes));
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data(), recv, rbytes));
   }
   BATON_RETURN_IF_ERROR(stream.Synchronize());
-  return CountWrong(c, rank, out.data());
+  return CountWrong(c, rank, host.data());
+}
+
+StatusOr<size_t> RunChecked(Communicator& comm, Device& device, Stream& stream,
+                            const CheckCase& c, bool in_place,
+                            const CollectiveOptions& options) {
+  const size_t bytes = std::max<size_t>(
+      256, std::max(SendBytes(c.kind, c.nranks, c.count, c.type),
+                    RecvBytes(c.kind, c.nranks, c.count, c.type)));
+  BATON_ASSIGN_OR_RETURN(DeviceBuffer a, device.Allocate(bytes));
+  BATON_ASSIGN_OR_RETURN(DeviceBuffer b, device.Allocate(bytes));
+  const void* send;
+  void* recv;
+  PlaceBuffers(c, comm.rank(), in_place, static_cast<char*>(a.data()),
+               static_cast<char*>(b.data()), &send, &recv);
+  return CheckOnBuffers(comm, stream, c, send, recv, options);
 }
 
 }  // namespace baton

@@ -34,20 +34,23 @@ void FillInput(const CheckCase& c, int rank, void* send);
 // expected result.
 size_t CountWrong(const CheckCase& c, int rank, const void* recv);
 
-// Runs one collective on host memory (host stream) with checked inputs:
-// fills the inputs, poisons the outputs (so unwritten elements count as
-// wrong), issues it, synchronizes the stream and returns this rank's number
-// of wrong elements. In place follows the NCCL pointer conventions.
-StatusOr<size_t> RunHostChecked(Communicator& comm, Stream& stream,
-                                const CheckCase& c, bool in_place,
-                                const CollectiveOptions& options = {});
+// Where send and recv go inside `a` (and `b` when out of place), following
+// the NCCL in-place conventions for rank `rank`.
+void PlaceBuffers(const CheckCase& c, int rank, bool in_place, char* a,
+                  char* b, const void** send, void** recv);
 
-// The same with buffers allocated on `device` (any kind): inputs and outputs
-// are staged through host memory with Stream::MemcpyAsync.
-StatusOr<size_t> RunDeviceChecked(Communicator& comm, Device& device,
-                                  Stream& stream, const CheckCase& c,
-                                  bool in_place,
-                                  const CollectiveOptions& options = {});
+// Runs one collective with checked inputs on buffers of any device kind:
+// poisons the output (so unwritten elements count as wrong), writes the
+// input, issues the collective, copies the output back through host memory,
+// synchronizes `stream` and returns this rank's number of wrong elements.
+StatusOr<size_t> CheckOnBuffers(Communicator& comm, Stream& stream,
+                                const CheckCase& c, const void* send,
+                                void* recv, const CollectiveOptions& options);
+
+// The same on buffers it allocates on `device`.
+StatusOr<size_t> RunChecked(Communicator& comm, Device& device, Stream& stream,
+                            const CheckCase& c, bool in_place,
+                            const CollectiveOptions& options = {});
 
 // Issues one collective of kind c.kind on the given buffers.
 Status IssueCollective(Communicator& comm, Stream& stream, const CheckCase& c,

@@ -104,8 +104,8 @@ TEST_P(InprocSweepTest, EveryCountTypeAndPlacementIsExact) {
               c.seed = seed++;
               CollectiveOptions o;
               o.accumulate_fp32 = acc;
-              auto wrong = RunHostChecked(*g.rank(r).comm, *g.rank(r).stream,
-                                          c, in_place, o);
+              auto wrong = RunChecked(*g.rank(r).comm, g.device(),
+                                      *g.rank(r).stream, c, in_place, o);
               ASSERT_TRUE(wrong.ok()) << wrong.status();
               ASSERT_EQ(*wrong, 0u)
                   << CollectiveName(kind) << " n=" << n << " count=" << count
@@ -134,7 +134,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The device-memory protocol (rendezvous at issue, events, copies on the
 // ranks' streams), run on host streams, and on a GPU when there is one.
-void EventProtocolSweep(Group& g, int n, bool staged) {
+void EventProtocolSweep(Group& g, int n) {
   g.RunAll([&](int r) {
     int seed = 0;
     for (CollectiveKind kind :
@@ -150,11 +150,8 @@ void EventProtocolSweep(Group& g, int n, bool staged) {
               if (op == ReduceOp::kAvg && (!reduces || count != 1000)) continue;
               CheckCase c{kind, type, op, n, count, (seed + 1) % n, seed};
               ++seed;
-              auto wrong =
-                  staged ? RunDeviceChecked(*g.rank(r).comm, g.device(),
-                                            *g.rank(r).stream, c, in_place)
-                         : RunHostChecked(*g.rank(r).comm, *g.rank(r).stream,
-                                          c, in_place);
+              auto wrong = RunChecked(*g.rank(r).comm, g.device(),
+                                      *g.rank(r).stream, c, in_place);
               ASSERT_TRUE(wrong.ok()) << wrong.status();
               ASSERT_EQ(*wrong, 0u)
                   << CollectiveName(kind) << " n=" << n << " count=" << count
@@ -171,7 +168,7 @@ void EventProtocolSweep(Group& g, int n, bool staged) {
 TEST(InprocEventProtocolTest, HostStreamsSweep) {
   for (int n : {1, 2, 3, 4}) {
     Group g(n, absl::Seconds(30), /*event_protocol=*/true);
-    EventProtocolSweep(g, n, /*staged=*/false);
+    EventProtocolSweep(g, n);
   }
 }
 
@@ -181,7 +178,7 @@ TEST(InprocEventProtocolTest, GpuSweep) {
     auto device = CreateCudaDevice(0);
     ASSERT_TRUE(device.ok()) << device.status();
     Group g(n, absl::Seconds(30), false, std::move(*device));
-    EventProtocolSweep(g, n, /*staged=*/true);
+    EventProtocolSweep(g, n);
   }
 }
 

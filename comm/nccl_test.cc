@@ -53,7 +53,7 @@ TEST_F(NcclTest, OneRankSuiteIsExact) {
         for (bool in_place : {false, true}) {
           CheckCase c{kind, type, ReduceOp::kSum, 1, count, 0, seed++};
           auto wrong =
-              RunDeviceChecked(**comm, *device_, *stream_, c, in_place);
+              RunChecked(**comm, *device_, *stream_, c, in_place);
           ASSERT_TRUE(wrong.ok()) << wrong.status();
           ASSERT_EQ(*wrong, 0u) << CollectiveName(kind) << " " << count
                                 << " " << DataTypeName(type);

@@ -105,7 +105,7 @@ int ChildSweep(bool big) {
             c.seed = seed++;
             CollectiveOptions o;
             o.accumulate_fp32 = variant == 2;
-            auto wrong = RunHostChecked(**comm, *env.stream, c, in_place, o);
+            auto wrong = RunChecked(**comm, *env.device, *env.stream, c, in_place, o);
             CHILD_CHECK(wrong.ok(), wrong.status().ToString());
             CHILD_CHECK(*wrong == 0, *wrong, " wrong in ",
                         CollectiveName(kind), " count=", count, " ",

@@ -85,6 +85,7 @@ class NcclCommunicator : public CommunicatorBase {
       if (e1) cudaEventDestroy(e1);
       if (s) cudaStreamDestroy(s);
     };
+    float slowest = 0;  // the figure, once every rank has measured
     Status st = [&]() -> Status {
       BATON_CUDA_CHECK(cudaMalloc(&a, bytes));
       BATON_CUDA_CHECK(cudaMalloc(&b, bytes));
@@ -111,12 +112,12 @@ class NcclCommunicator : public CommunicatorBase {
           ncclAllReduce(a, a, 1, ncclFloat32, ncclMin, comm_, s), "min"));
       BATON_CUDA_CHECK(cudaMemcpyAsync(&v, a, sizeof(v), cudaMemcpyDeviceToHost, s));
       BATON_CUDA_CHECK(cudaStreamSynchronize(s));
-      limit_ = v;
+      slowest = v;
       return Status();
     }();
     cleanup();
     BATON_RETURN_IF_ERROR(st);
-    return Limit{limit_, "d2d"};
+    return Limit{slowest, "d2d"};
   }
 
   Status health() override { return health_.Get(); }
@@ -358,7 +359,6 @@ class NcclCommunicator : public CommunicatorBase {
   const absl::Duration timeout_;
   ncclComm_t comm_ = nullptr;
   void* scratch_ = nullptr;
-  float limit_ = 0;
   SequenceCounters seqs_;
   HealthState health_;
   std::thread watchdog_;
