@@ -1,0 +1,591 @@
+#include "scheduler/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "memory/step_dag.h"
+#ifdef BATON_HAVE_CUDA
+#include "scheduler/shard_kernels.h"
+#include <cuda_runtime.h>
+
+#include "runtime/cuda_check.h"
+#endif
+
+namespace baton::scheduler {
+namespace {
+
+constexpr size_t kStateAlign = 256;
+
+size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+#ifdef BATON_HAVE_CUDA
+Status CudaResult(int code, const char* what) {
+  if (code == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      what, " failed: ", cudaGetErrorString(static_cast<cudaError_t>(code))));
+}
+#endif
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Executor>> Executor::Create(
+    const StepGraph& graph, Device& device, Communicator& comm,
+    const ExecutorOptions& options) {
+  if (comm.size() != graph.layout.options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "executor: the graph was built for ", graph.layout.options.world_size,
+        " ranks but the communicator has ", comm.size()));
+  }
+  if (graph.plan.buffers.size() != graph.plan_input.buffers.size()) {
+    return absl::InvalidArgumentError(
+        "executor: the graph has no memory plan (GraphOptions::plan_memory)");
+  }
+  if ((options.poison || options.trace || options.max_delay_us > 0) &&
+      device.kind() != DeviceKind::kHost) {
+    return absl::InvalidArgumentError(
+        "executor: poison, trace and delay injection need the host device");
+  }
+  std::unique_ptr<Executor> e(new Executor(graph, device, comm, options));
+  BATON_RETURN_IF_ERROR(e->Init());
+  return e;
+}
+
+Executor::Executor(const StepGraph& graph, Device& device, Communicator& comm,
+                   const ExecutorOptions& options)
+    : graph_(graph),
+      device_(device),
+      comm_(comm),
+      options_(options),
+      rng_(options.seed * 0x9E3779B97F4A7C15ull + comm.rank()),
+      trace_seq_(std::make_shared<std::atomic<uint64_t>>(0)),
+      trace_(std::make_shared<std::vector<TraceRecord>>()),
+      trace_mu_(std::make_shared<std::mutex>()) {}
+
+Executor::~Executor() {
+  for (auto& s : streams_) {
+    if (s) (void)s->Synchronize();
+  }
+#ifdef BATON_HAVE_CUDA
+  if (cuda_graph_exec_ != nullptr) {
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(cuda_graph_exec_));
+  }
+#endif
+}
+
+Status Executor::Init() {
+  const std::vector<std::string> names = graph_.stream_names();
+  for (int s = 0; s < graph_.num_streams; ++s) {
+    StreamOptions so;
+    so.priority = s == 0 ? 0 : -1;
+    so.name = absl::StrCat(names[s], ".r", comm_.rank());
+    BATON_ASSIGN_OR_RETURN(auto stream, device_.CreateStream(so));
+    streams_.push_back(std::move(stream));
+    BATON_ASSIGN_OR_RETURN(auto ev, device_.CreateEvent());
+    end_events_.push_back(std::move(ev));
+  }
+  const int nn = static_cast<int>(graph_.nodes.size());
+  std::vector<bool> needs(nn, false);
+  for (const Node& n : graph_.nodes) {
+    for (int w : n.waits) needs[w] = true;
+    if (n.host_wait >= 0) needs[n.host_wait] = true;
+  }
+  node_events_.resize(nn);
+  for (int i = 0; i < nn; ++i) {
+    if (!needs[i]) continue;
+    BATON_ASSIGN_OR_RETURN(node_events_[i], device_.CreateEvent());
+  }
+  memory::ArenaOptions ao;
+  ao.poison = options_.poison;
+  BATON_ASSIGN_OR_RETURN(arena_,
+                         memory::Arena::Create(device_, graph_.plan, ao));
+  // Persistent state.
+  const int nbuf = static_cast<int>(graph_.buffers.size());
+  state_offset_.assign(nbuf, 0);
+  size_t total = 0;
+  for (int b = 0; b < nbuf; ++b) {
+    if (!graph_.buffers[b].persistent) continue;
+    state_offset_[b] = total;
+    total = AlignUp(total + graph_.buffers[b].bytes(), kStateAlign);
+  }
+  BATON_ASSIGN_OR_RETURN(state_, device_.Allocate(std::max<size_t>(total, 1)));
+  BATON_RETURN_IF_ERROR(streams_[0]->MemsetAsync(state_.data(), 0, total));
+  BATON_RETURN_IF_ERROR(streams_[0]->Synchronize());
+  // Which transient buffers may be released (poisoned) after their last use:
+  // those whose last use happens after every other use.
+  memory::StepDag dag;
+  for (const Node& n : graph_.nodes) dag.AddNode(std::string(), n.stream);
+  for (const GraphEdge& e : graph_.edges) dag.AddEdge(e.from, e.to);
+  BATON_ASSIGN_OR_RETURN(memory::HappensBefore hb,
+                         memory::HappensBefore::Build(dag));
+  releasable_.assign(nbuf, false);
+  first_writer_.assign(nbuf, -1);
+  std::vector<std::vector<int>> uses(nbuf);
+  for (int i = 0; i < nn; ++i) {
+    for (int w : graph_.nodes[i].writes) {
+      if (first_writer_[w] < 0) first_writer_[w] = i;
+      uses[w].push_back(i);
+    }
+    for (int r : graph_.nodes[i].reads) uses[r].push_back(i);
+  }
+  for (int b = 0; b < nbuf; ++b) {
+    if (graph_.buffers[b].persistent) continue;
+    const int last = graph_.last_use[b];
+    bool ok = true;
+    for (int u : uses[b]) ok &= u == last || hb.Before(u, last);
+    releasable_[b] = ok;
+  }
+  // Gradient gaps per bucket.
+  for (const Bucket& bk : graph_.layout.buckets) {
+    std::vector<std::pair<int64_t, int64_t>> gaps;
+    int64_t at = 0;
+    std::vector<const ParamSlot*> slots;
+    for (const ParamSlot& p : bk.params) slots.push_back(&p);
+    std::sort(slots.begin(), slots.end(),
+              [](const ParamSlot* a, const ParamSlot* b) {
+                return a->offset < b->offset;
+              });
+    for (const ParamSlot* p : slots) {
+      if (p->offset > at) gaps.push_back({at, p->offset});
+      at = p->offset + p->numel;
+    }
+    if (bk.padded_numel > at) gaps.push_back({at, bk.padded_numel});
+    gaps_.push_back(std::move(gaps));
+  }
+  return absl::OkStatus();
+}
+
+void* Executor::BufferData(int buffer) {
+  const GraphBuffer& b = graph_.buffers[buffer];
+  if (b.persistent) {
+    return static_cast<char*>(state_.data()) + state_offset_[buffer];
+  }
+  return arena_->View(b.plan_id)->data;
+}
+
+Status Executor::InitParameters(
+    const std::function<void(const ParamSlot&, float*)>& init) {
+  const int rank = comm_.rank();
+  Stream& s = *streams_[0];
+  BATON_RETURN_IF_ERROR(s.Synchronize());
+  for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
+    const GraphBuffer& buf = graph_.buffers[b];
+    if (buf.role != BufferRole::kMaster) continue;
+    const Bucket& bk = graph_.layout.buckets[buf.bucket];
+    const int64_t begin = graph_.layout.options.shard ? rank * bk.shard_numel : 0;
+    const int64_t end = begin + bk.shard_numel;
+    std::vector<float> shard(bk.shard_numel, 0.0f);
+    std::vector<float> full;
+    for (const ParamSlot& p : bk.params) {
+      const int64_t lo = std::max(begin, p.offset);
+      const int64_t hi = std::min(end, p.offset + p.numel);
+      if (lo >= hi) continue;
+      full.assign(p.numel, 0.0f);
+      init(p, full.data());
+      std::copy(full.begin() + (lo - p.offset), full.begin() + (hi - p.offset),
+                shard.begin() + (lo - begin));
+    }
+    BATON_RETURN_IF_ERROR(
+        s.MemcpyAsync(BufferData(b), shard.data(), shard.size() * sizeof(float)));
+    BATON_RETURN_IF_ERROR(s.Synchronize());
+  }
+  // Cast every master into its shard.
+  for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
+    if (graph_.nodes[i].kind != NodeKind::kCast) continue;
+    BATON_RETURN_IF_ERROR(RunWork(i, StepCallbacks{}));
+  }
+  return s.Synchronize();
+}
+
+Status Executor::BeginStep() {
+  if (in_step_) {
+    return absl::FailedPreconditionError("executor: a step is already open");
+  }
+  if (step_ > 0) {
+    for (size_t s = 0; s < streams_.size(); ++s) {
+      for (size_t o = 0; o < streams_.size(); ++o) {
+        if (o != s) BATON_RETURN_IF_ERROR(streams_[s]->Wait(*end_events_[o]));
+      }
+    }
+  }
+  in_step_ = true;
+  return absl::OkStatus();
+}
+
+Status Executor::EndStep() {
+  if (!in_step_) return absl::FailedPreconditionError("executor: no open step");
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    BATON_RETURN_IF_ERROR(end_events_[s]->Record(*streams_[s]));
+  }
+  in_step_ = false;
+  ++step_;
+  return absl::OkStatus();
+}
+
+Status Executor::Trace(int i, bool start) {
+  if (!options_.trace) return absl::OkStatus();
+  auto seq = trace_seq_;
+  const int64_t step = step_;
+  if (start) {
+    auto rec = std::make_shared<TraceRecord>();
+    rec->node = i;
+    rec->step = step;
+    pending_trace_ = rec;
+    return streams_[graph_.nodes[i].stream]->Enqueue([seq, rec]() {
+      rec->start = seq->fetch_add(1);
+      return absl::OkStatus();
+    });
+  }
+  auto rec = std::move(pending_trace_);
+  auto out = trace_;
+  auto mu = trace_mu_;
+  return streams_[graph_.nodes[i].stream]->Enqueue([seq, rec, out, mu]() {
+    rec->end = seq->fetch_add(1);
+    std::lock_guard<std::mutex> lock(*mu);
+    out->push_back(*rec);
+    return absl::OkStatus();
+  });
+}
+
+std::vector<TraceRecord> Executor::TakeTrace() {
+  std::lock_guard<std::mutex> lock(*trace_mu_);
+  std::vector<TraceRecord> out;
+  out.swap(*trace_);
+  return out;
+}
+
+Status Executor::PreNode(int i) {
+  if (!in_step_) return absl::FailedPreconditionError("executor: no open step");
+  const Node& n = graph_.nodes[i];
+  Stream& s = *streams_[n.stream];
+  if (n.host_wait >= 0) {
+    BATON_RETURN_IF_ERROR(node_events_[n.host_wait]->Synchronize());
+  }
+  for (int w : n.waits) BATON_RETURN_IF_ERROR(s.Wait(*node_events_[w]));
+  if (options_.max_delay_us > 0) {
+    const int us = static_cast<int>(rng_() % (options_.max_delay_us + 1));
+    BATON_RETURN_IF_ERROR(s.Enqueue([us]() {
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      return absl::OkStatus();
+    }));
+  }
+  BATON_RETURN_IF_ERROR(Trace(i, true));
+  for (int r : n.reads) {
+    if (!graph_.buffers[r].persistent) {
+      BATON_RETURN_IF_ERROR(arena_->CheckIntact(graph_.buffers[r].plan_id, s));
+    }
+  }
+  for (int w : n.writes) {
+    const GraphBuffer& buf = graph_.buffers[w];
+    if (buf.persistent) continue;
+    if (first_writer_[w] != i) {
+      if (std::find(n.reads.begin(), n.reads.end(), w) == n.reads.end()) {
+        BATON_RETURN_IF_ERROR(arena_->CheckIntact(buf.plan_id, s));
+      }
+    } else if (buf.role == BufferRole::kGradFull) {
+      const size_t elem = DataTypeSize(buf.dtype);
+      char* base = static_cast<char*>(BufferData(w));
+      for (const auto& [lo, hi] : gaps_[buf.bucket]) {
+        BATON_RETURN_IF_ERROR(
+            s.MemsetAsync(base + lo * elem, 0, (hi - lo) * elem));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status Executor::PostNode(int i) {
+  const Node& n = graph_.nodes[i];
+  Stream& s = *streams_[n.stream];
+  for (int w : n.writes) {
+    if (!graph_.buffers[w].persistent) {
+      BATON_RETURN_IF_ERROR(arena_->MarkWritten(graph_.buffers[w].plan_id, s));
+    }
+  }
+  auto release = [&](int b) -> Status {
+    const GraphBuffer& buf = graph_.buffers[b];
+    if (buf.persistent || graph_.last_use[b] != i || !releasable_[b]) {
+      return absl::OkStatus();
+    }
+    return arena_->Release(buf.plan_id, s);
+  };
+  for (int r : n.reads) BATON_RETURN_IF_ERROR(release(r));
+  for (int w : n.writes) {
+    if (std::find(n.reads.begin(), n.reads.end(), w) == n.reads.end()) {
+      BATON_RETURN_IF_ERROR(release(w));
+    }
+  }
+  BATON_RETURN_IF_ERROR(Trace(i, false));
+  if (node_events_[i]) BATON_RETURN_IF_ERROR(node_events_[i]->Record(s));
+  return absl::OkStatus();
+}
+
+ComputeContext Executor::MakeComputeContext(int i) {
+  const Node& n = graph_.nodes[i];
+  const ModelLayout& layout = graph_.layout;
+  ComputeContext ctx;
+  ctx.kind = n.kind;
+  ctx.unit = n.unit;
+  ctx.spec = &layout.units[n.unit];
+  ctx.micro_step = n.micro_step;
+  ctx.step = step_;
+  ctx.rank = comm_.rank();
+  ctx.stream = streams_[n.stream].get();
+  auto find = [&](const std::vector<int>& bufs, int bucket) {
+    for (int b : bufs) {
+      if (graph_.buffers[b].bucket == bucket) return b;
+    }
+    return -1;
+  };
+  for (const ParamRef& ref : layout.unit_params[n.unit]) {
+    const ParamSlot& slot = layout.buckets[ref.bucket].params[ref.slot];
+    const int pb = find(n.reads, ref.bucket);
+    const GraphBuffer& pbuf = graph_.buffers[pb];
+    ctx.params.push_back(
+        {&slot,
+         static_cast<char*>(BufferData(pb)) + slot.offset * DataTypeSize(pbuf.dtype),
+         pbuf.dtype});
+    if (n.kind == NodeKind::kBackward) {
+      const int gb = find(n.writes, ref.bucket);
+      const GraphBuffer& gbuf = graph_.buffers[gb];
+      ctx.grads.push_back(
+          {&slot,
+           static_cast<char*>(BufferData(gb)) + slot.offset * DataTypeSize(gbuf.dtype),
+           gbuf.dtype});
+    }
+  }
+  if (n.kind == NodeKind::kBackward) ctx.grad_accumulate = n.grad_accumulate;
+  return ctx;
+}
+
+Status Executor::RunWork(int i, const StepCallbacks& cb) {
+  const Node& n = graph_.nodes[i];
+  Stream& s = *streams_[n.stream];
+  const ModelLayout& layout = graph_.layout;
+  const Policy& p = graph_.policy;
+  CollectiveOptions co;
+  co.tag = n.stream == 1 ? 1 : 2;
+  switch (n.kind) {
+    case NodeKind::kForward:
+    case NodeKind::kRecompute:
+    case NodeKind::kBackward: {
+      if (!cb.compute) {
+        return absl::InvalidArgumentError("executor: no compute callback");
+      }
+      return cb.compute(MakeComputeContext(i));
+    }
+    case NodeKind::kAllGather: {
+      const Bucket& bk = layout.buckets[n.bucket];
+      return comm_.AllGather(BufferData(n.reads[0]), BufferData(n.writes[0]),
+                             bk.shard_numel, p.param_dtype, s, co);
+    }
+    case NodeKind::kReduceScatter: {
+      const Bucket& bk = layout.buckets[n.bucket];
+      co.accumulate_fp32 = p.reduce_dtype != DataType::kF32 &&
+                           std::strcmp(comm_.backend(), "nccl") != 0;
+      return comm_.ReduceScatter(BufferData(n.reads[0]), BufferData(n.writes[0]),
+                                 bk.shard_numel, p.reduce_dtype, ReduceOp::kSum,
+                                 s, co);
+    }
+    case NodeKind::kAllReduce: {
+      const Bucket& bk = layout.buckets[n.bucket];
+      co.accumulate_fp32 = p.reduce_dtype != DataType::kF32 &&
+                           std::strcmp(comm_.backend(), "nccl") != 0;
+      return comm_.AllReduce(BufferData(n.reads[0]), BufferData(n.writes[0]),
+                             bk.padded_numel, p.reduce_dtype, ReduceOp::kSum, s,
+                             co);
+    }
+    case NodeKind::kCopy:
+      return s.MemcpyAsync(BufferData(n.writes[0]), BufferData(n.reads[0]),
+                           graph_.buffers[n.writes[0]].bytes());
+    case NodeKind::kAccumulate: {
+      void* dst = BufferData(n.writes[0]);
+      const void* src = BufferData(n.reads[0]);
+      const GraphBuffer& buf = graph_.buffers[n.writes[0]];
+      const DataType t = buf.dtype;
+      const size_t count = static_cast<size_t>(buf.numel);
+      if (s.kind() == DeviceKind::kHost) {
+        return s.Enqueue([dst, src, t, count]() {
+          AddInto(dst, dst, src, t, count);
+          return absl::OkStatus();
+        });
+      }
+#ifdef BATON_HAVE_CUDA
+      return CudaResult(scheduler_internal::LaunchAccumulate(
+                            dst, src, count, static_cast<int>(t),
+                            s.native_handle()),
+                        "accumulate kernel");
+#else
+      return absl::UnimplementedError("baton was built without CUDA");
+#endif
+    }
+    case NodeKind::kCast: {
+      void* dst = BufferData(n.writes[0]);
+      const float* src = static_cast<const float*>(BufferData(n.reads[0]));
+      const GraphBuffer& buf = graph_.buffers[n.writes[0]];
+      const DataType t = buf.dtype;
+      const size_t count = static_cast<size_t>(buf.numel);
+      if (t == DataType::kF32) return s.MemcpyAsync(dst, src, count * 4);
+      if (s.kind() == DeviceKind::kHost) {
+        return s.Enqueue([dst, src, t, count]() {
+          NarrowFromF32(dst, src, t, count);
+          return absl::OkStatus();
+        });
+      }
+#ifdef BATON_HAVE_CUDA
+      return CudaResult(scheduler_internal::LaunchCastFromF32(
+                            dst, src, count, static_cast<int>(t),
+                            s.native_handle()),
+                        "cast kernel");
+#else
+      return absl::UnimplementedError("baton was built without CUDA");
+#endif
+    }
+    case NodeKind::kOptimizer: {
+      if (!cb.optimizer) return absl::OkStatus();
+      const Bucket& bk = layout.buckets[n.bucket];
+      OptimizerContext ctx;
+      ctx.bucket = n.bucket;
+      ctx.spec = &bk;
+      ctx.step = step_;
+      ctx.rank = comm_.rank();
+      ctx.stream = &s;
+      ctx.master = static_cast<float*>(BufferData(n.writes[0]));
+      ctx.grad = BufferData(n.reads[0]);
+      ctx.grad_dtype = graph_.buffers[n.reads[0]].dtype;
+      ctx.moment1 = static_cast<float*>(BufferData(n.writes[1]));
+      ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
+      ctx.shard_numel = bk.shard_numel;
+      ctx.shard_offset = layout.options.shard ? comm_.rank() * bk.shard_numel : 0;
+      ctx.grad_scale = 1.0 / (static_cast<double>(comm_.size()) * p.micro_steps);
+      return cb.optimizer(ctx);
+    }
+  }
+  return absl::InternalError("executor: unknown node kind");
+}
+
+Status Executor::IssueNode(int i, const StepCallbacks& callbacks) {
+  BATON_RETURN_IF_ERROR(PreNode(i));
+  BATON_RETURN_IF_ERROR(RunWork(i, callbacks));
+  return PostNode(i);
+}
+
+Status Executor::Step(const StepCallbacks& callbacks) {
+  BATON_RETURN_IF_ERROR(BeginStep());
+  for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
+    Status st = IssueNode(i, callbacks);
+    if (!st.ok()) {
+      in_step_ = false;
+      return st;
+    }
+  }
+  return EndStep();
+}
+
+Status Executor::Synchronize() {
+  Status first = absl::OkStatus();
+  for (auto& s : streams_) {
+    Status st = s->Synchronize();
+    if (first.ok() && !st.ok()) first = st;
+  }
+  if (first.ok()) first = comm_.health();
+  return first;
+}
+
+StatusOr<std::vector<float>> Executor::ReadMaster(int bucket) {
+  BATON_RETURN_IF_ERROR(Synchronize());
+  for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
+    const GraphBuffer& buf = graph_.buffers[b];
+    if (buf.role != BufferRole::kMaster || buf.bucket != bucket) continue;
+    std::vector<float> out(buf.numel);
+    BATON_RETURN_IF_ERROR(
+        streams_[0]->MemcpyAsync(out.data(), BufferData(b), buf.bytes()));
+    BATON_RETURN_IF_ERROR(streams_[0]->Synchronize());
+    return out;
+  }
+  return absl::OutOfRangeError(absl::StrCat("executor: no bucket ", bucket));
+}
+
+Status Executor::CaptureStep(const StepCallbacks& callbacks) {
+#ifdef BATON_HAVE_CUDA
+  if (device_.kind() != DeviceKind::kCuda) {
+    return absl::UnimplementedError("CUDA graph capture needs CUDA streams");
+  }
+  if (std::strcmp(comm_.backend(), "nccl") != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "CUDA graph capture needs the nccl backend (", comm_.backend(),
+        " matches ranks at issue time, which a replay would skip)"));
+  }
+  for (const Node& n : graph_.nodes) {
+    if (n.host_wait >= 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "policy ", graph_.policy.name,
+          " blocks the host inside the step; it cannot be captured"));
+    }
+  }
+  BATON_RETURN_IF_ERROR(Synchronize());
+  auto origin = static_cast<cudaStream_t>(streams_[0]->native_handle());
+  BATON_CUDA_CHECK(
+      cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
+  Status st = [&]() -> Status {
+    BATON_ASSIGN_OR_RETURN(auto fork, device_.CreateEvent());
+    BATON_RETURN_IF_ERROR(fork->Record(*streams_[0]));
+    for (size_t s = 1; s < streams_.size(); ++s) {
+      BATON_RETURN_IF_ERROR(streams_[s]->Wait(*fork));
+    }
+    in_step_ = true;
+    for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
+      BATON_RETURN_IF_ERROR(IssueNode(i, callbacks));
+    }
+    in_step_ = false;
+    for (size_t s = 1; s < streams_.size(); ++s) {
+      BATON_RETURN_IF_ERROR(end_events_[s]->Record(*streams_[s]));
+      BATON_RETURN_IF_ERROR(streams_[0]->Wait(*end_events_[s]));
+    }
+    return absl::OkStatus();
+  }();
+  in_step_ = false;
+  cudaGraph_t cuda_graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(origin, &cuda_graph);
+  BATON_RETURN_IF_ERROR(st);
+  BATON_CUDA_CHECK(end);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, cuda_graph, 0);
+  cudaGraphDestroy(cuda_graph);
+  BATON_CUDA_CHECK(inst);
+  if (cuda_graph_exec_ != nullptr) {
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(cuda_graph_exec_));
+  }
+  cuda_graph_exec_ = exec;
+  return absl::OkStatus();
+#else
+  (void)callbacks;
+  return absl::UnimplementedError(
+      "CUDA graph capture: baton was built without CUDA");
+#endif
+}
+
+Status Executor::ReplayStep() {
+#ifdef BATON_HAVE_CUDA
+  if (cuda_graph_exec_ == nullptr) {
+    return absl::FailedPreconditionError("ReplayStep before CaptureStep");
+  }
+  for (size_t s = 1; s < streams_.size(); ++s) {
+    if (step_ > 0) BATON_RETURN_IF_ERROR(streams_[0]->Wait(*end_events_[s]));
+  }
+  auto origin = static_cast<cudaStream_t>(streams_[0]->native_handle());
+  BATON_CUDA_CHECK(cudaGraphLaunch(
+      static_cast<cudaGraphExec_t>(cuda_graph_exec_), origin));
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    BATON_RETURN_IF_ERROR(end_events_[s]->Record(*streams_[0]));
+  }
+  ++step_;
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError("ReplayStep before CaptureStep");
+#endif
+}
+
+}  // namespace baton::scheduler

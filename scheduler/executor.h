@@ -1,0 +1,194 @@
+// Runs a StepGraph on one rank: the graph's nodes are issued in its order
+// on this rank's runtime streams, collectives go to the Communicator, and
+// compute and optimizer nodes call the trainer.
+//
+// Protocol (runtime/device.h rules, applied to the graph):
+//   - One stream per stream class: compute (the trainer's), all-gather and
+//     reduce-scatter (or one comm stream). Comm streams get priority -1.
+//   - Before a node, its stream waits on the events of Node::waits (at most
+//     one per other stream; the graph removed waits implied by others).
+//     After a node that some later node waits on, an event is recorded.
+//   - Between steps every stream waits on every other stream's last event,
+//     so step k+1 never touches bytes step k still uses. No host blocking.
+//   - The host blocks only for Node::host_wait (peer emulation of FSDP1's
+//     and DeepSpeed's limiters; baton's own presets never set it).
+//   - Collectives use tag 1 on the all-gather stream and tag 2 on the
+//     reduce-scatter stream (the graph's order is the same on every rank).
+//
+// Callbacks run on the issuing thread at issue time and must only ENQUEUE
+// work on ctx.stream (host work on a host stream, kernels on a CUDA stream);
+// the views they get are valid in that stream's order until the node's
+// successors run. Gradients: the backward writes the gradient of each
+// parameter into ctx.grads[i], assigning (=) or adding (+=) as
+// ctx.grad_accumulate[i] says. Gradients are SUMMED over ranks and
+// micro-steps; the optimizer gets grad_scale = 1 / (ranks * micro_steps) to
+// apply once.
+//
+// Buffers: transient buffers live in one Arena at the plan's offsets
+// (poison mode checks every read; host device only); persistent per-bucket
+// state (shard, master, gradient shard, two moments) in one allocation.
+//
+// Thread safety: one thread drives an Executor (Step, Synchronize, ...).
+#ifndef BATON_SCHEDULER_EXECUTOR_H_
+#define BATON_SCHEDULER_EXECUTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "memory/arena.h"
+#include "runtime/device.h"
+#include "runtime/status.h"
+#include "scheduler/step_graph.h"
+
+namespace baton::scheduler {
+
+struct TensorView {
+  const ParamSlot* param = nullptr;  // name, shape, numel
+  void* data = nullptr;
+  DataType dtype = DataType::kF32;
+};
+
+struct ComputeContext {
+  NodeKind kind = NodeKind::kForward;  // forward, recompute or backward
+  int unit = 0;
+  const UnitSpec* spec = nullptr;
+  int micro_step = 0;
+  int64_t step = 0;  // steps issued before this one
+  int rank = 0;
+  Stream* stream = nullptr;
+  std::vector<TensorView> params;      // one per layout.unit_params[unit]
+  std::vector<TensorView> grads;       // backward only, same order
+  std::vector<bool> grad_accumulate;   // backward only
+};
+
+struct OptimizerContext {
+  int bucket = 0;
+  const Bucket* spec = nullptr;
+  int64_t step = 0;
+  int rank = 0;
+  Stream* stream = nullptr;
+  float* master = nullptr;
+  const void* grad = nullptr;  // reduce dtype
+  DataType grad_dtype = DataType::kF32;
+  float* moment1 = nullptr;
+  float* moment2 = nullptr;
+  int64_t shard_numel = 0;
+  int64_t shard_offset = 0;  // first element of the shard in the bucket
+  double grad_scale = 1.0;
+};
+
+struct StepCallbacks {
+  std::function<Status(const ComputeContext&)> compute;
+  std::function<Status(const OptimizerContext&)> optimizer;
+};
+
+struct ExecutorOptions {
+  bool poison = false;  // arena poison mode (host device only)
+  // Host streams: record every node's start and end in one global order
+  // (for tests that check the executed order against the edges).
+  bool trace = false;
+  // Host streams: sleep a random 0..max_delay_us before every node.
+  int max_delay_us = 0;
+  uint64_t seed = 1;
+};
+
+struct TraceRecord {
+  int node = 0;
+  int64_t step = 0;
+  uint64_t start = 0;  // positions in one global sequence
+  uint64_t end = 0;
+};
+
+class Executor {
+ public:
+  // `device`, `comm` must outlive the executor; comm->size() must be the
+  // world size the layout was built for. InvalidArgument otherwise.
+  static StatusOr<std::unique_ptr<Executor>> Create(
+      const StepGraph& graph, Device& device, Communicator& comm,
+      const ExecutorOptions& options = {});
+  ~Executor();
+
+  // Fills this rank's master shards from full parameter values: `init`
+  // writes slot.numel floats for one parameter. Padding is zero. Also
+  // casts the shards. Blocks until done.
+  Status InitParameters(
+      const std::function<void(const ParamSlot&, float*)>& init);
+
+  // Issues one whole step and returns (the host does not wait for it).
+  Status Step(const StepCallbacks& callbacks);
+  // Waits for every stream; returns the first error of any stream or of
+  // the communicator.
+  Status Synchronize();
+
+  // This rank's fp32 master shard of `bucket` (waits for the streams).
+  StatusOr<std::vector<float>> ReadMaster(int bucket);
+
+  // CUDA only: captures one step as a CUDA graph (callbacks are called
+  // during capture), then each ReplayStep launches it. Unimplemented on
+  // host streams; FailedPrecondition for ReplayStep before CaptureStep.
+  Status CaptureStep(const StepCallbacks& callbacks);
+  Status ReplayStep();
+
+  const StepGraph& graph() const { return graph_; }
+  Stream& stream(int i) { return *streams_[i]; }
+  Stream& compute_stream() { return *streams_[0]; }
+  memory::Arena& arena() { return *arena_; }
+  int64_t steps_issued() const { return step_; }
+  int rank() const { return comm_.rank(); }
+  // The records of every traced node since the last call.
+  std::vector<TraceRecord> TakeTrace();
+
+  // Lower-level API for Session: BeginStep, then for each node in order
+  // either IssueNode, or PreNode + the trainer's own work + PostNode for a
+  // compute node; then EndStep.
+  Status BeginStep();
+  Status IssueNode(int i, const StepCallbacks& callbacks);
+  Status PreNode(int i);
+  Status PostNode(int i);
+  Status EndStep();
+  // The context a compute node would get (views into the buffers).
+  ComputeContext MakeComputeContext(int i);
+
+ private:
+  Executor(const StepGraph& graph, Device& device, Communicator& comm,
+           const ExecutorOptions& options);
+  Status Init();
+  void* BufferData(int buffer);
+  Status RunWork(int i, const StepCallbacks& callbacks);
+  Status Trace(int i, bool start);
+
+  const StepGraph& graph_;
+  Device& device_;
+  Communicator& comm_;
+  ExecutorOptions options_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Event>> node_events_;  // nullptr: not needed
+  std::vector<std::unique_ptr<Event>> end_events_;   // per stream
+  std::unique_ptr<memory::Arena> arena_;
+  DeviceBuffer state_;
+  std::vector<size_t> state_offset_;  // per persistent buffer
+  std::vector<bool> releasable_;      // transient buffer: Release after last use
+  std::vector<int> first_writer_;     // per buffer
+  // Per bucket: [begin, end) element ranges of its flat buffer that hold no
+  // parameter (gaps and tail padding); zeroed before a gradient's first write.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;
+  int64_t step_ = 0;
+  bool in_step_ = false;
+  std::mt19937_64 rng_;
+  std::shared_ptr<std::atomic<uint64_t>> trace_seq_;
+  std::shared_ptr<std::vector<TraceRecord>> trace_;  // filled by host work
+  std::shared_ptr<std::mutex> trace_mu_;
+  std::shared_ptr<TraceRecord> pending_trace_;
+  void* cuda_graph_exec_ = nullptr;  // cudaGraphExec_t
+};
+
+}  // namespace baton::scheduler
+
+#endif  // BATON_SCHEDULER_EXECUTOR_H_

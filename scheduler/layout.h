@@ -1,0 +1,95 @@
+// How a model's parameters are laid out for sharding: units -> buckets ->
+// one flat padded buffer per bucket -> one equal shard per rank.
+//
+// A bucket's parameters are concatenated in declaration order into a flat
+// buffer; each parameter starts on a 16-byte boundary (in the parameter
+// dtype) and the total is padded so that it divides into `world_size` equal
+// shards, each a multiple of 16 bytes. Rank r owns elements
+// [r * shard_numel, (r + 1) * shard_numel) of every bucket.
+//
+// Bucket policies:
+//   kPerUnit  one bucket per unit (YaFSDP, FSDP wrapping each block);
+//   kMerge    consecutive units merged while the bucket stays at most
+//             merge_target_bytes (a unit larger than the target is alone);
+// and, with either, a resident bucket: small parameters (1-D norm weights,
+// or any parameter of at most resident_max_numel elements) and a tied
+// embedding weight live in one extra bucket that is gathered once per step
+// and reduced once at its end. A unit whose parameters are all resident has
+// no bucket of its own.
+//
+// Plain data; copyable.
+#ifndef BATON_SCHEDULER_LAYOUT_H_
+#define BATON_SCHEDULER_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/dtype.h"
+#include "runtime/status.h"
+#include "scheduler/model.h"
+
+namespace baton::scheduler {
+
+enum class BucketPolicy { kPerUnit, kMerge };
+
+struct LayoutOptions {
+  int world_size = 1;  // ranks sharing each bucket (the shard group)
+  // false: every rank holds whole buckets (DDP); shard_numel = padded_numel.
+  bool shard = true;
+  BucketPolicy bucket_policy = BucketPolicy::kPerUnit;
+  int64_t merge_target_bytes = 0;  // kMerge; in parameter-dtype bytes; > 0
+  bool resident_small_params = true;
+  int64_t resident_max_numel = 0;  // 0: only 1-D parameters are small
+  DataType param_dtype = DataType::kBF16;  // sets the 16-byte granule
+};
+
+struct ParamSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int unit = 0;         // owning unit
+  int64_t offset = 0;   // first element in the bucket's flat buffer
+};
+
+struct Bucket {
+  int id = 0;
+  std::string name;        // "embedding", "block3", "block0-3", "resident"
+  bool resident = false;
+  std::vector<int> units;  // units whose parameters it holds, forward order
+  std::vector<ParamSlot> params;
+  int64_t numel = 0;         // end of the last parameter (gaps included)
+  int64_t padded_numel = 0;  // shard_numel * shard count
+  int64_t shard_numel = 0;
+};
+
+// A parameter a unit reads: where it lives.
+struct ParamRef {
+  int bucket = 0;
+  int slot = 0;  // index into buckets[bucket].params
+};
+
+struct ModelLayout {
+  ModelSpec spec;
+  std::vector<UnitSpec> units;
+  LayoutOptions options;
+  std::vector<Bucket> buckets;  // forward order of first use; resident last
+  std::vector<int> unit_bucket;  // units.size(); its own bucket or -1
+  int resident_bucket = -1;
+  // units.size(); every parameter the unit reads (the lm_head of a tied
+  // model reads the embedding weight).
+  std::vector<std::vector<ParamRef>> unit_params;
+
+  int64_t total_params() const;  // sum of parameter numels (each once)
+  // Bytes of one shard of every bucket in `dtype`.
+  int64_t shard_bytes(DataType dtype) const;
+};
+
+// InvalidArgument naming the option for a world_size < 1, a non-positive
+// merge target, or an invalid spec.
+StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
+                                  const LayoutOptions& options);
+
+}  // namespace baton::scheduler
+
+#endif  // BATON_SCHEDULER_LAYOUT_H_

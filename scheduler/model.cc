@@ -1,0 +1,270 @@
+#include "scheduler/model.h"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace baton::scheduler {
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t hidden, intermediate, layers, heads, kv_heads, vocab;
+  double norm_eps, rope_theta;
+};
+
+// Published configurations (Meta's params.json / Hugging Face config.json).
+constexpr Preset kPresets[] = {
+    {"llama2-7b", 4096, 11008, 32, 32, 32, 32000, 1e-5, 10000.0},
+    {"llama2-13b", 5120, 13824, 40, 40, 40, 32000, 1e-5, 10000.0},
+    {"llama2-34b", 8192, 22016, 48, 64, 8, 32000, 1e-5, 1000000.0},
+    {"llama2-70b", 8192, 28672, 80, 64, 8, 32000, 1e-5, 10000.0},
+    {"llama3-8b", 4096, 14336, 32, 32, 8, 128256, 1e-5, 500000.0},
+    {"llama3-70b", 8192, 28672, 80, 64, 8, 128256, 1e-5, 500000.0},
+    {"llama3-405b", 16384, 53248, 126, 128, 8, 128256, 1e-5, 500000.0},
+    {"tiny", 256, 768, 4, 8, 2, 512, 1e-5, 10000.0},
+    {"micro", 32, 64, 2, 4, 2, 64, 1e-5, 10000.0},
+};
+
+ParamSpec Param(const std::string& unit, const char* name,
+                std::vector<int64_t> shape) {
+  ParamSpec p;
+  p.name = absl::StrCat(unit, ".", name);
+  p.numel = 1;
+  for (int64_t d : shape) p.numel *= d;
+  p.small = shape.size() == 1;
+  p.shape = std::move(shape);
+  return p;
+}
+
+StatusOr<int64_t> GetInt(const nlohmann::json& j, const char* field,
+                         bool required, int64_t fallback) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) {
+    if (required) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: missing required field \"", field, "\""));
+    }
+    return fallback;
+  }
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: field \"", field, "\" must be an integer, got ",
+        it->dump()));
+  }
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
+Status ValidateModelSpec(const ModelSpec& s) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"hidden", s.hidden},         {"intermediate", s.intermediate},
+      {"layers", s.layers},         {"heads", s.heads},
+      {"kv_heads", s.kv_heads},     {"head_dim", s.head_dim},
+      {"vocab", s.vocab}};
+  for (const auto& [field, value] : sizes) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", s.name, ": ", field, " must be positive, got ", value));
+    }
+    if (value > (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", s.name, ": ", field, " = ", value, " is implausibly large"));
+    }
+  }
+  if (s.heads % s.kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", s.name, ": kv_heads (", s.kv_heads,
+                     ") must divide heads (", s.heads, ")"));
+  }
+  if (!(s.norm_eps > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", s.name, ": norm_eps must be positive"));
+  }
+  // Largest product below: intermediate * hidden or vocab * hidden, each
+  // < 2^48, summed over < 2^24 layers: fits in int64.
+  return absl::OkStatus();
+}
+
+StatusOr<ModelSpec> ModelPreset(absl::string_view name) {
+  for (const Preset& p : kPresets) {
+    if (name == p.name) {
+      ModelSpec s;
+      s.name = p.name;
+      s.hidden = p.hidden;
+      s.intermediate = p.intermediate;
+      s.layers = p.layers;
+      s.heads = p.heads;
+      s.kv_heads = p.kv_heads;
+      s.head_dim = p.hidden / p.heads;
+      s.vocab = p.vocab;
+      s.norm_eps = p.norm_eps;
+      s.rope_theta = p.rope_theta;
+      return s;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("unknown model \"", name,
+                                          "\"; presets: ",
+                                          absl::StrJoin(ModelPresetNames(), ", ")));
+}
+
+std::vector<std::string> ModelPresetNames() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+StatusOr<ModelSpec> ModelFromHfConfig(absl::string_view json_text,
+                                      absl::string_view name) {
+  nlohmann::json j = nlohmann::json::parse(json_text.begin(), json_text.end(),
+                                           nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(
+        "config.json: not a JSON object (parse error)");
+  }
+  bool llama = false;
+  std::string arch_seen = "(none)";
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
+    arch_seen = it->dump();
+    for (const auto& a : *it) {
+      if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") {
+        llama = true;
+      }
+    }
+  } else if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) {
+    arch_seen = absl::StrCat("model_type ", mt->dump());
+    llama = mt->get<std::string>() == "llama";
+  }
+  if (!llama) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: unsupported architecture ", arch_seen,
+        "; baton supports LlamaForCausalLM (model_type \"llama\")"));
+  }
+  ModelSpec s;
+  s.name = std::string(name);
+  BATON_ASSIGN_OR_RETURN(s.hidden, GetInt(j, "hidden_size", true, 0));
+  BATON_ASSIGN_OR_RETURN(s.intermediate,
+                         GetInt(j, "intermediate_size", true, 0));
+  BATON_ASSIGN_OR_RETURN(s.layers, GetInt(j, "num_hidden_layers", true, 0));
+  BATON_ASSIGN_OR_RETURN(s.heads, GetInt(j, "num_attention_heads", true, 0));
+  BATON_ASSIGN_OR_RETURN(s.vocab, GetInt(j, "vocab_size", true, 0));
+  BATON_ASSIGN_OR_RETURN(s.kv_heads,
+                         GetInt(j, "num_key_value_heads", false, s.heads));
+  if (s.heads <= 0) {
+    return absl::InvalidArgumentError(
+        "config.json: num_attention_heads must be positive");
+  }
+  BATON_ASSIGN_OR_RETURN(s.head_dim,
+                         GetInt(j, "head_dim", false, s.hidden / s.heads));
+  if (auto it = j.find("tie_word_embeddings"); it != j.end()) {
+    if (!it->is_boolean()) {
+      return absl::InvalidArgumentError(
+          "config.json: field \"tie_word_embeddings\" must be a boolean");
+    }
+    s.tie_embeddings = it->get<bool>();
+  }
+  if (auto it = j.find("rms_norm_eps"); it != j.end() && it->is_number()) {
+    s.norm_eps = it->get<double>();
+  }
+  if (auto it = j.find("rope_theta"); it != j.end() && it->is_number()) {
+    s.rope_theta = it->get<double>();
+  }
+  BATON_RETURN_IF_ERROR(ValidateModelSpec(s));
+  return s;
+}
+
+StatusOr<ModelSpec> ModelFromHfConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string name = path;
+  if (auto slash = name.find_last_of('/'); slash != std::string::npos) {
+    name = name.substr(0, slash);
+    if (auto s2 = name.find_last_of('/'); s2 != std::string::npos) {
+      name = name.substr(s2 + 1);
+    }
+  }
+  if (name.empty() || name == path) name = "hf";
+  return ModelFromHfConfig(text.str(), name);
+}
+
+const char* UnitKindName(UnitKind kind) {
+  switch (kind) {
+    case UnitKind::kEmbedding: return "embedding";
+    case UnitKind::kBlock: return "block";
+    case UnitKind::kFinalNorm: return "final_norm";
+    case UnitKind::kLmHead: return "lm_head";
+  }
+  return "?";
+}
+
+int64_t UnitSpec::numel() const {
+  int64_t n = 0;
+  for (const ParamSpec& p : params) n += p.numel;
+  return n;
+}
+
+std::vector<UnitSpec> BuildUnits(const ModelSpec& s) {
+  std::vector<UnitSpec> units;
+  const int64_t h = s.hidden, q = s.heads * s.head_dim,
+                kv = s.kv_heads * s.head_dim, f = s.intermediate;
+  UnitSpec emb{"embedding", UnitKind::kEmbedding, -1, {}};
+  emb.params.push_back(Param(emb.name, "tok_embeddings.weight", {s.vocab, h}));
+  units.push_back(std::move(emb));
+  for (int64_t i = 0; i < s.layers; ++i) {
+    UnitSpec b{absl::StrCat("block", i), UnitKind::kBlock,
+               static_cast<int>(i), {}};
+    b.params.push_back(Param(b.name, "attn_norm.weight", {h}));
+    b.params.push_back(Param(b.name, "wq", {q, h}));
+    b.params.push_back(Param(b.name, "wk", {kv, h}));
+    b.params.push_back(Param(b.name, "wv", {kv, h}));
+    b.params.push_back(Param(b.name, "wo", {h, q}));
+    b.params.push_back(Param(b.name, "mlp_norm.weight", {h}));
+    b.params.push_back(Param(b.name, "w_gate", {f, h}));
+    b.params.push_back(Param(b.name, "w_up", {f, h}));
+    b.params.push_back(Param(b.name, "w_down", {h, f}));
+    units.push_back(std::move(b));
+  }
+  UnitSpec norm{"final_norm", UnitKind::kFinalNorm, -1, {}};
+  norm.params.push_back(Param(norm.name, "norm.weight", {h}));
+  units.push_back(std::move(norm));
+  UnitSpec head{"lm_head", UnitKind::kLmHead, -1, {}};
+  if (!s.tie_embeddings) {
+    head.params.push_back(Param(head.name, "output.weight", {s.vocab, h}));
+  }
+  units.push_back(std::move(head));
+  return units;
+}
+
+int64_t ParameterCount(const ModelSpec& spec) {
+  int64_t n = 0;
+  for (const UnitSpec& u : BuildUnits(spec)) n += u.numel();
+  return n;
+}
+
+double TrainingFlopsPerSequence(const ModelSpec& m, int64_t seq) {
+  const double s = static_cast<double>(seq);
+  const double h = m.hidden, q = m.heads * m.head_dim,
+               kv = m.kv_heads * m.head_dim, f = m.intermediate, v = m.vocab;
+  // Per token, forward: projections 2*h*(2q + 2kv), attention 4*s*q (no
+  // causal halving, as in the formula), MLP 6*h*f; logits 2*h*v.
+  const double per_layer = 2 * h * (2 * q + 2 * kv) + 4 * s * q + 6 * h * f;
+  return 3.0 * s * (static_cast<double>(m.layers) * per_layer + 2 * h * v);
+}
+
+double BlockForwardFlops(const ModelSpec& m, int64_t seq) {
+  const double s = static_cast<double>(seq);
+  const double h = m.hidden, q = m.heads * m.head_dim,
+               kv = m.kv_heads * m.head_dim, f = m.intermediate;
+  return s * (2 * h * (2 * q + 2 * kv) + 4 * s * q + 6 * h * f);
+}
+
+}  // namespace baton::scheduler

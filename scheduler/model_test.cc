@@ -1,0 +1,205 @@
+#include <set>
+
+#include "gtest/gtest.h"
+#include "scheduler/layout.h"
+#include "scheduler/model.h"
+#include "scheduler/policy.h"
+
+namespace baton::scheduler {
+namespace {
+
+TEST(ModelTest, PresetParameterCountsMatchThePublishedOnes) {
+  const std::pair<const char*, int64_t> published[] = {
+      {"llama2-7b", 6'738'415'616},     {"llama2-13b", 13'015'864'320},
+      {"llama2-34b", 33'743'970'304},   {"llama2-70b", 68'976'648'192},
+      {"llama3-8b", 8'030'261'248},     {"llama3-70b", 70'553'706'496},
+      {"llama3-405b", 405'853'388'800},
+  };
+  for (const auto& [name, count] : published) {
+    auto spec = ModelPreset(name);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(ParameterCount(*spec), count) << name;
+  }
+}
+
+TEST(ModelTest, UnknownPresetListsTheNames) {
+  auto spec = ModelPreset("llama9-1t");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(spec.status().message().find("llama3-70b"), std::string::npos);
+}
+
+TEST(ModelTest, FlopsFormulaMatchesTheReferenceFigure) {
+  // REFERENCE.md: Llama 3 70B at s = 8192 is 3.94e15 FLOPs per sequence.
+  const ModelSpec spec = *ModelPreset("llama3-70b");
+  EXPECT_NEAR(TrainingFlopsPerSequence(spec, 8192) / 1e15, 3.94, 0.01);
+  EXPECT_GT(BlockForwardFlops(spec, 8192), 0);
+}
+
+TEST(ModelTest, HfConfigIsParsed) {
+  const char* json = R"({"architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "tie_word_embeddings": false})";
+  auto spec = ModelFromHfConfig(json, "llama3-8b-hf");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(ParameterCount(*spec), 8'030'261'248);
+  EXPECT_EQ(spec->head_dim, 128);
+  EXPECT_EQ(spec->rope_theta, 500000.0);
+}
+
+TEST(ModelTest, HfConfigTiedEmbeddingsCountOnce) {
+  const char* json = R"({"model_type": "llama", "hidden_size": 2048,
+    "intermediate_size": 8192, "num_hidden_layers": 16,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": 128256, "tie_word_embeddings": true})";
+  auto spec = ModelFromHfConfig(json);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->tie_embeddings);
+  // Llama 3.2 1B: 1.24B parameters.
+  EXPECT_EQ(ParameterCount(*spec), 1'235'814'400);
+}
+
+TEST(ModelTest, HfConfigErrorsNameTheProblem) {
+  auto missing = ModelFromHfConfig(
+      R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64})");
+  ASSERT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("intermediate_size"),
+            std::string::npos);
+  auto arch = ModelFromHfConfig(R"({"architectures": ["GPT2LMHeadModel"]})");
+  ASSERT_EQ(arch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(arch.status().message().find("GPT2LMHeadModel"), std::string::npos);
+  auto notjson = ModelFromHfConfig("{not json");
+  EXPECT_EQ(notjson.status().code(), absl::StatusCode::kInvalidArgument);
+  auto kv = ModelFromHfConfig(R"({"model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 3, "vocab_size": 10})");
+  ASSERT_EQ(kv.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(kv.status().message().find("kv_heads"), std::string::npos);
+  auto negative = ModelFromHfConfig(R"({"model_type": "llama",
+    "hidden_size": -64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 10})");
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ModelFromHfConfigFile("/nonexistent/config.json").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Every parameter appears exactly once, shards are equal, 16-byte aligned
+// and cover the padded buffer; parameters do not overlap.
+void CheckLayout(const ModelLayout& l, int64_t granule_bytes) {
+  std::set<std::string> seen;
+  for (const Bucket& b : l.buckets) {
+    const int shards = l.options.shard ? l.options.world_size : 1;
+    EXPECT_EQ(b.shard_numel * shards, b.padded_numel) << b.name;
+    EXPECT_EQ(b.shard_numel * static_cast<int64_t>(DataTypeSize(l.options.param_dtype)) %
+                  granule_bytes,
+              0)
+        << b.name;
+    EXPECT_GE(b.padded_numel, b.numel);
+    int64_t end = 0;
+    for (const ParamSlot& p : b.params) {
+      EXPECT_TRUE(seen.insert(p.name).second) << p.name;
+      EXPECT_GE(p.offset, end) << p.name;
+      EXPECT_EQ(p.offset * static_cast<int64_t>(DataTypeSize(l.options.param_dtype)) %
+                    16,
+                0)
+          << p.name;
+      end = p.offset + p.numel;
+    }
+    EXPECT_LE(end, b.numel);
+  }
+  EXPECT_EQ(l.total_params(), ParameterCount(l.spec));
+}
+
+TEST(LayoutTest, PerUnitWithResidentNorms) {
+  LayoutOptions o;
+  o.world_size = 3;
+  auto l = BuildLayout(*ModelPreset("tiny"), o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  CheckLayout(*l, 16);
+  // embedding, 4 blocks, lm_head, resident (final_norm has no bucket).
+  ASSERT_EQ(l->buckets.size(), 7u);
+  EXPECT_TRUE(l->buckets.back().resident);
+  EXPECT_EQ(l->buckets.back().params.size(), 9u);  // 2 per block + final
+  EXPECT_EQ(l->unit_bucket[5], -1);                // final_norm
+  EXPECT_EQ(l->unit_params[1].size(), 9u);         // block0 reads 9 params
+}
+
+TEST(LayoutTest, MergeRespectsTheTarget) {
+  LayoutOptions o;
+  o.world_size = 8;
+  o.bucket_policy = BucketPolicy::kMerge;
+  o.resident_small_params = false;
+  const ModelSpec spec = *ModelPreset("tiny");
+  const int64_t block_bytes = BuildUnits(spec)[1].numel() * 2;
+  o.merge_target_bytes = 2 * block_bytes + 100;
+  auto l = BuildLayout(spec, o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  CheckLayout(*l, 16);
+  int merged = 0;
+  for (const Bucket& b : l->buckets) {
+    if (b.units.size() > 1) {
+      ++merged;
+      EXPECT_LE(b.numel * 2, o.merge_target_bytes);
+    }
+  }
+  EXPECT_GE(merged, 2);
+  // Greedy: no two neighbouring buckets would have fitted together.
+  for (size_t i = 1; i < l->buckets.size(); ++i) {
+    EXPECT_GT((l->buckets[i - 1].numel + l->buckets[i].numel) * 2,
+              o.merge_target_bytes - 64)
+        << l->buckets[i - 1].name << " + " << l->buckets[i].name;
+  }
+}
+
+TEST(LayoutTest, TiedEmbeddingIsResidentAndReadByTheHead) {
+  ModelSpec spec = *ModelPreset("micro");
+  spec.tie_embeddings = true;
+  LayoutOptions o;
+  o.world_size = 2;
+  o.resident_small_params = false;
+  auto l = BuildLayout(spec, o);
+  ASSERT_TRUE(l.ok()) << l.status();
+  CheckLayout(*l, 16);
+  const int head = static_cast<int>(l->units.size()) - 1;
+  ASSERT_EQ(l->unit_params[head].size(), 1u);
+  EXPECT_EQ(l->unit_params[head][0].bucket, l->resident_bucket);
+  EXPECT_EQ(l->unit_params[0][0].bucket, l->resident_bucket);
+}
+
+TEST(LayoutTest, DdpDoesNotShard) {
+  auto p = *PolicyPreset("ddp");
+  auto l = BuildLayout(*ModelPreset("tiny"), LayoutOptionsFor(p, 4));
+  ASSERT_TRUE(l.ok()) << l.status();
+  for (const Bucket& b : l->buckets) EXPECT_EQ(b.shard_numel, b.padded_numel);
+}
+
+TEST(LayoutTest, BadOptionsAreRefused) {
+  LayoutOptions o;
+  o.world_size = 0;
+  EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.world_size = 2;
+  o.bucket_policy = BucketPolicy::kMerge;
+  EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PolicyTest, PresetsAreValidAndUnknownNamesRefused) {
+  for (const std::string& name : PolicyPresetNames()) {
+    auto p = PolicyPreset(name);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(ValidatePolicy(*p).ok()) << name;
+  }
+  EXPECT_EQ(PolicyPreset("megatron").status().code(),
+            absl::StatusCode::kNotFound);
+  Policy bad;
+  bad.forward_prefetch = -1;
+  EXPECT_EQ(ValidatePolicy(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = Policy{};
+  bad.host_limit = 1;  // <= prefetch depth: the host would deadlock
+  EXPECT_EQ(ValidatePolicy(bad).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace baton::scheduler

@@ -1,0 +1,104 @@
+#include "scheduler/policy.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace baton::scheduler {
+
+std::vector<std::string> PolicyPresetNames() {
+  return {"baton", "yafsdp", "fsdp1", "fsdp2", "zero3", "ddp"};
+}
+
+StatusOr<Policy> PolicyPreset(absl::string_view name) {
+  Policy p;
+  p.name = std::string(name);
+  if (name == "baton") {
+    p.forward_prefetch = 2;
+    p.backward_prefetch = 2;
+    p.reduce_window = 2;
+  } else if (name == "yafsdp") {
+    p.forward_prefetch = 1;
+    p.backward_prefetch = 1;
+    p.shared_comm_stream = true;
+    p.reduce_window = 2;
+  } else if (name == "fsdp1") {
+    p.forward_prefetch = 0;
+    p.backward_prefetch = 1;
+    p.host_limit = 2;
+    p.resident_small_params = false;
+    p.reuse_edges = false;
+  } else if (name == "fsdp2") {
+    p.forward_prefetch = 1;
+    p.backward_prefetch = 1;
+    p.copy_in_out = true;
+    p.resident_small_params = false;
+    p.reuse_edges = false;
+  } else if (name == "zero3") {
+    p.forward_prefetch = 1;
+    p.backward_prefetch = 1;
+    p.host_limit = 2;
+    p.bucket_policy = BucketPolicy::kMerge;
+    p.merge_target_bytes = 50'000'000LL * 2;  // 5e7 bf16 elements
+    p.resident_max_numel = 100'000;
+    p.reuse_edges = false;
+  } else if (name == "ddp") {
+    p.all_reduce = true;
+    p.forward_prefetch = 0;
+    p.backward_prefetch = 0;
+    p.reshard_after_forward = false;
+    p.bucket_policy = BucketPolicy::kMerge;
+    p.merge_target_bytes = 25LL << 20;
+    p.resident_small_params = false;
+    p.reduce_window = 2;
+    p.reuse_edges = false;
+  } else {
+    return absl::NotFoundError(
+        absl::StrCat("unknown policy \"", name, "\"; presets: ",
+                     absl::StrJoin(PolicyPresetNames(), ", ")));
+  }
+  return p;
+}
+
+Status ValidatePolicy(const Policy& p) {
+  auto bad = [&](const char* knob, auto value) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": ", knob, " = ", value, " is out of range"));
+  };
+  if (p.forward_prefetch < 0) return bad("forward_prefetch", p.forward_prefetch);
+  if (p.backward_prefetch < 0) {
+    return bad("backward_prefetch", p.backward_prefetch);
+  }
+  if (p.micro_steps < 1) return bad("micro_steps", p.micro_steps);
+  if (p.recompute_blocks < -1) return bad("recompute_blocks", p.recompute_blocks);
+  if (p.reduce_window < 1) return bad("reduce_window", p.reduce_window);
+  if (p.host_limit < 0) return bad("host_limit", p.host_limit);
+  if (p.host_limit > 0 &&
+      p.host_limit <= std::max(p.forward_prefetch, p.backward_prefetch)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": host_limit (", p.host_limit,
+        ") must exceed the prefetch depth, or the host would wait for "
+        "compute it has not issued yet"));
+  }
+  if (p.param_dtype == DataType::kI32) return bad("param_dtype", "int32");
+  if (p.reduce_dtype == DataType::kI32) return bad("reduce_dtype", "int32");
+  if (p.bucket_policy == BucketPolicy::kMerge && p.merge_target_bytes <= 0) {
+    return bad("merge_target_bytes", p.merge_target_bytes);
+  }
+  return absl::OkStatus();
+}
+
+LayoutOptions LayoutOptionsFor(const Policy& p, int world_size) {
+  LayoutOptions o;
+  o.world_size = world_size;
+  o.shard = !p.all_reduce;
+  o.bucket_policy = p.bucket_policy;
+  o.merge_target_bytes = p.merge_target_bytes;
+  o.resident_small_params = p.resident_small_params && !p.all_reduce;
+  o.resident_max_numel = p.resident_max_numel;
+  o.param_dtype = p.param_dtype;
+  return o;
+}
+
+}  // namespace baton::scheduler

@@ -1,0 +1,111 @@
+// A schedule policy: the knobs that turn a ModelLayout into a StepGraph, and
+// the named presets that reproduce the peers' schedules.
+//
+// Knobs and their trade-offs:
+//   forward_prefetch / backward_prefetch = d
+//       All-gathers may run up to d buckets ahead of the one the compute
+//       stream is using: the gather of bucket k+d+1 waits (event edge) until
+//       compute has finished with bucket k. Larger d hides more latency and
+//       holds d+1 gathered buckets (not 2) in memory.
+//   reshard_after_forward
+//       true (ZeRO-3): gathered parameters are dropped after a unit's
+//       forward and gathered again for its backward: least memory, twice the
+//       all-gather traffic. false (ZeRO-2): kept until the backward.
+//   param_dtype / reduce_dtype
+//       Gathered parameters (and the all-gather wire) / full gradient buffer
+//       and reduce-scatter wire. The master shard and the optimizer are fp32.
+//   micro_steps, reduce_every_micro_step
+//       Gradient accumulation: reduce-scatter each micro-step and add into
+//       the gradient shard (less memory, more traffic), or keep the full
+//       gradient buffers across micro-steps and reduce once on the last.
+//   recompute_blocks
+//       Full activation recompute of the first N blocks (-1: all): the
+//       backward of such a block is preceded by a recompute of its forward.
+//   shared_comm_stream
+//       One comm stream for AG and RS in FIFO order (YaFSDP), or one each.
+//   reduce_window = w
+//       Full gradient buffers alive in backward: the backward of the bucket
+//       w places after bucket k waits until k's reduce-scatter is done.
+//       Bounds gradient memory; a slow reduce-scatter then stalls compute.
+//   host_limit = k (peer emulation)
+//       Before issuing a gather, the HOST blocks until the compute that
+//       consumed the gather k places earlier has finished (FSDP1's
+//       limit_all_gathers, DeepSpeed's fetch limit). 0: never.
+//   copy_in_out (peer emulation: FSDP2)
+//       Copy the shard into a separate all-gather input, copy the gathered
+//       buffer out into parameters, and copy gradients into a separate
+//       reduce-scatter input: the extra device copies FSDP2 makes.
+//   all_reduce (DDP)
+//       No sharding: every rank holds whole parameters and all-reduces
+//       gradient buckets.
+//   reuse_edges
+//       true: the static planner may add cross-stream reuse edges (never
+//       into a compute node, never from compute into an all-gather) to
+//       shrink the arena. false: buffers share bytes only where the
+//       schedule already orders them, which is what a caching allocator
+//       can prove without waiting.
+// Plain data; copyable.
+#ifndef BATON_SCHEDULER_POLICY_H_
+#define BATON_SCHEDULER_POLICY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "comm/dtype.h"
+#include "runtime/status.h"
+#include "scheduler/layout.h"
+
+namespace baton::scheduler {
+
+struct Policy {
+  std::string name = "baton";
+  int forward_prefetch = 1;
+  int backward_prefetch = 1;
+  bool reshard_after_forward = true;
+  DataType param_dtype = DataType::kBF16;
+  DataType reduce_dtype = DataType::kF32;
+  int micro_steps = 1;
+  bool reduce_every_micro_step = false;
+  int recompute_blocks = 0;
+  bool shared_comm_stream = false;
+  int reduce_window = 2;
+  int host_limit = 0;
+  bool copy_in_out = false;
+  bool all_reduce = false;
+  bool reuse_edges = true;
+  // Layout.
+  BucketPolicy bucket_policy = BucketPolicy::kPerUnit;
+  int64_t merge_target_bytes = 0;
+  bool resident_small_params = true;
+  int64_t resident_max_numel = 0;
+};
+
+// baton   static plan with reuse edges, AG and RS on two comm streams,
+//         prefetch 2 both ways, resident norms, per-unit buckets.
+// yafsdp  one comm stream, prefetch 1 (two weight buffers), reduce window
+//         2 (two gradient buffers), resident norms, per-unit buckets.
+// fsdp1   per-unit flat parameters (norms inside), backward prefetch 1, no
+//         forward prefetch, host-blocking limiter of 2 gathers,
+//         caching-allocator memory (no reuse edges).
+// fsdp2   copy-in / copy-out around the collectives, prefetch 1 both ways,
+//         caching-allocator memory.
+// zero3   buckets merged up to 5e7 elements, parameters of at most 1e5
+//         elements resident, host-blocking limiter of 2 fetches, AG and
+//         RS on their own streams, caching-allocator memory.
+// ddp     whole parameters on every rank, all-reduce of 25 MB gradient
+//         buckets.
+// NotFound listing the names otherwise.
+StatusOr<Policy> PolicyPreset(absl::string_view name);
+std::vector<std::string> PolicyPresetNames();
+
+// InvalidArgument naming the knob for negative depths or windows, a
+// micro_steps < 1, recompute_blocks < -1, an integer dtype.
+Status ValidatePolicy(const Policy& policy);
+
+// The layout options a policy implies for `world_size` ranks.
+LayoutOptions LayoutOptionsFor(const Policy& policy, int world_size);
+
+}  // namespace baton::scheduler
+
+#endif  // BATON_SCHEDULER_POLICY_H_

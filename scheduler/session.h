@@ -1,0 +1,95 @@
+// The session API, for trainers that keep their own loop (YaFSDP-style
+// hooks). The trainer calls, for each micro-step of a step:
+//
+//   session->BeginStep();
+//   for each unit u in forward order:
+//     auto views = session->PreForward(u);   // params of u, ready on stream
+//     ... enqueue u's forward on views->stream ...
+//     session->PostForward(u);
+//   for each unit u in reverse order:
+//     auto views = session->PreBackward(u);  // params + gradient slots
+//     if (views->recompute) ... enqueue u's forward again ...
+//     ... enqueue u's backward: write views->grads[i] (= or += as
+//         views->grad_accumulate[i] says) ...
+//     session->PostBackward(u);
+//   (repeat both loops for each further micro-step)
+//   session->FinishStep(optimizer);          // remaining reduces, optimizer
+//
+// Each hook issues, before returning, every collective, copy and wait that
+// the plan places before that point (gathers for later units are
+// prefetched as the policy says), so the trainer never issues a collective
+// itself. Nothing blocks the host (except the peer-emulating host limiter
+// of fsdp1 / zero3). A hook called out of plan order returns
+// FailedPrecondition naming the call that was expected, and issues nothing.
+//
+// Views stay valid in stream order until the hook's Post call's successors
+// run: use them only in work enqueued on views->stream before the Post call.
+// Gradients are summed over ranks and micro-steps; the optimizer gets
+// grad_scale (see executor.h).
+//
+// Thread safety: one thread drives a Session.
+#ifndef BATON_SCHEDULER_SESSION_H_
+#define BATON_SCHEDULER_SESSION_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "runtime/device.h"
+#include "runtime/status.h"
+#include "scheduler/executor.h"
+#include "scheduler/step_graph.h"
+
+namespace baton::scheduler {
+
+struct UnitViews {
+  Stream* stream = nullptr;           // the compute stream
+  int micro_step = 0;
+  bool recompute = false;             // backward: redo the forward first
+  std::vector<TensorView> params;     // one per layout.unit_params[unit]
+  std::vector<TensorView> grads;      // backward only
+  std::vector<bool> grad_accumulate;  // backward only
+};
+
+class Session {
+ public:
+  // As Executor::Create; the session owns its executor.
+  static StatusOr<std::unique_ptr<Session>> Create(
+      const StepGraph& graph, Device& device, Communicator& comm,
+      const ExecutorOptions& options = {});
+
+  Executor& executor() { return *executor_; }
+  const StepGraph& graph() const { return executor_->graph(); }
+
+  Status BeginStep();
+  StatusOr<UnitViews> PreForward(int unit);
+  Status PostForward(int unit);
+  StatusOr<UnitViews> PreBackward(int unit);
+  Status PostBackward(int unit);
+  // Issues the rest of the step (reduces, optimizer with `optimizer`, which
+  // may be empty, casts). FailedPrecondition naming the next expected hook
+  // if compute remains.
+  Status FinishStep(
+      const std::function<Status(const OptimizerContext&)>& optimizer);
+
+ private:
+  explicit Session(std::unique_ptr<Executor> executor)
+      : executor_(std::move(executor)) {}
+  // Index of the next compute node at or after cursor_, or nodes.size().
+  int NextCompute() const;
+  std::string Describe(int node) const;  // "pre_forward(block3) of micro-step 0"
+  Status Expect(NodeKind kind, int unit, bool pre, const char* call);
+  Status IssueTo(int node);  // issues non-compute nodes [cursor_, node)
+  UnitViews Views(int node, bool recompute);
+
+  std::unique_ptr<Executor> executor_;
+  bool in_step_ = false;
+  int cursor_ = 0;     // next node to issue
+  int open_ = -1;      // open compute node (its Pre done, Post not yet)
+};
+
+}  // namespace baton::scheduler
+
+#endif  // BATON_SCHEDULER_SESSION_H_

@@ -1,0 +1,664 @@
+#include "scheduler/step_graph.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "memory/step_dag.h"
+
+namespace baton::scheduler {
+
+const char* NodeKindName(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::kForward: return "forward";
+    case NodeKind::kRecompute: return "recompute";
+    case NodeKind::kBackward: return "backward";
+    case NodeKind::kAllGather: return "all_gather";
+    case NodeKind::kReduceScatter: return "reduce_scatter";
+    case NodeKind::kAllReduce: return "all_reduce";
+    case NodeKind::kCopy: return "copy";
+    case NodeKind::kAccumulate: return "accumulate";
+    case NodeKind::kOptimizer: return "optimizer";
+    case NodeKind::kCast: return "cast";
+  }
+  return "?";
+}
+
+bool IsCompute(NodeKind kind) {
+  return kind == NodeKind::kForward || kind == NodeKind::kRecompute ||
+         kind == NodeKind::kBackward;
+}
+
+const char* BufferRoleName(BufferRole role) {
+  switch (role) {
+    case BufferRole::kGathered: return "gathered";
+    case BufferRole::kGradFull: return "grad";
+    case BufferRole::kCopy: return "copy";
+    case BufferRole::kRsScratch: return "rs_scratch";
+    case BufferRole::kShard: return "shard";
+    case BufferRole::kMaster: return "master";
+    case BufferRole::kGradShard: return "grad_shard";
+    case BufferRole::kMoment1: return "moment1";
+    case BufferRole::kMoment2: return "moment2";
+  }
+  return "?";
+}
+
+std::vector<std::string> StepGraph::stream_names() const {
+  if (num_streams == 2) return {"compute", "comm"};
+  return {"compute", "allgather", "reducescatter"};
+}
+
+std::string StepGraph::ToText() const {
+  const std::vector<std::string> streams = stream_names();
+  std::string out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    absl::StrAppend(&out, i, "\t", streams[n.stream], "\t", n.name);
+    if (!n.waits.empty()) {
+      absl::StrAppend(&out, "\twaits");
+      for (int w : n.waits) absl::StrAppend(&out, " ", w);
+    }
+    if (n.host_wait >= 0) absl::StrAppend(&out, "\thost_waits ", n.host_wait);
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+namespace {
+
+// Builds nodes and buffers in issue order, then edges, plan and waits.
+class Builder {
+ public:
+  Builder(const ModelLayout& layout, const Policy& policy)
+      : layout_(layout), p_(policy) {}
+
+  StatusOr<StepGraph> Build(const GraphOptions& options);
+
+ private:
+  enum Phase { kFwd, kBwd };
+
+  int AddBuffer(std::string name, BufferRole role, int bucket, int64_t numel,
+                DataType dtype, bool persistent) {
+    GraphBuffer b;
+    b.name = std::move(name);
+    b.role = role;
+    b.bucket = bucket;
+    b.numel = numel;
+    b.dtype = dtype;
+    b.persistent = persistent;
+    g_.buffers.push_back(std::move(b));
+    return static_cast<int>(g_.buffers.size()) - 1;
+  }
+  int AddNode(NodeKind kind, int stream, int unit, int bucket, int micro,
+              std::vector<int> reads, std::vector<int> writes,
+              std::string name) {
+    Node n;
+    n.kind = kind;
+    n.stream = stream;
+    n.unit = unit;
+    n.bucket = bucket;
+    n.micro_step = micro;
+    n.reads = std::move(reads);
+    n.writes = std::move(writes);
+    n.name = std::move(name);
+    g_.nodes.push_back(std::move(n));
+    return static_cast<int>(g_.nodes.size()) - 1;
+  }
+  const Bucket& B(int b) const { return layout_.buckets[b]; }
+  std::string Tag(int m) const { return absl::StrCat(" m", m); }
+
+  void Persistent();
+  // Gathers bucket `b` for `phase` of micro-step m; returns the buffer the
+  // compute nodes read. `window_src` / `host_src`: nodes it must follow.
+  int Gather(int b, Phase phase, int m, int window_src, int host_src);
+  // Compute-side copy-out under copy_in_out.
+  int CopyOut(int b, int gathered, Phase phase, int m);
+  std::vector<int> ParamReads(int u, const std::vector<int>& view) const;
+  void Forward(int m);
+  void Backward(int m);
+  int Reduce(int b, int m);
+  void Optimizer();
+  void DeriveDataEdges();
+  Status Plan(const GraphOptions& options);
+  Status DeriveWaits();
+
+  const ModelLayout& layout_;
+  const Policy& p_;
+  StepGraph g_;
+  int ag_ = 1, rs_ = 2;
+  std::vector<int> shard_, master_, gshard_, m1_, m2_;
+  std::vector<int> fwd_order_;  // non-resident buckets, forward order
+  std::vector<int> pos_;        // bucket -> index in fwd_order_
+  std::vector<int> view_;       // bucket -> buffer compute reads now
+  std::vector<int> fwd_view_;   // bucket -> forward view (no reshard)
+  std::vector<int> grad_;       // bucket -> current full-gradient buffer
+  std::vector<std::vector<bool>> grad_written_;  // bucket -> slot written
+  std::vector<int> last_consumer_;  // bucket -> last compute node this phase
+  std::vector<int> reducer_;        // bucket -> reduce node this micro-step
+  std::vector<int> final_reduce_;   // bucket -> last node producing gshard
+  int resident_view_ = -1;
+  std::vector<GraphEdge> window_edges_;
+};
+
+void Builder::Persistent() {
+  const int nb = static_cast<int>(layout_.buckets.size());
+  for (int b = 0; b < nb; ++b) {
+    const int64_t n = B(b).shard_numel;
+    const std::string& name = B(b).name;
+    shard_.push_back(AddBuffer(absl::StrCat("shard.", name), BufferRole::kShard,
+                               b, n, p_.param_dtype, true));
+    master_.push_back(AddBuffer(absl::StrCat("master.", name),
+                                BufferRole::kMaster, b, n, DataType::kF32, true));
+    gshard_.push_back(AddBuffer(absl::StrCat("grad_shard.", name),
+                                BufferRole::kGradShard, b, n, p_.reduce_dtype,
+                                true));
+    m1_.push_back(AddBuffer(absl::StrCat("moment1.", name), BufferRole::kMoment1,
+                            b, n, DataType::kF32, true));
+    m2_.push_back(AddBuffer(absl::StrCat("moment2.", name), BufferRole::kMoment2,
+                            b, n, DataType::kF32, true));
+  }
+}
+
+int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
+  if (p_.all_reduce) return shard_[b];  // whole parameters live in the shard
+  const std::string suffix =
+      absl::StrCat(B(b).name, phase == kFwd ? " fwd" : " bwd", Tag(m));
+  int input = shard_[b];
+  if (p_.copy_in_out) {
+    const int in = AddBuffer(absl::StrCat("ag_in.", suffix), BufferRole::kCopy,
+                             b, B(b).shard_numel, p_.param_dtype, false);
+    AddNode(NodeKind::kCopy, ag_, -1, b, m, {input}, {in},
+            absl::StrCat("COPY-IN ", suffix));
+    input = in;
+  }
+  const int out = AddBuffer(absl::StrCat("gathered.", suffix),
+                            BufferRole::kGathered, b, B(b).padded_numel,
+                            p_.param_dtype, false);
+  const int node = AddNode(NodeKind::kAllGather, ag_, -1, b, m, {input}, {out},
+                           absl::StrCat("AG ", suffix));
+  if (window_src >= 0) {
+    window_edges_.push_back({window_src, node, EdgeKind::kWindow});
+    if (p_.copy_in_out) {
+      window_edges_.push_back({window_src, node - 1, EdgeKind::kWindow});
+    }
+  }
+  if (host_src >= 0) g_.nodes[p_.copy_in_out ? node - 1 : node].host_wait = host_src;
+  return out;
+}
+
+int Builder::CopyOut(int b, int gathered, Phase phase, int m) {
+  if (!p_.copy_in_out || p_.all_reduce) return gathered;
+  const std::string suffix =
+      absl::StrCat(B(b).name, phase == kFwd ? " fwd" : " bwd", Tag(m));
+  const int out = AddBuffer(absl::StrCat("params.", suffix), BufferRole::kCopy,
+                            b, B(b).padded_numel, p_.param_dtype, false);
+  AddNode(NodeKind::kCopy, 0, -1, b, m, {gathered}, {out},
+          absl::StrCat("COPY-OUT ", suffix));
+  return out;
+}
+
+std::vector<int> Builder::ParamReads(int u, const std::vector<int>& view) const {
+  std::vector<int> reads;
+  for (const ParamRef& ref : layout_.unit_params[u]) {
+    const int buf = ref.bucket == layout_.resident_bucket && !p_.all_reduce
+                        ? resident_view_
+                        : view[ref.bucket];
+    if (std::find(reads.begin(), reads.end(), buf) == reads.end()) {
+      reads.push_back(buf);
+    }
+  }
+  return reads;
+}
+
+void Builder::Forward(int m) {
+  const int n = static_cast<int>(fwd_order_.size());
+  const int d = p_.forward_prefetch;
+  std::fill(last_consumer_.begin(), last_consumer_.end(), -1);
+  int issued = 0;
+  for (int u = 0; u < static_cast<int>(layout_.units.size()); ++u) {
+    const int b = layout_.unit_bucket[u];
+    if (b >= 0) {
+      const int k = pos_[b];
+      while (issued <= std::min(k + d, n - 1)) {
+        const int j = issued++;
+        const int wsrc = j - d - 1 >= 0 ? last_consumer_[fwd_order_[j - d - 1]] : -1;
+        const int hsrc = p_.host_limit > 0 && j - p_.host_limit >= 0
+                             ? last_consumer_[fwd_order_[j - p_.host_limit]]
+                             : -1;
+        view_[fwd_order_[j]] = Gather(fwd_order_[j], kFwd, m, wsrc, hsrc);
+      }
+      if (B(b).units.front() == u) view_[b] = CopyOut(b, view_[b], kFwd, m);
+    }
+    const int node = AddNode(NodeKind::kForward, 0, u, -1, m, ParamReads(u, view_),
+                             {}, absl::StrCat("F ", layout_.units[u].name, Tag(m)));
+    if (b >= 0) last_consumer_[b] = node;
+  }
+  fwd_view_ = view_;
+}
+
+void Builder::Backward(int m) {
+  const int n = static_cast<int>(fwd_order_.size());
+  const int d = p_.backward_prefetch;
+  const bool reduce_now = p_.reduce_every_micro_step || m == p_.micro_steps - 1;
+  std::fill(last_consumer_.begin(), last_consumer_.end(), -1);
+  std::fill(reducer_.begin(), reducer_.end(), -1);
+  auto bwd = [&](int j) { return fwd_order_[n - 1 - j]; };
+  int issued = 0;
+  const int nu = static_cast<int>(layout_.units.size());
+  for (int u = nu - 1; u >= 0; --u) {
+    const int b = layout_.unit_bucket[u];
+    if (b >= 0) {
+      const int k = n - 1 - pos_[b];
+      if (p_.reshard_after_forward && !p_.all_reduce) {
+        while (issued <= std::min(k + d, n - 1)) {
+          const int j = issued++;
+          const int wsrc = j - d - 1 >= 0 ? last_consumer_[bwd(j - d - 1)] : -1;
+          const int hsrc = p_.host_limit > 0 && j - p_.host_limit >= 0
+                               ? last_consumer_[bwd(j - p_.host_limit)]
+                               : -1;
+          view_[bwd(j)] = Gather(bwd(j), kBwd, m, wsrc, hsrc);
+        }
+        if (B(b).units.back() == u) view_[b] = CopyOut(b, view_[b], kBwd, m);
+      } else {
+        view_[b] = fwd_view_[b];
+      }
+    }
+    const std::vector<int> reads = ParamReads(u, view_);
+    const UnitSpec& unit = layout_.units[u];
+    const bool recompute =
+        unit.kind == UnitKind::kBlock &&
+        (p_.recompute_blocks < 0 || unit.block < p_.recompute_blocks);
+    if (recompute) {
+      AddNode(NodeKind::kRecompute, 0, u, -1, m, reads, {},
+              absl::StrCat("R ", unit.name, Tag(m)));
+    }
+    // Gradient buffers this backward writes, and accumulate flags.
+    std::vector<int> writes;
+    std::vector<bool> acc;
+    for (const ParamRef& ref : layout_.unit_params[u]) {
+      int& gb = grad_[ref.bucket];
+      if (gb < 0) {
+        const Bucket& bk = B(ref.bucket);
+        gb = AddBuffer(absl::StrCat("grad.", bk.name,
+                                    bk.resident ? "" : Tag(m)),
+                       BufferRole::kGradFull, ref.bucket, bk.padded_numel,
+                       p_.reduce_dtype, false);
+        grad_written_[ref.bucket].assign(bk.params.size(), false);
+      }
+      acc.push_back(grad_written_[ref.bucket][ref.slot]);
+      grad_written_[ref.bucket][ref.slot] = true;
+      if (std::find(writes.begin(), writes.end(), gb) == writes.end()) {
+        writes.push_back(gb);
+      }
+    }
+    const int node = AddNode(NodeKind::kBackward, 0, u, -1, m, reads, writes,
+                             absl::StrCat("B ", unit.name, Tag(m)));
+    g_.nodes[node].grad_accumulate = std::move(acc);
+    if (b >= 0) {
+      const int k = n - 1 - pos_[b];
+      // Reduce window: the first backward of bucket k waits for the reduce
+      // of bucket k - w.
+      if (reduce_now && B(b).units.back() == u && k - p_.reduce_window >= 0) {
+        const int src = reducer_[bwd(k - p_.reduce_window)];
+        if (src >= 0) window_edges_.push_back({src, node, EdgeKind::kWindow});
+      }
+      last_consumer_[b] = node;
+      if (reduce_now && B(b).units.front() == u) reducer_[b] = Reduce(b, m);
+    }
+  }
+  const int r = layout_.resident_bucket;
+  if (r >= 0 && m == p_.micro_steps - 1 && grad_[r] >= 0) Reduce(r, m);
+}
+
+int Builder::Reduce(int b, int m) {
+  const Bucket& bk = B(b);
+  int src = grad_[b];
+  const std::string suffix = absl::StrCat(bk.name, bk.resident ? "" : Tag(m));
+  if (p_.copy_in_out) {
+    const int in = AddBuffer(absl::StrCat("rs_in.", suffix), BufferRole::kCopy,
+                             b, bk.padded_numel, p_.reduce_dtype, false);
+    AddNode(NodeKind::kCopy, rs_, -1, b, m, {src}, {in},
+            absl::StrCat("COPY-RS ", suffix));
+    src = in;
+  }
+  // Micro-steps after the first add their reduced gradient into the shard.
+  const bool accumulate = p_.reduce_every_micro_step && m > 0 && !bk.resident;
+  int out = gshard_[b];
+  if (accumulate) {
+    out = AddBuffer(absl::StrCat("rs_scratch.", suffix), BufferRole::kRsScratch,
+                    b, p_.all_reduce ? bk.padded_numel : bk.shard_numel,
+                    p_.reduce_dtype, false);
+  }
+  int node = p_.all_reduce
+                 ? AddNode(NodeKind::kAllReduce, rs_, -1, b, m, {src}, {out},
+                           absl::StrCat("AR ", suffix))
+                 : AddNode(NodeKind::kReduceScatter, rs_, -1, b, m, {src},
+                           {out}, absl::StrCat("RS ", suffix));
+  if (accumulate) {
+    node = AddNode(NodeKind::kAccumulate, rs_, -1, b, m, {out, gshard_[b]},
+                   {gshard_[b]}, absl::StrCat("ACC ", suffix));
+  }
+  grad_[b] = -1;
+  final_reduce_[b] = node;
+  return node;
+}
+
+void Builder::Optimizer() {
+  std::vector<int> order(fwd_order_.rbegin(), fwd_order_.rend());
+  if (layout_.resident_bucket >= 0) order.push_back(layout_.resident_bucket);
+  for (int b : order) {
+    if (final_reduce_[b] < 0) continue;  // a bucket no unit reads
+    AddNode(NodeKind::kOptimizer, 0, -1, b, p_.micro_steps - 1,
+            {gshard_[b], master_[b], m1_[b], m2_[b]},
+            {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", B(b).name));
+    AddNode(NodeKind::kCast, 0, -1, b, p_.micro_steps - 1, {master_[b]},
+            {shard_[b]}, absl::StrCat("CAST ", B(b).name));
+  }
+}
+
+void Builder::DeriveDataEdges() {
+  const int nbuf = static_cast<int>(g_.buffers.size());
+  std::vector<int> last_writer(nbuf, -1);
+  std::vector<std::vector<int>> readers(nbuf);
+  std::vector<GraphEdge>& e = g_.edges;
+  for (int v = 0; v < static_cast<int>(g_.nodes.size()); ++v) {
+    const Node& node = g_.nodes[v];
+    for (int r : node.reads) {
+      if (last_writer[r] >= 0) e.push_back({last_writer[r], v, EdgeKind::kData});
+      readers[r].push_back(v);
+    }
+    for (int w : node.writes) {
+      if (last_writer[w] >= 0 && last_writer[w] != v) {
+        e.push_back({last_writer[w], v, EdgeKind::kData});
+      }
+      for (int r : readers[w]) {
+        if (r != v) e.push_back({r, v, EdgeKind::kData});
+      }
+      readers[w].clear();
+      last_writer[w] = v;
+    }
+  }
+  e.insert(e.end(), window_edges_.begin(), window_edges_.end());
+  // Drop same-stream edges (FIFO orders them) and duplicates.
+  e.erase(std::remove_if(e.begin(), e.end(),
+                         [&](const GraphEdge& x) {
+                           return g_.nodes[x.from].stream ==
+                                  g_.nodes[x.to].stream;
+                         }),
+          e.end());
+  std::sort(e.begin(), e.end(), [](const GraphEdge& a, const GraphEdge& b) {
+    return a.from != b.from ? a.from < b.from
+                            : a.to != b.to ? a.to < b.to : a.kind < b.kind;
+  });
+  e.erase(std::unique(e.begin(), e.end(),
+                      [](const GraphEdge& a, const GraphEdge& b) {
+                        return a.from == b.from && a.to == b.to;
+                      }),
+          e.end());
+}
+
+Status Builder::Plan(const GraphOptions& options) {
+  memory::PlanInput& in = g_.plan_input;
+  in.dag.nodes.reserve(g_.nodes.size());
+  for (const Node& n : g_.nodes) in.dag.AddNode(n.name, n.stream);
+  for (const GraphEdge& e : g_.edges) in.dag.AddEdge(e.from, e.to);
+  // Writer and users of each transient buffer.
+  const int nbuf = static_cast<int>(g_.buffers.size());
+  std::vector<int> writer(nbuf, -1);
+  std::vector<std::vector<int>> users(nbuf);
+  for (int v = 0; v < static_cast<int>(g_.nodes.size()); ++v) {
+    for (int w : g_.nodes[v].writes) {
+      if (writer[w] < 0) writer[w] = v; else users[w].push_back(v);
+    }
+    for (int r : g_.nodes[v].reads) users[r].push_back(v);
+  }
+  g_.last_use.assign(nbuf, -1);
+  for (int i = 0; i < nbuf; ++i) {
+    GraphBuffer& buf = g_.buffers[i];
+    if (buf.persistent) {
+      g_.persistent_bytes += buf.bytes();
+      continue;
+    }
+    if (writer[i] < 0) {
+      return absl::InternalError(absl::StrCat("step graph: transient buffer ",
+                                              buf.name, " is never written"));
+    }
+    int last = writer[i];
+    for (int u : users[i]) last = std::max(last, u);
+    g_.last_use[i] = last;
+    buf.plan_id = in.AddBuffer(buf.name, std::max<size_t>(buf.bytes(), 1),
+                               writer[i], users[i]);
+  }
+  if (!options.plan_memory) return absl::OkStatus();
+  memory::PlanOptions po;
+  po.allow_reuse_edges = p_.reuse_edges;
+  const std::vector<Node>& nodes = g_.nodes;
+  po.edge_filter = [&nodes](memory::NodeId from, memory::NodeId to) {
+    if (nodes[to].stream == 0) return false;  // never delay compute
+    // Never delay a gather behind compute: the prefetch window governs.
+    if (nodes[from].stream == 0 && nodes[to].kind != NodeKind::kReduceScatter &&
+        nodes[to].kind != NodeKind::kAllReduce &&
+        nodes[to].kind != NodeKind::kAccumulate) {
+      return false;
+    }
+    return true;
+  };
+  BATON_ASSIGN_OR_RETURN(g_.plan, memory::PlanMemory(in, po));
+  for (const memory::DagEdge& e : g_.plan.added_edges) {
+    g_.edges.push_back({e.from, e.to, EdgeKind::kReuse});
+  }
+  return absl::OkStatus();
+}
+
+Status Builder::DeriveWaits() {
+  memory::StepDag dag;
+  dag.nodes.reserve(g_.nodes.size());
+  for (const Node& n : g_.nodes) dag.AddNode(std::string(), n.stream);
+  for (const GraphEdge& e : g_.edges) dag.AddEdge(e.from, e.to);
+  BATON_ASSIGN_OR_RETURN(memory::HappensBefore hb,
+                         memory::HappensBefore::Build(dag));
+  const int nn = static_cast<int>(g_.nodes.size());
+  std::vector<std::vector<int>> preds(nn);
+  for (const GraphEdge& e : g_.edges) preds[e.to].push_back(e.from);
+  std::vector<int> prev_on_stream(g_.num_streams, -1);
+  std::vector<int> prev_of(nn, -1);
+  for (int v = 0; v < nn; ++v) {
+    const int s = g_.nodes[v].stream;
+    prev_of[v] = prev_on_stream[s];
+    prev_on_stream[s] = v;
+  }
+  for (int v = 0; v < nn; ++v) {
+    Node& node = g_.nodes[v];
+    // Latest predecessor on each other (dense) stream.
+    std::vector<int> need(hb.num_streams(), -1);
+    for (int u : preds[v]) {
+      const int ds = hb.stream(u);
+      if (need[ds] < 0 || hb.index_in_stream(u) > hb.index_in_stream(need[ds])) {
+        need[ds] = u;
+      }
+    }
+    const int prev = prev_of[v];
+    for (int ds = 0; ds < hb.num_streams(); ++ds) {
+      const int u = need[ds];
+      if (u < 0) continue;
+      if (prev >= 0 && (prev == u || hb.Before(u, prev))) continue;
+      node.waits.push_back(u);
+    }
+    std::sort(node.waits.begin(), node.waits.end());
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<StepGraph> Builder::Build(const GraphOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  g_.layout = layout_;
+  g_.policy = p_;
+  ag_ = 1;
+  rs_ = p_.shared_comm_stream ? 1 : 2;
+  g_.num_streams = p_.shared_comm_stream ? 2 : 3;
+  const int nb = static_cast<int>(layout_.buckets.size());
+  pos_.assign(nb, -1);
+  for (int u = 0; u < static_cast<int>(layout_.units.size()); ++u) {
+    const int b = layout_.unit_bucket[u];
+    if (b >= 0 && pos_[b] < 0) {
+      pos_[b] = static_cast<int>(fwd_order_.size());
+      fwd_order_.push_back(b);
+    }
+  }
+  view_.assign(nb, -1);
+  grad_.assign(nb, -1);
+  grad_written_.assign(nb, {});
+  last_consumer_.assign(nb, -1);
+  reducer_.assign(nb, -1);
+  final_reduce_.assign(nb, -1);
+  Persistent();
+  if (p_.all_reduce) view_ = shard_;  // whole parameters, never gathered
+  const int r = layout_.resident_bucket;
+  for (int m = 0; m < p_.micro_steps; ++m) {
+    if (m == 0 && r >= 0) {
+      resident_view_ = Gather(r, kFwd, 0, -1, -1);
+      if (p_.copy_in_out && !p_.all_reduce) {
+        resident_view_ = CopyOut(r, resident_view_, kFwd, 0);
+      }
+    }
+    Forward(m);
+    Backward(m);
+  }
+  Optimizer();
+  DeriveDataEdges();
+  g_.build_ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+  BATON_RETURN_IF_ERROR(Plan(options));
+  BATON_RETURN_IF_ERROR(DeriveWaits());
+  return std::move(g_);
+}
+
+}  // namespace
+
+StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
+                                   const Policy& policy,
+                                   const GraphOptions& options) {
+  BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  const LayoutOptions want =
+      LayoutOptionsFor(policy, layout.options.world_size);
+  const LayoutOptions& have = layout.options;
+  if (want.shard != have.shard || want.bucket_policy != have.bucket_policy ||
+      want.merge_target_bytes != have.merge_target_bytes ||
+      want.resident_small_params != have.resident_small_params ||
+      want.resident_max_numel != have.resident_max_numel ||
+      want.param_dtype != have.param_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step graph: the layout was not built with LayoutOptionsFor(policy ",
+        policy.name, ")"));
+  }
+  return Builder(layout, policy).Build(options);
+}
+
+StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
+                                   int world_size,
+                                   const GraphOptions& options) {
+  BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  BATON_ASSIGN_OR_RETURN(ModelLayout layout,
+                         BuildLayout(spec, LayoutOptionsFor(policy, world_size)));
+  return BuildStepGraph(layout, policy, options);
+}
+
+}  // namespace baton::scheduler
+
+namespace baton::scheduler {
+
+Status VerifyStepGraph(const StepGraph& g) {
+  const int nn = static_cast<int>(g.nodes.size());
+  auto fail = [](auto&&... parts) {
+    return absl::FailedPreconditionError(absl::StrCat("step graph: ", parts...));
+  };
+  for (const GraphEdge& e : g.edges) {
+    if (e.from < 0 || e.to >= nn || e.from >= e.to) {
+      return fail("edge ", e.from, " -> ", e.to, " does not go forward");
+    }
+  }
+  // Happens-before as the executor will enforce it: waits + FIFO only.
+  memory::StepDag dag;
+  for (const Node& n : g.nodes) dag.AddNode(n.name, n.stream);
+  for (int v = 0; v < nn; ++v) {
+    for (int w : g.nodes[v].waits) dag.AddEdge(w, v);
+  }
+  auto built = memory::HappensBefore::Build(dag);
+  if (!built.ok()) return fail(built.status().message());
+  const memory::HappensBefore& hb = *built;
+  for (const GraphEdge& e : g.edges) {
+    if (!hb.Before(e.from, e.to)) {
+      return fail("edge ", g.nodes[e.from].name, " -> ", g.nodes[e.to].name,
+                  " is not enforced by the waits");
+    }
+  }
+  const int nbuf = static_cast<int>(g.buffers.size());
+  std::vector<int> last_writer(nbuf, -1);
+  std::vector<int> reduced_after(nbuf, -1);
+  for (int v = 0; v < nn; ++v) {
+    const Node& n = g.nodes[v];
+    for (int r : n.reads) {
+      const GraphBuffer& buf = g.buffers[r];
+      if (last_writer[r] < 0 && !buf.persistent) {
+        return fail(n.name, " reads ", buf.name, " before anything wrote it");
+      }
+      if (last_writer[r] >= 0 && !hb.Before(last_writer[r], v)) {
+        return fail(n.name, " reads ", buf.name, " without waiting for ",
+                    g.nodes[last_writer[r]].name);
+      }
+      if (buf.role == BufferRole::kGradFull &&
+          (n.kind == NodeKind::kReduceScatter ||
+           n.kind == NodeKind::kAllReduce || n.kind == NodeKind::kCopy)) {
+        reduced_after[r] = v;
+      }
+    }
+    if (IsCompute(n.kind)) {
+      for (const ParamRef& ref : g.layout.unit_params[n.unit]) {
+        int found = -1;
+        for (int r : n.reads) {
+          if (g.buffers[r].bucket == ref.bucket) found = r;
+        }
+        if (found < 0) {
+          return fail(n.name, " reads no buffer of bucket ",
+                      g.layout.buckets[ref.bucket].name);
+        }
+        const int w = last_writer[found];
+        const bool gathered =
+            w >= 0 && (g.nodes[w].kind == NodeKind::kAllGather ||
+                       g.nodes[w].kind == NodeKind::kCopy);
+        const bool whole = g.policy.all_reduce &&
+                           g.buffers[found].role == BufferRole::kShard;
+        if (!gathered && !whole) {
+          return fail(n.name, " reads ", g.buffers[found].name,
+                      " which no all-gather produced this step");
+        }
+      }
+    }
+    for (int w : n.writes) {
+      if (last_writer[w] >= 0 && !hb.Before(last_writer[w], v) &&
+          last_writer[w] != v) {
+        return fail(n.name, " overwrites ", g.buffers[w].name,
+                    " without waiting for ", g.nodes[last_writer[w]].name);
+      }
+      last_writer[w] = v;
+      if (g.buffers[w].role == BufferRole::kGradFull) reduced_after[w] = -1;
+    }
+  }
+  for (int b = 0; b < nbuf; ++b) {
+    if (g.buffers[b].role != BufferRole::kGradFull) continue;
+    if (reduced_after[b] < 0) {
+      return fail("gradient ", g.buffers[b].name,
+                  " is not reduced after its last write");
+    }
+    if (!hb.Before(last_writer[b], reduced_after[b])) {
+      return fail("gradient ", g.buffers[b].name, " is reduced by ",
+                  g.nodes[reduced_after[b]].name,
+                  " without waiting for its last write");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace baton::scheduler

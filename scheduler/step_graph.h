@@ -1,0 +1,159 @@
+// The step graph: every piece of work of one training step on one rank, the
+// buffers each reads and writes, the edges that order them, and the memory
+// plan that places the step's transient buffers in one arena.
+//
+// Nodes come in ISSUE ORDER, which is a deterministic function of (layout,
+// policy) and therefore identical on every rank (NCCL's requirement). Each
+// node runs on one stream class: compute, all-gather, reduce-scatter (the
+// last two may be one stream: Policy::shared_comm_stream).
+//
+// Edges:
+//   kData    derived from the buffers: a reader waits for the last writer, a
+//            writer for the last writer and every reader since (so a buffer
+//            is never overwritten under a reader).
+//   kWindow  the policy's bounds: prefetch depth (an all-gather waits for
+//            compute to finish with an earlier bucket) and the reduce window
+//            (a backward waits for an earlier reduce-scatter).
+//   kReuse   added by the memory planner so that two buffers may share
+//            bytes; the plan is valid only with them.
+// Same-stream edges are free (FIFO); the executor turns each cross-stream
+// edge into an event record + wait, keeping only the waits that the
+// happens-before relation does not already imply (Node::waits).
+//
+// Buffers: transient ones (gathered parameters, full gradients, copies,
+// reduce-scatter scratch) live in the arena at plan offsets; persistent ones
+// (per bucket: the parameter-dtype shard that feeds the all-gather, the fp32
+// master shard, the gradient shard, two fp32 optimizer moments) live across
+// steps in a separate allocation. Under DDP "shard" means the whole bucket.
+//
+// Plain data; immutable once built; safe to share between threads.
+#ifndef BATON_SCHEDULER_STEP_GRAPH_H_
+#define BATON_SCHEDULER_STEP_GRAPH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/dtype.h"
+#include "memory/planner.h"
+#include "runtime/status.h"
+#include "scheduler/layout.h"
+#include "scheduler/policy.h"
+
+namespace baton::scheduler {
+
+enum class StreamClass : int { kCompute = 0, kAllGather = 1, kReduceScatter = 2 };
+
+enum class NodeKind {
+  kForward,
+  kRecompute,
+  kBackward,
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kCopy,        // device copy (FSDP2's copy-in / copy-out / chunk-cat)
+  kAccumulate,  // gradient shard += reduce-scatter scratch
+  kOptimizer,
+  kCast,        // fp32 master shard -> parameter-dtype gather input
+};
+const char* NodeKindName(NodeKind kind);
+bool IsCompute(NodeKind kind);  // forward, recompute, backward
+
+enum class BufferRole {
+  kGathered,   // transient: a bucket's gathered parameters
+  kGradFull,   // transient: a bucket's full gradient
+  kCopy,       // transient: FSDP2's extra copies
+  kRsScratch,  // transient: reduce-scatter output to accumulate
+  kShard,      // persistent: parameter-dtype shard (all-gather input)
+  kMaster,     // persistent: fp32 master shard
+  kGradShard,  // persistent: reduced gradient shard (reduce dtype)
+  kMoment1,    // persistent: fp32
+  kMoment2,    // persistent: fp32
+};
+const char* BufferRoleName(BufferRole role);
+
+struct GraphBuffer {
+  std::string name;
+  BufferRole role = BufferRole::kGathered;
+  int bucket = 0;
+  int64_t numel = 0;
+  DataType dtype = DataType::kF32;
+  bool persistent = false;
+  int plan_id = -1;  // memory::BufferId of a transient buffer
+  size_t bytes() const { return static_cast<size_t>(numel) * DataTypeSize(dtype); }
+};
+
+struct Node {
+  NodeKind kind = NodeKind::kForward;
+  int stream = 0;  // dense stream index: 0 compute, 1 AG, 2 RS (or 1)
+  int unit = -1;   // compute nodes
+  int bucket = -1;  // comm, copy, accumulate, optimizer, cast nodes
+  int micro_step = 0;
+  std::vector<int> reads;   // GraphBuffer indices
+  std::vector<int> writes;
+  // Backward: for each ParamRef of the unit, whether its gradient slice
+  // already holds a value this step (earlier micro-step, or a tied weight's
+  // second user): then the backward must add (+=) rather than assign (=).
+  std::vector<bool> grad_accumulate;
+  // Cross-stream waits the executor issues before this node: source nodes,
+  // at most one per other stream (redundant ones removed).
+  std::vector<int> waits;
+  // Peer emulation (Policy::host_limit): the host blocks until this node has
+  // completed before issuing this one; -1: never.
+  int host_wait = -1;
+  std::string name;
+};
+
+enum class EdgeKind { kData, kWindow, kReuse };
+struct GraphEdge {
+  int from = 0;
+  int to = 0;
+  EdgeKind kind = EdgeKind::kData;
+};
+
+struct StepGraph {
+  ModelLayout layout;
+  Policy policy;
+  int num_streams = 3;
+  std::vector<Node> nodes;  // issue order
+  std::vector<GraphEdge> edges;
+  std::vector<GraphBuffer> buffers;
+  memory::PlanInput plan_input;  // the DAG and transient buffers as planned
+  memory::MemoryPlan plan;
+  // For each transient buffer: the node after which it is dead this step.
+  std::vector<int> last_use;
+  size_t persistent_bytes = 0;  // sum of persistent buffers
+  double build_ms = 0;          // graph construction, plan excluded
+
+  // Names of each stream class present, e.g. {"compute", "allgather", "reducescatter"}.
+  std::vector<std::string> stream_names() const;
+  // One line per node: index, stream, name, waits.
+  std::string ToText() const;
+};
+
+struct GraphOptions {
+  bool plan_memory = true;  // false: skip the planner (plan stays empty)
+};
+
+// Builds the graph of one step for `policy` on `layout` (whose options must
+// be LayoutOptionsFor(policy, world)), derives its edges and plans memory.
+// InvalidArgument for an invalid policy or a layout built for other options.
+StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
+                                   const Policy& policy,
+                                   const GraphOptions& options = {});
+
+// Convenience: layout + graph for a model, a policy and a world size.
+StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
+                                   int world_size,
+                                   const GraphOptions& options = {});
+
+// Checks the invariants every schedule must hold, independently of how the
+// graph was built: every gathered buffer is written by an all-gather (or is
+// a copy of one) before any compute reads it; every gradient buffer is
+// reduced after its last write; every edge goes forward; the waits cover
+// every cross-stream edge. FailedPrecondition naming the first violation.
+Status VerifyStepGraph(const StepGraph& graph);
+
+}  // namespace baton::scheduler
+
+#endif  // BATON_SCHEDULER_STEP_GRAPH_H_

@@ -1,0 +1,74 @@
+// Test support for the scheduler: inproc ranks as threads, and a toy
+// "model" whose compute callbacks are deterministic and exact, with an
+// unsharded reference, so that a sharded run can be compared bit for bit.
+//
+// Toy math, per rank r, micro-step m, unit u (p = the parameter as the
+// trainer sees it, in the parameter dtype):
+//   forward   act[r][m][u] = (sum over its params and elements of
+//             floor(4 p)) mod 1009
+//   backward  g_i = (r + 1) * ((7 i + u) mod 5 - 2) + (floor(4 p_i) mod 13)
+//                   + (act[r][m][u] mod 7) + m
+//   optimizer master_i -= 1/16 * (G_i * grad_scale), G = sum over ranks,
+//             micro-steps and units that read the parameter
+// Every gradient is a small integer, so sums are exact in any order and
+// the sharded result must equal the reference exactly.
+#ifndef BATON_SCHEDULER_TESTING_H_
+#define BATON_SCHEDULER_TESTING_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "runtime/device.h"
+#include "runtime/status.h"
+#include "scheduler/executor.h"
+#include "scheduler/step_graph.h"
+
+namespace baton::scheduler::testing {
+
+// Runs body(rank) on n threads at once and joins them.
+void RunRanks(int n, const std::function<void(int)>& body);
+
+// n inproc communicators over one host device (created on n threads).
+struct InprocGroup {
+  std::unique_ptr<Device> device;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+StatusOr<InprocGroup> CreateInprocGroup(int n);
+
+// Deterministic initial value of element i of a parameter.
+float InitialValue(const ParamSlot& slot, int64_t i);
+
+class ToyModel {
+ public:
+  // `ranks` threads share one ToyModel; the activations are per rank.
+  explicit ToyModel(int ranks) : act_(ranks) {}
+  // Callbacks for rank `rank` (host streams only).
+  StepCallbacks Callbacks(int rank);
+
+  // The unsharded reference: full fp32 parameters by name.
+  struct Reference {
+    std::map<std::string, std::vector<float>> params;
+  };
+  static Reference InitialReference(const ModelLayout& layout);
+  // One step of `ranks` ranks with `micro_steps` micro-steps, parameters
+  // seen in `param_dtype` by the compute.
+  static void ReferenceStep(const ModelLayout& layout, int ranks,
+                            int micro_steps, DataType param_dtype,
+                            Reference& ref);
+  // Compares this rank's master shards with the reference; "" when every
+  // element is bit-identical, else a description of the first mismatch.
+  static std::string CompareShards(Executor& executor, const Reference& ref);
+
+ private:
+  std::vector<std::map<std::pair<int, int>, int64_t>> act_;  // [rank][(m,u)]
+  std::mutex mu_;
+};
+
+}  // namespace baton::scheduler::testing
+
+#endif  // BATON_SCHEDULER_TESTING_H_
