@@ -1,0 +1,198 @@
+// ./bazelw run //bench:scheduler
+//
+// Prints, per policy, what it costs to build the step graph and plan its
+// memory for a large model on many ranks, and what the executor costs the
+// host per issued node on the host runtime (inproc, 2 ranks, callbacks that
+// enqueue nothing: the scheduler's own overhead). The last line is one JSON
+// object; build_and_plan_ms and issue_us_per_node are baton's own policy.
+//
+// Flags: --model=llama3-405b --ranks=16384 --issue-model=tiny
+//        --issue-steps=200
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "comm/factory.h"
+#include "nlohmann/json.hpp"
+#include "runtime/device.h"
+#include "scheduler/executor.h"
+#include "scheduler/step_graph.h"
+
+namespace baton::scheduler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+struct Flags {
+  std::string model = "llama3-405b";
+  int ranks = 16384;
+  std::string issue_model = "tiny";
+  int issue_steps = 200;
+};
+
+[[noreturn]] void Usage(const std::string& error) {
+  std::fprintf(stderr, "bench/scheduler: %s\n", error.c_str());
+  std::fprintf(stderr,
+               "usage: scheduler [--model=NAME] [--ranks=N] "
+               "[--issue-model=NAME] [--issue-steps=N]\n");
+  std::exit(2);
+}
+
+Flags Parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto eq = a.find('=');
+    const std::string key = a.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : a.substr(eq + 1);
+    auto number = [&](int lo) {
+      char* end = nullptr;
+      const long v = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || v < lo || v > (1 << 30)) {
+        Usage(absl::StrCat(key, " needs an integer >= ", lo, ", got \"",
+                           value, "\""));
+      }
+      return static_cast<int>(v);
+    };
+    if (key == "--model") f.model = value;
+    else if (key == "--ranks") f.ranks = number(1);
+    else if (key == "--issue-model") f.issue_model = value;
+    else if (key == "--issue-steps") f.issue_steps = number(1);
+    else Usage(absl::StrCat("unknown flag ", a));
+  }
+  return f;
+}
+
+struct IssueCost {
+  double us_per_node = 0;  // median over steps
+  int nodes = 0;
+};
+
+// Median host time of Executor::Step per node, 2 inproc ranks.
+StatusOr<IssueCost> MeasureIssue(const ModelSpec& spec, const Policy& policy,
+                                 int steps) {
+  const int ranks = 2;
+  BATON_ASSIGN_OR_RETURN(auto device, CreateHostDevice());
+  std::vector<std::unique_ptr<Communicator>> comms(ranks);
+  std::vector<Status> status(ranks);
+  std::vector<std::vector<double>> samples(ranks);
+  BATON_ASSIGN_OR_RETURN(StepGraph graph, BuildStepGraph(spec, policy, ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      CommConfig cfg;
+      cfg.backend = "inproc";
+      cfg.rank = r;
+      cfg.size = ranks;
+      cfg.device = device.get();
+      cfg.group = absl::StrCat("bench-", policy.name);
+      auto comm = CreateCommunicator(cfg);
+      if (!comm.ok()) {
+        status[r] = comm.status();
+        return;
+      }
+      comms[r] = std::move(*comm);
+      auto exec = Executor::Create(graph, *device, *comms[r]);
+      if (!exec.ok()) {
+        status[r] = exec.status();
+        return;
+      }
+      StepCallbacks cb;
+      cb.compute = [](const ComputeContext&) { return absl::OkStatus(); };
+      for (int s = 0; s < steps + 5; ++s) {
+        const auto t0 = Clock::now();
+        Status st = (*exec)->Step(cb);
+        const auto t1 = Clock::now();
+        if (st.ok()) st = (*exec)->Synchronize();
+        if (!st.ok()) {
+          status[r] = st;
+          comms[r]->Abort();
+          return;
+        }
+        if (s >= 5) samples[r].push_back(Ms(t1 - t0) * 1e3 / graph.nodes.size());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& s : status) BATON_RETURN_IF_ERROR(s);
+  std::vector<double> all;
+  for (const auto& v : samples) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  return IssueCost{all[all.size() / 2], static_cast<int>(graph.nodes.size())};
+}
+
+int Main(int argc, char** argv) {
+  const Flags f = Parse(argc, argv);
+  auto spec = ModelPreset(f.model);
+  if (!spec.ok()) Usage(std::string(spec.status().message()));
+  auto issue_spec = ModelPreset(f.issue_model);
+  if (!issue_spec.ok()) Usage(std::string(issue_spec.status().message()));
+
+  std::printf("# step graph + memory plan: %s on %d ranks\n", f.model.c_str(),
+              f.ranks);
+  std::printf("# issue cost: %s, inproc, 2 ranks, host streams, %d steps "
+              "(median per node of Executor::Step's host time)\n",
+              f.issue_model.c_str(), f.issue_steps);
+  std::printf("%-8s %7s %7s %9s %9s %9s %12s %12s %7s %10s\n", "policy",
+              "nodes", "edges", "build_ms", "plan_ms", "total_ms",
+              "arena_GiB", "bound_GiB", "ratio", "issue_us");
+  nlohmann::json out;
+  out["model"] = f.model;
+  out["ranks"] = f.ranks;
+  out["issue_model"] = f.issue_model;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& name : PolicyPresetNames()) {
+    const Policy policy = *PolicyPreset(name);
+    const auto t0 = Clock::now();
+    auto graph = BuildStepGraph(*spec, policy, f.ranks);
+    const double total_ms = Ms(Clock::now() - t0);
+    if (!graph.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                   graph.status().ToString().c_str());
+      return 1;
+    }
+    auto issue = MeasureIssue(*issue_spec, policy, f.issue_steps);
+    if (!issue.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                   issue.status().ToString().c_str());
+      return 1;
+    }
+    const double gib = 1024.0 * 1024 * 1024;
+    std::printf("%-8s %7zu %7zu %9.1f %9.1f %9.1f %12.3f %12.3f %7.3f %10.2f\n",
+                name.c_str(), graph->nodes.size(), graph->edges.size(),
+                graph->build_ms, graph->plan.plan_ms, total_ms,
+                graph->plan.arena_bytes / gib,
+                graph->plan.lower_bound_bytes / gib, graph->plan.ratio(),
+                issue->us_per_node);
+    rows.push_back({{"policy", name},
+                    {"nodes", graph->nodes.size()},
+                    {"build_and_plan_ms", total_ms},
+                    {"arena_bytes", graph->plan.arena_bytes},
+                    {"lower_bound_bytes", graph->plan.lower_bound_bytes},
+                    {"issue_us_per_node", issue->us_per_node}});
+    if (name == "baton") {
+      out["build_and_plan_ms"] = total_ms;
+      out["issue_us_per_node"] = issue->us_per_node;
+    }
+  }
+  out["policies"] = rows;
+  out["cuda_graph"] = nullptr;  // eager vs replay: needs a GPU and nccl
+  std::printf("# targets: build_and_plan_ms <= 1000, issue_us_per_node <= 5\n");
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace baton::scheduler
+
+int main(int argc, char** argv) { return baton::scheduler::Main(argc, argv); }

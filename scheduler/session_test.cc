@@ -1,0 +1,129 @@
+#include "scheduler/session.h"
+
+#include "gtest/gtest.h"
+#include "scheduler/testing.h"
+
+namespace baton::scheduler {
+namespace {
+
+using testing::CreateInprocGroup;
+using testing::RunRanks;
+using testing::ToyModel;
+
+// Drives one step through the hooks, calling the toy model's callbacks as a
+// trainer with its own loop would.
+Status HookStep(Session& s, ToyModel& toy, int rank) {
+  const StepCallbacks cb = toy.Callbacks(rank);
+  const int units = static_cast<int>(s.graph().layout.units.size());
+  BATON_RETURN_IF_ERROR(s.BeginStep());
+  for (int m = 0; m < s.graph().policy.micro_steps; ++m) {
+    for (int u = 0; u < units; ++u) {
+      BATON_ASSIGN_OR_RETURN(UnitViews v, s.PreForward(u));
+      ComputeContext ctx;
+      ctx.kind = NodeKind::kForward;
+      ctx.unit = u;
+      ctx.micro_step = v.micro_step;
+      ctx.stream = v.stream;
+      ctx.params = v.params;
+      BATON_RETURN_IF_ERROR(cb.compute(ctx));
+      BATON_RETURN_IF_ERROR(s.PostForward(u));
+    }
+    for (int u = units - 1; u >= 0; --u) {
+      BATON_ASSIGN_OR_RETURN(UnitViews v, s.PreBackward(u));
+      ComputeContext ctx;
+      ctx.unit = u;
+      ctx.micro_step = v.micro_step;
+      ctx.stream = v.stream;
+      ctx.params = v.params;
+      if (v.recompute) {
+        ctx.kind = NodeKind::kRecompute;
+        BATON_RETURN_IF_ERROR(cb.compute(ctx));
+      }
+      ctx.kind = NodeKind::kBackward;
+      ctx.grads = v.grads;
+      ctx.grad_accumulate = v.grad_accumulate;
+      BATON_RETURN_IF_ERROR(cb.compute(ctx));
+      BATON_RETURN_IF_ERROR(s.PostBackward(u));
+    }
+  }
+  return s.FinishStep(cb.optimizer);
+}
+
+TEST(SessionTest, HooksReproduceTheReference) {
+  for (const std::string& name : PolicyPresetNames()) {
+    const int ranks = 2;
+    Policy p = *PolicyPreset(name);
+    p.param_dtype = DataType::kF32;
+    p.micro_steps = 2;
+    p.recompute_blocks = 1;
+    const ModelSpec spec = *ModelPreset("micro");
+    auto group = CreateInprocGroup(ranks);
+    ASSERT_TRUE(group.ok());
+    auto layout = BuildLayout(spec, LayoutOptionsFor(p, ranks));
+    ASSERT_TRUE(layout.ok());
+    ToyModel::Reference ref = ToyModel::InitialReference(*layout);
+    for (int s = 0; s < 3; ++s) {
+      ToyModel::ReferenceStep(*layout, ranks, 2, DataType::kF32, ref);
+    }
+    ToyModel toy(ranks);
+    std::vector<std::string> errors(ranks);
+    RunRanks(ranks, [&](int r) {
+      auto graph = BuildStepGraph(spec, p, ranks);
+      auto session = Session::Create(*graph, *group->device, *group->comms[r]);
+      if (!session.ok()) {
+        errors[r] = session.status().ToString();
+        return;
+      }
+      Status st = (*session)->executor().InitParameters(
+          [](const ParamSlot& slot, float* out) {
+            for (int64_t i = 0; i < slot.numel; ++i) {
+              out[i] = testing::InitialValue(slot, i);
+            }
+          });
+      for (int s = 0; st.ok() && s < 3; ++s) st = HookStep(**session, toy, r);
+      if (st.ok()) st = (*session)->executor().Synchronize();
+      errors[r] = st.ok() ? ToyModel::CompareShards((*session)->executor(), ref)
+                          : st.ToString();
+      if (!st.ok()) group->comms[r]->Abort();
+    });
+    for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[r], "") << name;
+  }
+}
+
+TEST(SessionTest, OutOfOrderCallsNameTheExpectedHook) {
+  const ModelSpec spec = *ModelPreset("micro");
+  Policy p = *PolicyPreset("baton");
+  auto graph = BuildStepGraph(spec, p, 1);
+  ASSERT_TRUE(graph.ok());
+  auto group = CreateInprocGroup(1);
+  ASSERT_TRUE(group.ok());
+  auto session = Session::Create(*graph, *group->device, *group->comms[0]);
+  ASSERT_TRUE(session.ok());
+  Session& s = **session;
+  EXPECT_EQ(s.PreForward(0).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // no BeginStep
+  ASSERT_TRUE(s.BeginStep().ok());
+  auto wrong = s.PreForward(2);
+  ASSERT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(wrong.status().message().find("expected PreForward(embedding)"),
+            std::string::npos)
+      << wrong.status();
+  ASSERT_TRUE(s.PreForward(0).ok());
+  auto post = s.PostForward(1);
+  ASSERT_EQ(post.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(post.message().find("expected PostForward(embedding)"),
+            std::string::npos)
+      << post;
+  EXPECT_EQ(s.PreBackward(0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s.PostForward(0).ok());
+  auto finish = s.FinishStep(nullptr);
+  ASSERT_EQ(finish.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(finish.message().find("PreForward(block0)"), std::string::npos)
+      << finish;
+  EXPECT_EQ(s.PreForward(99).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace baton::scheduler
