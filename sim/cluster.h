@@ -1,0 +1,52 @@
+// A cluster as the simulator sees it: GPU speed and memory, and the two
+// link levels of a node-based cluster (NVLink inside a node, InfiniBand
+// across nodes). Presets hold one set of constants per GPU type, shared by
+// every model and size: nothing here is tuned per case.
+//
+// Every field can be overridden from JSON (ApplyClusterJson): a flat object
+// with the field names below, e.g. {"nic_gbps": 25, "gpus_per_node": 4}.
+// Plain data; copyable.
+#ifndef BATON_SIM_CLUSTER_H_
+#define BATON_SIM_CLUSTER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "runtime/status.h"
+
+namespace baton::sim {
+
+struct ClusterSpec {
+  std::string name;
+  int gpus_per_node = 8;
+  double peak_tflops = 989;     // dense bf16 per GPU
+  // Fraction of peak a large GEMM-dominated transformer block sustains
+  // (measured-kernel level, not MFU): the one compute calibration constant.
+  double matmul_efficiency = 0.7;
+  double hbm_gbps = 3000;       // measured device-copy bandwidth, GB/s
+  double memory_gib = 80;       // device memory
+  double reserved_gib = 4;      // context, NCCL buffers, fragmentation
+  double nvlink_gbps = 370;     // ring busbw inside a node, GB/s per GPU
+  double nic_gbps = 50;         // network bandwidth per GPU, GB/s
+  double base_latency_us = 8.4;  // NCCL ring base latency
+  double nvlink_hop_us = 3.4;    // per NVLink hop
+  double net_hop_us = 14;        // per network hop
+  double host_issue_us = 4;      // host time to issue one node
+};
+
+// "h100": 8 x H100 SXM per node, NVLink4, 8 x 400 Gb/s NDR per node.
+// "a100": DGX A100 80 GB, NVLink3, 8 x 200 Gb/s HDR per node.
+// NotFound listing the names otherwise.
+StatusOr<ClusterSpec> ClusterPreset(absl::string_view name);
+std::vector<std::string> ClusterPresetNames();
+
+// Overrides fields from a JSON object. InvalidArgument naming an unknown
+// field, a non-number, or a non-positive value.
+Status ApplyClusterJson(absl::string_view json_text, ClusterSpec& spec);
+
+Status ValidateCluster(const ClusterSpec& spec);
+
+}  // namespace baton::sim
+
+#endif  // BATON_SIM_CLUSTER_H_

@@ -1,0 +1,416 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace baton::sim {
+namespace {
+
+using scheduler::Bucket;
+using scheduler::GraphBuffer;
+using scheduler::ModelSpec;
+using scheduler::Node;
+using scheduler::NodeKind;
+using scheduler::StepGraph;
+using scheduler::UnitKind;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Cost {
+  double latency_s = 0;  // not shared
+  double work_s = 0;     // at full link bandwidth; shared while concurrent
+  bool comm = false;
+};
+
+// Ring collective time over the two-level cluster for full size `bytes`.
+Cost RingCost(const ClusterSpec& c, int n, double bytes, bool all_reduce,
+              double bw_scale) {
+  Cost cost;
+  cost.comm = true;
+  if (n <= 1) return cost;
+  const int g = std::min(n, c.gpus_per_node);
+  const int m = (n + g - 1) / g;
+  const double nvl = c.nvlink_gbps * 1e9 * bw_scale;
+  const double nic = c.nic_gbps * 1e9 * bw_scale;
+  double lat = c.base_latency_us + (g - 1) * c.nvlink_hop_us +
+               (m - 1) * c.net_hop_us;
+  double work = (g - 1.0) / g * bytes / nvl;
+  if (m > 1) work += (m - 1.0) / m * bytes / (g * nic);
+  if (all_reduce) {
+    lat *= 2;
+    work *= 2;
+  }
+  cost.latency_s = lat * 1e-6;
+  cost.work_s = work;
+  return cost;
+}
+
+class Model {
+ public:
+  Model(const StepGraph& g, const ClusterSpec& c, const Workload& w,
+        const SimOptions& o)
+      : g_(g), c_(c), w_(w), o_(o) {}
+
+  Cost NodeCost(const Node& n) const {
+    const ModelSpec& m = g_.layout.spec;
+    const double tokens = static_cast<double>(w_.seq * w_.micro_batch);
+    const double flops_rate = c_.peak_tflops * 1e12 * c_.matmul_efficiency;
+    const double hbm = c_.hbm_gbps * 1e9;
+    auto bound = [&](double flops, double bytes) {
+      Cost cost;
+      cost.latency_s = std::max(flops / flops_rate, bytes / hbm);
+      return cost;
+    };
+    auto buffer_bytes = [&](int b) { return static_cast<double>(g_.buffers[b].bytes()); };
+    switch (n.kind) {
+      case NodeKind::kForward:
+      case NodeKind::kRecompute:
+      case NodeKind::kBackward: {
+        const double mult = n.kind == NodeKind::kBackward ? 2.0 : 1.0;
+        const scheduler::UnitSpec& u = g_.layout.units[n.unit];
+        const double weights = static_cast<double>(u.numel()) * 2;
+        switch (u.kind) {
+          case UnitKind::kBlock:
+            return bound(mult * scheduler::BlockForwardFlops(m, w_.seq) *
+                             static_cast<double>(w_.micro_batch),
+                         mult * weights + tokens * m.hidden * 34 * mult);
+          case UnitKind::kLmHead:
+            return bound(mult * 2.0 * tokens * m.hidden * m.vocab,
+                         mult * m.vocab * m.hidden * 2.0 + tokens * m.vocab * 6);
+          case UnitKind::kEmbedding:
+            return bound(0, tokens * m.hidden * 4 +
+                                (n.kind == NodeKind::kBackward
+                                     ? m.vocab * m.hidden * 4.0
+                                     : 0));
+          case UnitKind::kFinalNorm:
+            return bound(0, tokens * m.hidden * 6 * mult);
+        }
+        return Cost{};
+      }
+      case NodeKind::kAllGather:
+        if (o_.free_comm) return Cost{0, 0, true};
+        return RingCost(c_, w_.gpus, buffer_bytes(n.writes[0]), false,
+                        o_.bandwidth_scale);
+      case NodeKind::kReduceScatter:
+        if (o_.free_comm) return Cost{0, 0, true};
+        return RingCost(c_, w_.gpus, buffer_bytes(n.reads[0]), false,
+                        o_.bandwidth_scale);
+      case NodeKind::kAllReduce:
+        if (o_.free_comm) return Cost{0, 0, true};
+        return RingCost(c_, w_.gpus, buffer_bytes(n.reads[0]), true,
+                        o_.bandwidth_scale);
+      case NodeKind::kCopy:
+        return bound(0, 2 * buffer_bytes(n.writes[0]));
+      case NodeKind::kAccumulate:
+        return bound(0, 3 * buffer_bytes(n.writes[0]));
+      case NodeKind::kOptimizer: {
+        const double e = static_cast<double>(g_.layout.buckets[n.bucket].shard_numel);
+        return bound(0, e * 28);  // read grad, master, m, v; write three
+      }
+      case NodeKind::kCast:
+        return bound(0, buffer_bytes(n.writes[0]) * 3);
+    }
+    return Cost{};
+  }
+
+  StatusOr<SimResult> Run() {
+    const int nn = static_cast<int>(g_.nodes.size());
+    const int ns = g_.num_streams;
+    std::vector<Cost> cost(nn);
+    for (int i = 0; i < nn; ++i) cost[i] = NodeCost(g_.nodes[i]);
+    std::vector<std::vector<int>> queue(ns);
+    for (int i = 0; i < nn; ++i) queue[g_.nodes[i].stream].push_back(i);
+    std::vector<size_t> head(ns, 0);
+    std::vector<double> start(nn, kInf), finish(nn, kInf), issue(nn, kInf);
+    const double issue_s = c_.host_issue_us * 1e-6;
+    int issued = 0;
+    double host_t = 0;
+    // Issue nodes whose host wait has finished (by time `t`).
+    auto advance_host = [&](double t) {
+      while (issued < nn) {
+        const int hw = g_.nodes[issued].host_wait;
+        double at = host_t;
+        if (hw >= 0) {
+          if (finish[hw] > t) break;
+          at = std::max(at, finish[hw]);
+        }
+        issue[issued] = at;
+        host_t = at + issue_s;
+        ++issued;
+      }
+    };
+    struct Active {
+      int node;
+      double latency_left;
+      double work_left;
+    };
+    std::vector<int> running(ns, -1);
+    std::vector<double> compute_end(ns, kInf);
+    std::vector<Active> comm;
+    double t = 0;
+    int done = 0;
+    SimResult r;
+    double last_compute_end = 0;
+    double compute_busy = 0;
+    while (done < nn) {
+      advance_host(t);
+      // Start what can start now.
+      for (int s = 0; s < ns; ++s) {
+        if (running[s] >= 0 || head[s] >= queue[s].size()) continue;
+        const int v = queue[s][head[s]];
+        if (issue[v] > t) continue;
+        bool ready = true;
+        for (int w : g_.nodes[v].waits) ready &= finish[w] <= t;
+        if (!ready) continue;
+        running[s] = v;
+        start[v] = t;
+        ++head[s];
+        if (cost[v].comm) {
+          comm.push_back({v, cost[v].latency_s, cost[v].work_s});
+        } else {
+          compute_end[s] = t + cost[v].latency_s;
+        }
+        if (s == 0) {
+          // Blame the idle gap before this compute-stream node.
+          const double gap = t - last_compute_end;
+          if (gap > 0) {
+            int blame = -1;
+            double latest = -1;
+            for (int w : g_.nodes[v].waits) {
+              if (finish[w] > latest) {
+                latest = finish[w];
+                blame = w;
+              }
+            }
+            if (issue[v] >= latest || blame < 0) {
+              r.exposed_host_s += gap;
+            } else if (g_.nodes[blame].stream == 1 &&
+                       g_.nodes[blame].kind != NodeKind::kReduceScatter &&
+                       g_.nodes[blame].kind != NodeKind::kAllReduce &&
+                       g_.nodes[blame].kind != NodeKind::kAccumulate) {
+              r.exposed_ag_s += gap;
+            } else {
+              r.exposed_rs_s += gap;
+            }
+          }
+        }
+      }
+      // Next event.
+      int sharing = 0;
+      for (const Active& a : comm) sharing += a.latency_left <= 0 && a.work_left > 0;
+      const double rate = sharing > 0 ? 1.0 / sharing : 1.0;
+      double next = kInf;
+      for (int s = 0; s < ns; ++s) next = std::min(next, compute_end[s]);
+      for (const Active& a : comm) {
+        next = std::min(next, a.latency_left > 0 ? t + a.latency_left
+                                                 : t + a.work_left / rate);
+      }
+      if (issued < nn) {
+        const int hw = g_.nodes[issued].host_wait;
+        if (hw < 0 || finish[hw] <= t) next = std::min(next, std::max(t, host_t));
+      }
+      for (int s = 0; s < ns; ++s) {
+        if (running[s] < 0 && head[s] < queue[s].size()) {
+          const int v = queue[s][head[s]];
+          if (issue[v] > t && issue[v] < kInf) next = std::min(next, issue[v]);
+        }
+      }
+      if (next == kInf) {
+        return absl::InternalError(absl::StrCat(
+            "simulator: deadlock at t=", t, " with ", nn - done,
+            " nodes left (policy ", g_.policy.name, ")"));
+      }
+      const double dt = next - t;
+      constexpr double kTol = 1e-9;  // 1 ns: below any modelled cost
+      for (Active& a : comm) {
+        if (a.latency_left > 0) {
+          a.latency_left -= dt;
+          if (a.latency_left <= kTol) a.latency_left = 0;
+        } else {
+          a.work_left -= dt * rate;
+          if (a.work_left <= kTol) a.work_left = 0;
+        }
+      }
+      t = next;
+      // Complete.
+      for (int s = 0; s < ns; ++s) {
+        if (compute_end[s] <= t) {
+          const int v = running[s];
+          finish[v] = compute_end[s];
+          if (s == 0) {
+            compute_busy += finish[v] - start[v];
+            last_compute_end = finish[v];
+          }
+          compute_end[s] = kInf;
+          running[s] = -1;
+          ++done;
+        }
+      }
+      for (size_t k = 0; k < comm.size();) {
+        Active& a = comm[k];
+        if (a.latency_left <= 0 && a.work_left <= 0) {
+          finish[a.node] = t;
+          running[g_.nodes[a.node].stream] = -1;
+          ++done;
+          comm[k] = comm.back();
+          comm.pop_back();
+        } else {
+          ++k;
+        }
+      }
+    }
+    double step = 0;
+    for (int i = 0; i < nn; ++i) step = std::max(step, finish[i]);
+    // The tail after the last compute-stream node waits on reductions.
+    r.exposed_rs_s += std::max(0.0, step - last_compute_end);
+    r.step_s = step;
+    r.compute_s = compute_busy;
+    if (o_.timeline) {
+      for (int i = 0; i < nn; ++i) {
+        r.timeline.push_back({i, g_.nodes[i].stream, start[i], finish[i]});
+      }
+    }
+    return r;
+  }
+
+ private:
+  const StepGraph& g_;
+  const ClusterSpec& c_;
+  const Workload& w_;
+  const SimOptions& o_;
+};
+
+}  // namespace
+
+Status ValidateWorkload(const Workload& w) {
+  if (w.gpus < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpus must be positive, got ", w.gpus));
+  }
+  if (w.seq < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--seq must be positive, got ", w.seq));
+  }
+  if (w.global_batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--global-batch must be positive, got ", w.global_batch));
+  }
+  if (w.micro_batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--micro-batch must be positive, got ", w.micro_batch));
+  }
+  if (w.global_batch % w.gpus != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--global-batch ", w.global_batch,
+                     " does not divide over --gpus ", w.gpus));
+  }
+  const int64_t local = w.global_batch / w.gpus;
+  if (local % w.micro_batch != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the local batch ", local, " (global ", w.global_batch,
+                     " / ", w.gpus, " GPUs) does not divide into micro-batches of ",
+                     w.micro_batch));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<scheduler::Policy> SimPolicy(const std::string& name,
+                                      const Workload& w) {
+  BATON_RETURN_IF_ERROR(ValidateWorkload(w));
+  BATON_ASSIGN_OR_RETURN(scheduler::Policy p, scheduler::PolicyPreset(name));
+  p.micro_steps = static_cast<int>(w.global_batch / w.gpus / w.micro_batch);
+  p.reduce_every_micro_step = p.micro_steps > 1;
+  return p;
+}
+
+MemoryBreakdown ActivationMemory(const ModelSpec& m, const Workload& w,
+                                 int recompute_blocks) {
+  MemoryBreakdown mem;
+  const double sbh = static_cast<double>(w.seq) * w.micro_batch * m.hidden;
+  const int64_t recomputed =
+      recompute_blocks < 0 ? m.layers : std::min<int64_t>(recompute_blocks, m.layers);
+  mem.activations = recomputed * 2 * sbh + (m.layers - recomputed) * 34 * sbh +
+                    2 * sbh;  // the embedding output
+  if (recomputed > 0) mem.activations += 34 * sbh;  // one block rebuilt
+  mem.logits = static_cast<double>(w.seq) * w.micro_batch * m.vocab * 6;
+  return mem;
+}
+
+StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
+                                  const ClusterSpec& cluster,
+                                  const Workload& workload,
+                                  const SimOptions& options) {
+  BATON_RETURN_IF_ERROR(ValidateCluster(cluster));
+  BATON_RETURN_IF_ERROR(ValidateWorkload(workload));
+  if (graph.layout.options.world_size != workload.gpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "simulator: graph built for ", graph.layout.options.world_size,
+        " ranks, workload has ", workload.gpus, " GPUs"));
+  }
+  Model model(graph, cluster, workload, options);
+  BATON_ASSIGN_OR_RETURN(SimResult r, model.Run());
+  const ModelSpec& m = graph.layout.spec;
+  r.policy = graph.policy.name;
+  r.recompute_blocks = graph.policy.recompute_blocks < 0
+                           ? static_cast<int>(m.layers)
+                           : graph.policy.recompute_blocks;
+  const double local = static_cast<double>(workload.global_batch) / workload.gpus;
+  r.mfu = scheduler::TrainingFlopsPerSequence(m, workload.seq) * local /
+          (r.step_s * cluster.peak_tflops * 1e12);
+  r.tokens_per_s_per_gpu = local * workload.seq / r.step_s;
+  r.memory = ActivationMemory(m, workload, graph.policy.recompute_blocks);
+  r.memory.states = static_cast<double>(graph.persistent_bytes);
+  r.memory.arena = static_cast<double>(graph.plan.arena_bytes);
+  r.memory.reserved = cluster.reserved_gib * 1073741824.0;
+  r.fits = r.memory.peak() <= cluster.memory_gib * 1073741824.0;
+  r.arena_bytes = graph.plan.arena_bytes;
+  r.lower_bound_bytes = graph.plan.lower_bound_bytes;
+  return r;
+}
+
+StatusOr<SimResult> Simulate(const ModelSpec& model, const ClusterSpec& cluster,
+                             const Workload& workload,
+                             const std::string& policy_name,
+                             int recompute_blocks, const SimOptions& options) {
+  BATON_ASSIGN_OR_RETURN(scheduler::Policy policy,
+                         SimPolicy(policy_name, workload));
+  if (recompute_blocks == kAutoRecompute) {
+    // Arena and states do not depend on recompute: plan once, then pick the
+    // fewest recomputed blocks that fit.
+    policy.recompute_blocks = 0;
+    BATON_ASSIGN_OR_RETURN(StepGraph g0,
+                           scheduler::BuildStepGraph(model, policy, workload.gpus));
+    const double fixed = static_cast<double>(g0.persistent_bytes) +
+                         static_cast<double>(g0.plan.arena_bytes) +
+                         cluster.reserved_gib * 1073741824.0;
+    int chosen = -1;
+    for (int n = 0; n <= model.layers; ++n) {
+      const MemoryBreakdown a = ActivationMemory(model, workload, n);
+      if (fixed + a.activations + a.logits <= cluster.memory_gib * 1073741824.0) {
+        chosen = n;
+        break;
+      }
+    }
+    policy.recompute_blocks = chosen < 0 ? -1 : chosen;
+    if (chosen == 0) {
+      BATON_ASSIGN_OR_RETURN(SimResult r,
+                             SimulateGraph(g0, cluster, workload, options));
+      return r;
+    }
+  } else {
+    if (recompute_blocks < -1 || recompute_blocks > model.layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--recompute-layers must be 0..", model.layers,
+          ", all or auto; got ", recompute_blocks));
+    }
+    policy.recompute_blocks = recompute_blocks;
+  }
+  BATON_ASSIGN_OR_RETURN(StepGraph g,
+                         scheduler::BuildStepGraph(model, policy, workload.gpus));
+  return SimulateGraph(g, cluster, workload, options);
+}
+
+}  // namespace baton::sim

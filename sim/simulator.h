@@ -1,0 +1,125 @@
+// The simulator: runs one training step's StepGraph (the same graph and
+// memory plan the executor runs) through a discrete-event model of one
+// GPU's streams on a cluster, and reports step time, exposed communication,
+// MFU and peak memory.
+//
+// Ranks are symmetric under FSDP-style sharding (every rank runs the same
+// graph on equal shards, and ring collectives finish together), so one rank
+// is simulated and its figures are every rank's: the cost of a simulation is
+// the graph's size, independent of the number of GPUs.
+//
+// Model, per node of the graph:
+//   compute    max(FLOPs / (peak x matmul_efficiency), bytes / HBM); a
+//              block's backward is twice its forward; a recompute is one
+//              forward. Embedding, norm, optimizer, cast, copies and
+//              accumulation are bandwidth-bound.
+//   collective NCCL-style ring alpha-beta over the two-level cluster:
+//              latency base + (g-1) NVLink hops + (m-1) network hops, and
+//              (g-1)/g S / B_nvlink + (m-1)/m S / (g B_nic) for g GPUs per
+//              node and m nodes (all-reduce: twice both). Collectives
+//              running at the same time share the links equally.
+//   host       issues one node every host_issue_us; a host-blocking limiter
+//              (Node::host_wait) stalls it until that node finishes.
+//   order      each stream runs its nodes in issue order; a node also waits
+//              for its Node::waits (the executor's events).
+// Memory: persistent state (shards, master, gradient shard, moments) + the
+// planned arena + activations + logits + the cluster's reserve. Activations
+// per block and sequence: 34 s h bytes (Korthikanti et al., with flash
+// attention, which does not keep the s^2 scores), or 2 s h for a block that
+// is recomputed; the backward of a recomputed block holds one block's full
+// activations again.
+#ifndef BATON_SIM_SIMULATOR_H_
+#define BATON_SIM_SIMULATOR_H_
+
+#include <string>
+#include <vector>
+
+#include "runtime/status.h"
+#include "scheduler/model.h"
+#include "scheduler/policy.h"
+#include "scheduler/step_graph.h"
+#include "sim/cluster.h"
+
+namespace baton::sim {
+
+struct Workload {
+  int gpus = 256;
+  int64_t seq = 8192;
+  int64_t global_batch = 256;  // sequences per step over all GPUs
+  int64_t micro_batch = 1;     // sequences per micro-step per GPU
+};
+
+// InvalidArgument naming the problem for non-positive sizes or a batch that
+// does not divide (global_batch over gpus, local batch over micro_batch).
+Status ValidateWorkload(const Workload& w);
+
+struct SimOptions {
+  bool free_comm = false;       // collectives take no time (for tests)
+  double bandwidth_scale = 1;   // multiplies NVLink and NIC bandwidth
+  bool timeline = false;        // keep every node's interval
+};
+
+struct Interval {
+  int node = 0;
+  int stream = 0;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct MemoryBreakdown {
+  double states = 0;       // persistent per-bucket state
+  double arena = 0;        // the planned arena
+  double activations = 0;  // at the peak (end of a micro-step's forward)
+  double logits = 0;
+  double reserved = 0;
+  double peak() const { return states + arena + activations + logits + reserved; }
+};
+
+struct SimResult {
+  std::string policy;
+  int recompute_blocks = 0;
+  double step_s = 0;
+  double compute_s = 0;      // busy time of the compute stream
+  double exposed_ag_s = 0;   // compute idle, waiting on an all-gather
+  double exposed_rs_s = 0;   // ... on a reduce-scatter / all-reduce
+  double exposed_host_s = 0; // ... on the host
+  double mfu = 0;            // model FLOPs / (step time x peak)
+  double tokens_per_s_per_gpu = 0;
+  MemoryBreakdown memory;
+  bool fits = false;
+  size_t arena_bytes = 0;
+  size_t lower_bound_bytes = 0;
+  std::vector<Interval> timeline;  // with SimOptions::timeline
+  double exposed_comm_s() const { return exposed_ag_s + exposed_rs_s; }
+};
+
+// The policy the simulator runs for `policy_name` on `workload`: micro_steps
+// = local batch / micro_batch, reducing every micro-step.
+StatusOr<scheduler::Policy> SimPolicy(const std::string& policy_name,
+                                      const Workload& workload);
+
+// Activation + logits bytes per GPU at the peak with the first
+// `recompute_blocks` blocks recomputed (-1: all).
+MemoryBreakdown ActivationMemory(const scheduler::ModelSpec& model,
+                                 const Workload& workload, int recompute_blocks);
+
+// Simulates `graph` (built for workload.gpus ranks).
+StatusOr<SimResult> SimulateGraph(const scheduler::StepGraph& graph,
+                                  const ClusterSpec& cluster,
+                                  const Workload& workload,
+                                  const SimOptions& options = {});
+
+// Builds the graph for `policy` and simulates it. recompute_blocks: N, -1
+// for all, or kAutoRecompute: the fewest blocks with which the step fits in
+// device memory (all blocks if none fits; SimResult::fits says so).
+constexpr int kAutoRecompute = -2;
+StatusOr<SimResult> Simulate(const scheduler::ModelSpec& model,
+                             const ClusterSpec& cluster,
+                             const Workload& workload,
+                             const std::string& policy_name,
+                             int recompute_blocks = kAutoRecompute,
+                             const SimOptions& options = {});
+
+}  // namespace baton::sim
+
+#endif  // BATON_SIM_SIMULATOR_H_
