@@ -50,3 +50,113 @@ TEST(ValidationTest, TorchtitanLlama3_70bOn64A100) {
 
 }  // namespace
 }  // namespace baton::sim
+
+namespace baton::sim {
+namespace {
+
+Workload Small() {
+  Workload w;
+  w.gpus = 64;
+  w.seq = 4096;
+  w.global_batch = 128;
+  return w;
+}
+
+TEST(ConsistencyTest, MoreBandwidthNeverMakesAStepSlower) {
+  for (const std::string& policy : scheduler::PolicyPresetNames()) {
+    double previous = 1e30;
+    for (double scale : {0.25, 0.5, 1.0, 2.0, 8.0}) {
+      SimOptions o;
+      o.bandwidth_scale = scale;
+      const SimResult r = Sim("llama3-8b", "h100", Small(), policy, 8, o);
+      EXPECT_LE(r.step_s, previous * (1 + 1e-12)) << policy << " x" << scale;
+      previous = r.step_s;
+    }
+  }
+}
+
+TEST(ConsistencyTest, FreeCommunicationLeavesTheComputeCriticalPath) {
+  ClusterSpec c = *ClusterPreset("h100");
+  c.host_issue_us = 0;
+  for (const char* policy : {"baton", "yafsdp", "fsdp1", "zero3", "ddp"}) {
+    SimOptions o;
+    o.free_comm = true;
+    Workload w = Small();
+    w.global_batch = 64;  // one micro-step: no accumulation work off-stream
+    const SimResult r = Sim("llama3-8b", "h100", w, policy, 0, o, &c);
+    EXPECT_NEAR(r.step_s, r.compute_s, 1e-9 * r.step_s) << policy;
+    EXPECT_NEAR(r.exposed_comm_s(), 0, 1e-9) << policy;
+  }
+}
+
+TEST(ConsistencyTest, PeakMemoryIsPlanPlusStatesPlusActivations) {
+  const ClusterSpec c = *ClusterPreset("h100");
+  const Workload w = Small();
+  auto policy = SimPolicy("baton", w);
+  ASSERT_TRUE(policy.ok());
+  policy->recompute_blocks = 10;
+  auto graph = scheduler::BuildStepGraph(*ModelPreset("llama3-8b"), *policy, w.gpus);
+  ASSERT_TRUE(graph.ok());
+  auto r = SimulateGraph(*graph, c, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const MemoryBreakdown act = ActivationMemory(graph->layout.spec, w, 10);
+  EXPECT_DOUBLE_EQ(r->memory.peak(),
+                   static_cast<double>(graph->plan.arena_bytes) +
+                       static_cast<double>(graph->persistent_bytes) +
+                       act.activations + act.logits + c.reserved_gib * 1073741824.0);
+}
+
+TEST(ConsistencyTest, DeeperPrefetchDoesNotExposeMoreCommunication) {
+  const ClusterSpec c = *ClusterPreset("h100");
+  Workload w;
+  w.gpus = 512;  // many nodes: communication is a large share
+  w.seq = 2048;
+  w.global_batch = 512;
+  double previous = 1e30;
+  for (int depth = 0; depth <= 3; ++depth) {
+    auto policy = SimPolicy("baton", w);
+    ASSERT_TRUE(policy.ok());
+    policy->forward_prefetch = depth;
+    policy->backward_prefetch = depth;
+    policy->recompute_blocks = -1;
+    auto graph =
+        scheduler::BuildStepGraph(*ModelPreset("llama3-70b"), *policy, w.gpus);
+    ASSERT_TRUE(graph.ok());
+    auto r = SimulateGraph(*graph, c, w);
+    ASSERT_TRUE(r.ok());
+    EXPECT_LE(r->exposed_comm_s(), previous + 1e-3 * r->step_s) << depth;
+    previous = r->exposed_comm_s();
+  }
+}
+
+TEST(ConsistencyTest, AutoRecomputeChoosesTheFewestBlocksThatFit) {
+  Workload w;
+  w.gpus = 128;
+  w.seq = 8192;
+  w.global_batch = 256;
+  const SimResult r = Sim("llama3-70b", "h100", w, "yafsdp");
+  ASSERT_TRUE(r.fits);
+  ASSERT_GT(r.recompute_blocks, 0);
+  const SimResult fewer = Sim("llama3-70b", "h100", w, "yafsdp", r.recompute_blocks - 1);
+  EXPECT_FALSE(fewer.fits);
+  EXPECT_LT(r.memory.peak(), fewer.memory.peak());
+}
+
+TEST(InputTest, BadInputIsRefusedWithTheReason) {
+  Workload w = Small();
+  w.global_batch = 100;  // does not divide over 64 GPUs
+  auto r = Simulate(*ModelPreset("llama3-8b"), *ClusterPreset("h100"), w, "baton");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("does not divide"), std::string::npos);
+  EXPECT_EQ(ClusterPreset("tpu").status().code(), absl::StatusCode::kNotFound);
+  ClusterSpec c = *ClusterPreset("h100");
+  EXPECT_EQ(ApplyClusterJson(R"({"nic_gbps": -1})", c).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ApplyClusterJson(R"({"warp_speed": 9})", c).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ApplyClusterJson(R"({"nic_gbps": 25, "gpus_per_node": 4})", c).ok());
+  EXPECT_EQ(c.gpus_per_node, 4);
+}
+
+}  // namespace
+}  // namespace baton::sim

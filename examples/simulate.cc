@@ -1,0 +1,226 @@
+// ./bazelw run //examples:simulate -- --model=llama3-70b --cluster=h100
+//     --gpus=128 --seq=8192 --global-batch=256
+//
+// Simulates one training step of a model on a cluster for one or more
+// schedule policies, on the same StepGraph and memory plan the executor
+// runs (see sim/simulator.h for the model). Prints one table; --json adds a
+// last line with one JSON object; --trace / --svg write pictures of the
+// first policy's step. Bad input: one line on stderr and exit code 2.
+#include <cstdio>
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/model.h"
+#include "scheduler/policy.h"
+#include "sim/cluster.h"
+#include "sim/report.h"
+#include "sim/simulator.h"
+
+namespace baton {
+namespace {
+
+struct Flags {
+  std::string model = "llama3-70b";
+  std::string hf_config;
+  std::string cluster = "h100";
+  std::string cluster_file;
+  std::string calibration;
+  sim::Workload workload;
+  std::string recompute = "auto";
+  std::vector<std::string> policies;
+  std::string trace, svg;
+  bool json = false;
+};
+
+[[noreturn]] void Fail(const std::string& message) {
+  std::fprintf(stderr, "simulate: %s\n", message.c_str());
+  std::exit(2);
+}
+
+const char kUsage[] =
+    "usage: simulate [--model=NAME | --hf-config=PATH] [--cluster=h100|a100]\n"
+    "  [--cluster-file=JSON] [--gpus=N] [--seq=N] [--global-batch=N]\n"
+    "  [--micro-batch=N] [--recompute-layers=N|all|auto]\n"
+    "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n";
+
+int64_t Positive(const std::string& flag, const std::string& value) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v <= 0) {
+    Fail(absl::StrCat(flag, " needs a positive integer, got \"", value, "\""));
+  }
+  return v;
+}
+
+Flags Parse(int argc, char** argv) {
+  Flags f;
+  f.workload.gpus = 256;
+  f.workload.seq = 8192;
+  f.workload.global_batch = 256;
+  f.workload.micro_batch = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (a == "--json") {
+      f.json = true;
+      continue;
+    }
+    const auto eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos) {
+      Fail(absl::StrCat("unknown argument \"", a, "\" (flags are --name=value)\n",
+                        kUsage));
+    }
+    const std::string key = a.substr(0, eq), v = a.substr(eq + 1);
+    if (key == "--model") f.model = v;
+    else if (key == "--hf-config") f.hf_config = v;
+    else if (key == "--cluster") f.cluster = v;
+    else if (key == "--cluster-file") f.cluster_file = v;
+    else if (key == "--calibration") f.calibration = v;
+    else if (key == "--gpus") f.workload.gpus = static_cast<int>(std::min<int64_t>(Positive(key, v), 1 << 30));
+    else if (key == "--seq") f.workload.seq = Positive(key, v);
+    else if (key == "--global-batch") f.workload.global_batch = Positive(key, v);
+    else if (key == "--micro-batch") f.workload.micro_batch = Positive(key, v);
+    else if (key == "--recompute-layers") f.recompute = v;
+    else if (key == "--policy") f.policies = {v};
+    else if (key == "--compare") f.policies = absl::StrSplit(v, ',', absl::SkipEmpty());
+    else if (key == "--trace") f.trace = v;
+    else if (key == "--svg") f.svg = v;
+    else Fail(absl::StrCat("unknown flag ", key, "\n", kUsage));
+  }
+  if (f.policies.empty()) f.policies = scheduler::PolicyPresetNames();
+  return f;
+}
+
+std::string ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) Fail(absl::StrCat("cannot read ", what, " ", path));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) Fail(absl::StrCat("cannot write ", path));
+}
+
+int Main(int argc, char** argv) {
+  const Flags f = Parse(argc, argv);
+  if (!f.calibration.empty()) {
+    Fail("--calibration is not supported yet: the simulator uses the "
+         "cluster's alpha-beta constants (override them with --cluster-file)");
+  }
+  auto model = f.hf_config.empty() ? scheduler::ModelPreset(f.model)
+                                   : scheduler::ModelFromHfConfigFile(f.hf_config);
+  if (!model.ok()) Fail(std::string(model.status().message()));
+  auto cluster = sim::ClusterPreset(f.cluster);
+  if (!cluster.ok()) Fail(std::string(cluster.status().message()));
+  if (!f.cluster_file.empty()) {
+    const Status s = sim::ApplyClusterJson(
+        ReadFile(f.cluster_file, "cluster file"), *cluster);
+    if (!s.ok()) Fail(std::string(s.message()));
+  }
+  if (Status s = sim::ValidateWorkload(f.workload); !s.ok()) {
+    Fail(std::string(s.message()));
+  }
+  int recompute = sim::kAutoRecompute;
+  if (f.recompute == "all") {
+    recompute = -1;
+  } else if (f.recompute != "auto") {
+    int64_t n = -1;
+    if (!absl::SimpleAtoi(f.recompute, &n) || n < 0 || n > model->layers) {
+      Fail(absl::StrCat("--recompute-layers must be 0..", model->layers,
+                        ", all or auto; got \"", f.recompute, "\""));
+    }
+    recompute = static_cast<int>(n);
+  }
+  for (const std::string& p : f.policies) {
+    if (!scheduler::PolicyPreset(p).ok()) {
+      Fail(std::string(scheduler::PolicyPreset(p).status().message()));
+    }
+  }
+  const sim::Workload& w = f.workload;
+  std::printf("# %s (%.2fB parameters) on %d x %s (%d per node), seq %lld, "
+              "global batch %lld, micro-batch %lld\n",
+              model->name.c_str(), scheduler::ParameterCount(*model) / 1e9,
+              w.gpus, cluster->name.c_str(), cluster->gpus_per_node,
+              static_cast<long long>(w.seq),
+              static_cast<long long>(w.global_batch),
+              static_cast<long long>(w.micro_batch));
+  std::printf("%-7s %8s %8s %8s %8s %6s %9s %8s %30s %6s %5s\n", "policy",
+              "step_s", "compute", "exp_AG", "exp_RS", "MFU", "tok/s/GPU",
+              "peak_GiB", "(states+arena+act+logits+rsv)", "a/lb", "fits");
+  nlohmann::json out;
+  out["model"] = model->name;
+  out["cluster"] = cluster->name;
+  out["gpus"] = w.gpus;
+  nlohmann::json rows = nlohmann::json::array();
+  const double gib = 1073741824.0;
+  bool first = true;
+  for (const std::string& name : f.policies) {
+    sim::SimOptions o;
+    o.timeline = first && (!f.trace.empty() || !f.svg.empty());
+    auto r = sim::Simulate(*model, *cluster, w, name, recompute, o);
+    if (!r.ok()) Fail(absl::StrCat(name, ": ", r.status().message()));
+    const sim::MemoryBreakdown& m = r->memory;
+    const std::string parts = absl::StrFormat(
+        "(%.1f+%.1f+%.1f+%.1f+%.1f)", m.states / gib, m.arena / gib,
+        m.activations / gib, m.logits / gib, m.reserved / gib);
+    std::printf("%-7s %8.3f %8.3f %8.3f %8.3f %5.1f%% %9.0f %8.1f %30s %6.2f %5s\n",
+                name.c_str(), r->step_s, r->compute_s, r->exposed_ag_s,
+                r->exposed_rs_s, 100 * r->mfu, r->tokens_per_s_per_gpu,
+                m.peak() / gib, parts.c_str(),
+                static_cast<double>(r->arena_bytes) /
+                    std::max<size_t>(r->lower_bound_bytes, 1),
+                r->fits ? "yes" : "NO");
+    if (recompute == sim::kAutoRecompute) {
+      std::printf("        recompute-layers=auto chose %d of %lld blocks%s\n",
+                  r->recompute_blocks, static_cast<long long>(model->layers),
+                  r->fits ? "" : " (does not fit even with all recomputed)");
+    }
+    rows.push_back({{"policy", name},
+                    {"step_time_s", r->step_s},
+                    {"mfu", r->mfu},
+                    {"exposed_comm_s", r->exposed_comm_s()},
+                    {"peak_memory_bytes", m.peak()},
+                    {"fits", r->fits},
+                    {"recompute_blocks", r->recompute_blocks},
+                    {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu}});
+    if (o.timeline) {
+      auto policy = sim::SimPolicy(name, w);
+      policy->recompute_blocks = r->recompute_blocks;
+      auto graph = scheduler::BuildStepGraph(*model, *policy, w.gpus);
+      if (!graph.ok()) Fail(std::string(graph.status().message()));
+      if (!f.trace.empty()) WriteFile(f.trace, sim::TraceJson(*graph, *r));
+      if (!f.svg.empty()) {
+        WriteFile(f.svg,
+                  sim::StepSvg(*graph, *r,
+                               absl::StrCat(model->name, " on ", w.gpus, " x ",
+                                            cluster->name, ", policy ", name)));
+      }
+    }
+    first = false;
+  }
+  out["policies"] = rows;
+  std::printf("# exp_AG / exp_RS: compute-stream idle time waiting on all-gathers"
+              " / reductions; a/lb: arena over its lower bound\n");
+  if (f.json) std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) { return baton::Main(argc, argv); }

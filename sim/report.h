@@ -1,0 +1,27 @@
+// Pictures of a simulated step: a Perfetto / chrome://tracing JSON timeline
+// and an SVG of one step.
+#ifndef BATON_SIM_REPORT_H_
+#define BATON_SIM_REPORT_H_
+
+#include <string>
+
+#include "scheduler/step_graph.h"
+#include "sim/simulator.h"
+
+namespace baton::sim {
+
+// {"traceEvents": [...]}: process 0 is the simulated rank (all ranks are
+// the same), one thread (track) per stream with one complete event ("X")
+// per node, and a counter track "memory" with the bytes of live arena
+// buffers plus persistent state. `result` needs its timeline.
+std::string TraceJson(const scheduler::StepGraph& graph, const SimResult& result);
+
+// One step: a lane per stream, compute / all-gather / reduce-scatter in
+// distinct colours, the compute stream's idle gaps marked in red, a time
+// axis in seconds, and a title with step time, MFU and exposed comm.
+std::string StepSvg(const scheduler::StepGraph& graph, const SimResult& result,
+                    const std::string& title);
+
+}  // namespace baton::sim
+
+#endif  // BATON_SIM_REPORT_H_
