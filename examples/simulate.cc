@@ -78,8 +78,8 @@ Flags Parse(int argc, char** argv) {
     }
     const auto eq = a.find('=');
     if (a.rfind("--", 0) != 0 || eq == std::string::npos) {
-      Fail(absl::StrCat("unknown argument \"", a, "\" (flags are --name=value)\n",
-                        kUsage));
+      Fail(absl::StrCat("unknown argument \"", a,
+                        "\" (flags are --name=value; see --help)"));
     }
     const std::string key = a.substr(0, eq), v = a.substr(eq + 1);
     if (key == "--model") f.model = v;
@@ -96,7 +96,7 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--compare") f.policies = absl::StrSplit(v, ',', absl::SkipEmpty());
     else if (key == "--trace") f.trace = v;
     else if (key == "--svg") f.svg = v;
-    else Fail(absl::StrCat("unknown flag ", key, "\n", kUsage));
+    else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
   }
   if (f.policies.empty()) f.policies = scheduler::PolicyPresetNames();
   return f;
