@@ -50,6 +50,7 @@ const char kUsage[] =
     "usage: simulate [--model=NAME | --hf-config=PATH] [--cluster=h100|a100]\n"
     "  [--cluster-file=JSON] [--gpus=N] [--seq=N] [--global-batch=N]\n"
     "  [--micro-batch=N] [--recompute-layers=N|all|auto]\n"
+    "  [--calibration=FILE[,FILE...]] (nccl-tests output or bench -J JSON)\n"
     "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n";
 
 int64_t Positive(const std::string& flag, const std::string& value) {
@@ -118,9 +119,12 @@ void WriteFile(const std::string& path, const std::string& text) {
 
 int Main(int argc, char** argv) {
   const Flags f = Parse(argc, argv);
-  if (!f.calibration.empty()) {
-    Fail("--calibration is not supported yet: the simulator uses the "
-         "cluster's alpha-beta constants (override them with --cluster-file)");
+  sim::Calibration calibration;
+  for (absl::string_view path : absl::StrSplit(f.calibration, ',', absl::SkipEmpty())) {
+    const std::string p(path);
+    const Status s = sim::AddCalibration(ReadFile(p, "calibration file"), p,
+                                         calibration);
+    if (!s.ok()) Fail(std::string(s.message()));
   }
   auto model = f.hf_config.empty() ? scheduler::ModelPreset(f.model)
                                    : scheduler::ModelFromHfConfigFile(f.hf_config);
@@ -159,6 +163,11 @@ int Main(int argc, char** argv) {
               static_cast<long long>(w.seq),
               static_cast<long long>(w.global_batch),
               static_cast<long long>(w.micro_batch));
+  for (const auto& [name, table] : calibration.tables) {
+    std::printf("# calibration: %s from %zu measured sizes (busbw %.1f..%.1f GB/s)\n",
+                name.c_str(), table.points.size(), table.points.front().second,
+                table.points.back().second);
+  }
   std::printf("%-7s %8s %8s %8s %8s %6s %9s %8s %30s %6s %5s\n", "policy",
               "step_s", "compute", "exp_AG", "exp_RS", "MFU", "tok/s/GPU",
               "peak_GiB", "(states+arena+act+logits+rsv)", "a/lb", "fits");
@@ -171,6 +180,7 @@ int Main(int argc, char** argv) {
   bool first = true;
   for (const std::string& name : f.policies) {
     sim::SimOptions o;
+    if (!calibration.tables.empty()) o.calibration = &calibration;
     o.timeline = first && (!f.trace.empty() || !f.svg.empty());
     auto r = sim::Simulate(*model, *cluster, w, name, recompute, o);
     if (!r.ok()) Fail(absl::StrCat(name, ": ", r.status().message()));

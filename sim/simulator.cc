@@ -91,17 +91,11 @@ class Model {
         return Cost{};
       }
       case NodeKind::kAllGather:
-        if (o_.free_comm) return Cost{0, 0, true};
-        return RingCost(c_, w_.gpus, buffer_bytes(n.writes[0]), false,
-                        o_.bandwidth_scale);
+        return Collective("all_gather", buffer_bytes(n.writes[0]), false);
       case NodeKind::kReduceScatter:
-        if (o_.free_comm) return Cost{0, 0, true};
-        return RingCost(c_, w_.gpus, buffer_bytes(n.reads[0]), false,
-                        o_.bandwidth_scale);
+        return Collective("reduce_scatter", buffer_bytes(n.reads[0]), false);
       case NodeKind::kAllReduce:
-        if (o_.free_comm) return Cost{0, 0, true};
-        return RingCost(c_, w_.gpus, buffer_bytes(n.reads[0]), true,
-                        o_.bandwidth_scale);
+        return Collective("all_reduce", buffer_bytes(n.reads[0]), true);
       case NodeKind::kCopy:
         return bound(0, 2 * buffer_bytes(n.writes[0]));
       case NodeKind::kAccumulate:
@@ -114,6 +108,23 @@ class Model {
         return bound(0, buffer_bytes(n.writes[0]) * 3);
     }
     return Cost{};
+  }
+
+  Cost Collective(const char* name, double bytes, bool all_reduce) const {
+    if (o_.free_comm) return Cost{0, 0, true};
+    if (o_.calibration != nullptr && w_.gpus > 1) {
+      auto it = o_.calibration->tables.find(name);
+      if (it != o_.calibration->tables.end()) {
+        const double n = w_.gpus;
+        const double factor = (all_reduce ? 2 : 1) * (n - 1) / n;
+        Cost cost;
+        cost.comm = true;
+        cost.work_s = bytes * factor /
+                      (it->second.Busbw(bytes) * 1e9 * o_.bandwidth_scale);
+        return cost;
+      }
+    }
+    return RingCost(c_, w_.gpus, bytes, all_reduce, o_.bandwidth_scale);
   }
 
   StatusOr<SimResult> Run() {

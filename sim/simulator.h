@@ -38,6 +38,7 @@
 #include "scheduler/model.h"
 #include "scheduler/policy.h"
 #include "scheduler/step_graph.h"
+#include "sim/calibration.h"
 #include "sim/cluster.h"
 
 namespace baton::sim {
@@ -57,6 +58,8 @@ struct SimOptions {
   bool free_comm = false;       // collectives take no time (for tests)
   double bandwidth_scale = 1;   // multiplies NVLink and NIC bandwidth
   bool timeline = false;        // keep every node's interval
+  // Measured busbw tables (sim/calibration.h); not owned; may be null.
+  const Calibration* calibration = nullptr;
 };
 
 struct Interval {

@@ -160,3 +160,74 @@ TEST(InputTest, BadInputIsRefusedWithTheReason) {
 
 }  // namespace
 }  // namespace baton::sim
+
+namespace baton::sim {
+namespace {
+
+constexpr char kNcclTestsAllGather[] = R"(# nThread 1 nGpus 8 minBytes 1048576 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20
+# Collective test starting: all_gather_perf
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     1048576         32768     float    none      -1    30.10   34.84   30.48      0    29.80   35.19   30.79      0
+    16777216        524288     float    none      -1    89.20  188.09  164.58      0    88.90  188.72  165.13      0
+   268435456       8388608     float    none      -1   1012.0  265.25  232.09      0   1010.5  265.64  232.44      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 142.25
+)";
+
+TEST(CalibrationTest, ParsesNcclTestsOutputAndInterpolates) {
+  Calibration c;
+  ASSERT_TRUE(AddCalibration(kNcclTestsAllGather, "ag.txt", c).ok());
+  ASSERT_EQ(c.tables.count("all_gather"), 1u);
+  const BusbwTable& t = c.tables["all_gather"];
+  ASSERT_EQ(t.points.size(), 3u);
+  EXPECT_DOUBLE_EQ(t.Busbw(16777216), 164.58);
+  EXPECT_DOUBLE_EQ(t.Busbw(1), 30.48);          // clamped
+  EXPECT_DOUBLE_EQ(t.Busbw(1e12), 232.09);      // clamped
+  const double mid = t.Busbw(4194304);          // between 1 MiB and 16 MiB
+  EXPECT_GT(mid, 30.48);
+  EXPECT_LT(mid, 164.58);
+}
+
+TEST(CalibrationTest, ParsesBenchJson) {
+  Calibration c;
+  const char* json = R"({"collective": "reduce_scatter", "nranks": 8,
+    "results": [{"size": 1048576, "out_of_place": {"busbw_gbps": 40.0}},
+                {"size": 1073741824, "out_of_place": {"busbw_gbps": 300.0}}]})";
+  ASSERT_TRUE(AddCalibration(json, "rs.json", c).ok());
+  EXPECT_DOUBLE_EQ(c.tables["reduce_scatter"].Busbw(1073741824), 300.0);
+}
+
+TEST(CalibrationTest, BadFilesAreRefused) {
+  Calibration c;
+  EXPECT_EQ(AddCalibration("     1048576  32768 float none -1 30 34 30 0\n",
+                           "x", c).code(),
+            absl::StatusCode::kInvalidArgument);  // which collective?
+  EXPECT_EQ(AddCalibration("# Collective test starting: all_gather_perf\n",
+                           "x", c).code(),
+            absl::StatusCode::kInvalidArgument);  // no rows
+  EXPECT_EQ(AddCalibration(R"({"collective": "alltoall", "results": [
+      {"size": 1, "out_of_place": {"busbw_gbps": 1}}]})", "x", c).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CalibrationTest, SlowerMeasuredLinksMakeCommunicationSlower) {
+  Workload w;
+  w.gpus = 64;
+  w.seq = 4096;
+  w.global_batch = 64;
+  Calibration slow;
+  ASSERT_TRUE(AddCalibration(R"({"collective": "all_gather", "results": [
+      {"size": 1, "out_of_place": {"busbw_gbps": 2.0}}]})", "slow", slow).ok());
+  SimOptions o;
+  const SimResult base = Sim("llama3-8b", "h100", w, "baton", 0, o);
+  o.calibration = &slow;
+  const SimResult measured = Sim("llama3-8b", "h100", w, "baton", 0, o);
+  EXPECT_GT(measured.exposed_ag_s, base.exposed_ag_s + 0.1);
+  EXPECT_GT(measured.step_s, base.step_s);
+}
+
+}  // namespace
+}  // namespace baton::sim

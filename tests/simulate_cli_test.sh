@@ -53,4 +53,10 @@ echo '{"architectures": ["GPT2LMHeadModel"]}' >"$TEST_TMPDIR/config.json"
 check hf-unsupported 2 --hf-config="$TEST_TMPDIR/config.json"
 echo '{"nic_gbps": 0}' >"$TEST_TMPDIR/cluster.json"
 check cluster-file 2 --cluster-file="$TEST_TMPDIR/cluster.json"
+printf '# Collective test starting: all_gather_perf\n  1048576 32768 float none -1 30.1 34.8 30.5 0 29.8 35.2 30.8 0\n 268435456 8388608 float none -1 1012 265 232 0 1010 265 232 0\n' >"$TEST_TMPDIR/ag.txt"
+check calibration 0 --model=llama3-8b --gpus=64 --global-batch=64 --policy=baton \
+  --calibration="$TEST_TMPDIR/ag.txt"
+grep -q '^# calibration: all_gather from 2 measured sizes' "$TEST_TMPDIR/out" || { echo "FAIL calibration header"; fail=1; }
+echo 'nothing here' >"$TEST_TMPDIR/bad.txt"
+check calibration-bad 2 --calibration="$TEST_TMPDIR/bad.txt"
 exit $fail
