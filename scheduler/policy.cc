@@ -15,8 +15,8 @@ StatusOr<Policy> PolicyPreset(absl::string_view name) {
   Policy p;
   p.name = std::string(name);
   if (name == "baton") {
-    p.forward_prefetch = 2;
-    p.backward_prefetch = 2;
+    p.forward_prefetch = 1;
+    p.backward_prefetch = 1;
     p.reduce_window = 2;
   } else if (name == "yafsdp") {
     p.forward_prefetch = 1;

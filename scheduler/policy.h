@@ -81,8 +81,11 @@ struct Policy {
   int64_t resident_max_numel = 0;
 };
 
-// baton   static plan with reuse edges, AG and RS on two comm streams,
-//         prefetch 2 both ways, resident norms, per-unit buckets.
+// baton   static plan with reuse edges, AG and RS on two comm streams (a
+//         reduce-scatter never delays a gather), prefetch 1 both ways
+//         (deeper prefetch costs a gathered bucket per step of depth, which
+//         the simulator turns into recompute when memory is tight),
+//         resident norms, per-unit buckets.
 // yafsdp  one comm stream, prefetch 1 (two weight buffers), reduce window
 //         2 (two gradient buffers), resident norms, per-unit buckets.
 // fsdp1   per-unit flat parameters (norms inside), backward prefetch 1, no

@@ -227,6 +227,14 @@ void Builder::Forward(int m) {
                              ? last_consumer_[fwd_order_[j - p_.host_limit]]
                              : -1;
         view_[fwd_order_[j]] = Gather(fwd_order_[j], kFwd, m, wsrc, hsrc);
+        // A later micro-step gathers a bucket only after the previous
+        // micro-step reduced it: the reduction's buffers can then give their
+        // bytes to this gather (one comm stream gets this order from FIFO).
+        const int prev = m > 0 && !p_.all_reduce ? reducer_[fwd_order_[j]] : -1;
+        if (prev >= 0 && g_.nodes[prev].stream != ag_) {
+          window_edges_.push_back({prev, static_cast<int>(g_.nodes.size()) - 1,
+                                   EdgeKind::kWindow});
+        }
       }
       if (B(b).units.front() == u) view_[b] = CopyOut(b, view_[b], kFwd, m);
     }

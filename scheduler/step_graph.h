@@ -12,8 +12,10 @@
 //            writer for the last writer and every reader since (so a buffer
 //            is never overwritten under a reader).
 //   kWindow  the policy's bounds: prefetch depth (an all-gather waits for
-//            compute to finish with an earlier bucket) and the reduce window
-//            (a backward waits for an earlier reduce-scatter).
+//            compute to finish with an earlier bucket), the reduce window
+//            (a backward waits for an earlier reduce-scatter), and, with
+//            separate comm streams, a micro-step's gather of a bucket waits
+//            for the previous micro-step's reduction of it.
 //   kReuse   added by the memory planner so that two buffers may share
 //            bytes; the plan is valid only with them.
 // Same-stream edges are free (FIFO); the executor turns each cross-stream

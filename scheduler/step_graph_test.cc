@@ -108,9 +108,12 @@ TEST(StepGraphTest, PrefetchWindowOrdersGathersBehindCompute) {
     ++window;
     const Node& from = g->nodes[e.from];
     const Node& to = g->nodes[e.to];
-    EXPECT_TRUE(
-        (IsCompute(from.kind) && to.kind == NodeKind::kAllGather) ||
-        (from.kind == NodeKind::kReduceScatter && to.kind == NodeKind::kBackward))
+    const bool reduce = from.kind == NodeKind::kReduceScatter ||
+                        from.kind == NodeKind::kAllReduce ||
+                        from.kind == NodeKind::kAccumulate;
+    EXPECT_TRUE((IsCompute(from.kind) && to.kind == NodeKind::kAllGather) ||
+                (reduce && to.kind == NodeKind::kBackward) ||
+                (reduce && to.kind == NodeKind::kAllGather))
         << from.name << " -> " << to.name;
   }
   EXPECT_GT(window, 0);
