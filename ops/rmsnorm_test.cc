@@ -53,10 +53,11 @@ struct Devices {
   }
 };
 
-// Copies host bytes to a fresh device buffer (poisoned first when empty).
+// Copies host bytes into a fresh device buffer.
 DeviceBuffer Upload(Device& d, Stream& s, const std::vector<uint8_t>& bytes) {
   DeviceBuffer b = *d.Allocate(bytes.size());
   EXPECT_TRUE(s.MemcpyAsync(b.data(), bytes.data(), bytes.size()).ok());
+  EXPECT_TRUE(s.Synchronize().ok());  // `bytes` may be a temporary
   return b;
 }
 std::vector<uint8_t> Download(Stream& s, const DeviceBuffer& b, size_t bytes) {
