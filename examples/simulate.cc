@@ -182,7 +182,8 @@ int Main(int argc, char** argv) {
     sim::SimOptions o;
     if (!calibration.tables.empty()) o.calibration = &calibration;
     o.timeline = first && (!f.trace.empty() || !f.svg.empty());
-    auto r = sim::Simulate(*model, *cluster, w, name, recompute, o);
+    scheduler::StepGraph graph;
+    auto r = sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);
     if (!r.ok()) Fail(absl::StrCat(name, ": ", r.status().message()));
     const sim::MemoryBreakdown& m = r->memory;
     const std::string parts = absl::StrFormat(
@@ -209,14 +210,10 @@ int Main(int argc, char** argv) {
                     {"recompute_blocks", r->recompute_blocks},
                     {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu}});
     if (o.timeline) {
-      auto policy = sim::SimPolicy(name, w);
-      policy->recompute_blocks = r->recompute_blocks;
-      auto graph = scheduler::BuildStepGraph(*model, *policy, w.gpus);
-      if (!graph.ok()) Fail(std::string(graph.status().message()));
-      if (!f.trace.empty()) WriteFile(f.trace, sim::TraceJson(*graph, *r));
+      if (!f.trace.empty()) WriteFile(f.trace, sim::TraceJson(graph, *r));
       if (!f.svg.empty()) {
         WriteFile(f.svg,
-                  sim::StepSvg(*graph, *r,
+                  sim::StepSvg(graph, *r,
                                absl::StrCat(model->name, " on ", w.gpus, " x ",
                                             cluster->name, ", policy ", name)));
       }

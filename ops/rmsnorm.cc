@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/rmsnorm_kernel.h"
+#include "runtime/cuda_check.h"
 #endif
 
 namespace baton::ops {
@@ -54,14 +55,6 @@ Status CheckPointers(const char* op, std::initializer_list<const void*> ptrs) {
   }
   return absl::OkStatus();
 }
-
-#ifdef BATON_HAVE_CUDA
-Status FromCuda(int code, const char* what) {
-  if (code == 0) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(
-      what, ": ", cudaGetErrorString(static_cast<cudaError_t>(code))));
-}
-#endif
 
 }  // namespace
 
@@ -121,10 +114,10 @@ Status RmsNormForward(Stream& stream, const RmsNormShape& s, const void* x,
     });
   }
 #ifdef BATON_HAVE_CUDA
-  return FromCuda(ops_internal::LaunchRmsNormForward(
-                      x, w, y, rstd, s.tokens, s.hidden,
-                      static_cast<int>(s.dtype), s.eps, stream.native_handle()),
-                  "RmsNormForward kernel");
+  BATON_CUDA_CHECK(static_cast<cudaError_t>(ops_internal::LaunchRmsNormForward(
+      x, w, y, rstd, s.tokens, s.hidden, static_cast<int>(s.dtype), s.eps,
+      stream.native_handle())));
+  return absl::OkStatus();
 #else
   return absl::UnimplementedError("baton was built without CUDA");
 #endif
@@ -150,11 +143,10 @@ Status RmsNormBackward(Stream& stream, const RmsNormShape& s, const void* dy,
         });
   }
 #ifdef BATON_HAVE_CUDA
-  return FromCuda(ops_internal::LaunchRmsNormBackward(
-                      dy, x, w, rstd, dx, dw, static_cast<int>(dw_dtype),
-                      accumulate_dw, s.tokens, s.hidden,
-                      static_cast<int>(s.dtype), stream.native_handle()),
-                  "RmsNormBackward kernel");
+  BATON_CUDA_CHECK(static_cast<cudaError_t>(ops_internal::LaunchRmsNormBackward(
+      dy, x, w, rstd, dx, dw, static_cast<int>(dw_dtype), accumulate_dw,
+      s.tokens, s.hidden, static_cast<int>(s.dtype), stream.native_handle())));
+  return absl::OkStatus();
 #else
   return absl::UnimplementedError("baton was built without CUDA");
 #endif

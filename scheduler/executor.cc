@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "memory/step_dag.h"
 #ifdef BATON_HAVE_CUDA
 #include "scheduler/shard_kernels.h"
 #include <cuda_runtime.h>
@@ -21,13 +20,6 @@ constexpr size_t kStateAlign = 256;
 
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-#ifdef BATON_HAVE_CUDA
-Status CudaResult(int code, const char* what) {
-  if (code == 0) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(
-      what, " failed: ", cudaGetErrorString(static_cast<cudaError_t>(code))));
-}
-#endif
 
 }  // namespace
 
@@ -76,6 +68,10 @@ Executor::~Executor() {
 }
 
 Status Executor::Init() {
+  // Reductions of 16-bit gradients keep fp32 partial sums where the backend
+  // can (nccl refuses; reduce an fp32 buffer there).
+  accumulate_fp32_ = graph_.policy.reduce_dtype != DataType::kF32 &&
+                     std::strcmp(comm_.backend(), "nccl") != 0;
   const std::vector<std::string> names = graph_.stream_names();
   for (int s = 0; s < graph_.num_streams; ++s) {
     StreamOptions so;
@@ -113,30 +109,6 @@ Status Executor::Init() {
   BATON_ASSIGN_OR_RETURN(state_, device_.Allocate(std::max<size_t>(total, 1)));
   BATON_RETURN_IF_ERROR(streams_[0]->MemsetAsync(state_.data(), 0, total));
   BATON_RETURN_IF_ERROR(streams_[0]->Synchronize());
-  // Which transient buffers may be released (poisoned) after their last use:
-  // those whose last use happens after every other use.
-  memory::StepDag dag;
-  for (const Node& n : graph_.nodes) dag.AddNode(std::string(), n.stream);
-  for (const GraphEdge& e : graph_.edges) dag.AddEdge(e.from, e.to);
-  BATON_ASSIGN_OR_RETURN(memory::HappensBefore hb,
-                         memory::HappensBefore::Build(dag));
-  releasable_.assign(nbuf, false);
-  first_writer_.assign(nbuf, -1);
-  std::vector<std::vector<int>> uses(nbuf);
-  for (int i = 0; i < nn; ++i) {
-    for (int w : graph_.nodes[i].writes) {
-      if (first_writer_[w] < 0) first_writer_[w] = i;
-      uses[w].push_back(i);
-    }
-    for (int r : graph_.nodes[i].reads) uses[r].push_back(i);
-  }
-  for (int b = 0; b < nbuf; ++b) {
-    if (graph_.buffers[b].persistent) continue;
-    const int last = graph_.last_use[b];
-    bool ok = true;
-    for (int u : uses[b]) ok &= u == last || hb.Before(u, last);
-    releasable_[b] = ok;
-  }
   // Gradient gaps per bucket.
   for (const Bucket& bk : graph_.layout.buckets) {
     std::vector<std::pair<int64_t, int64_t>> gaps;
@@ -280,7 +252,7 @@ Status Executor::PreNode(int i) {
   for (int w : n.writes) {
     const GraphBuffer& buf = graph_.buffers[w];
     if (buf.persistent) continue;
-    if (first_writer_[w] != i) {
+    if (graph_.first_write[w] != i) {
       if (std::find(n.reads.begin(), n.reads.end(), w) == n.reads.end()) {
         BATON_RETURN_IF_ERROR(arena_->CheckIntact(buf.plan_id, s));
       }
@@ -306,7 +278,8 @@ Status Executor::PostNode(int i) {
   }
   auto release = [&](int b) -> Status {
     const GraphBuffer& buf = graph_.buffers[b];
-    if (buf.persistent || graph_.last_use[b] != i || !releasable_[b]) {
+    if (buf.persistent || graph_.last_use[b] != i ||
+        !graph_.last_use_is_final[b]) {
       return absl::OkStatus();
     }
     return arena_->Release(buf.plan_id, s);
@@ -383,16 +356,14 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
     }
     case NodeKind::kReduceScatter: {
       const Bucket& bk = layout.buckets[n.bucket];
-      co.accumulate_fp32 = p.reduce_dtype != DataType::kF32 &&
-                           std::strcmp(comm_.backend(), "nccl") != 0;
+      co.accumulate_fp32 = accumulate_fp32_;
       return comm_.ReduceScatter(BufferData(n.reads[0]), BufferData(n.writes[0]),
                                  bk.shard_numel, p.reduce_dtype, ReduceOp::kSum,
                                  s, co);
     }
     case NodeKind::kAllReduce: {
       const Bucket& bk = layout.buckets[n.bucket];
-      co.accumulate_fp32 = p.reduce_dtype != DataType::kF32 &&
-                           std::strcmp(comm_.backend(), "nccl") != 0;
+      co.accumulate_fp32 = accumulate_fp32_;
       return comm_.AllReduce(BufferData(n.reads[0]), BufferData(n.writes[0]),
                              bk.padded_numel, p.reduce_dtype, ReduceOp::kSum, s,
                              co);
@@ -413,10 +384,11 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
         });
       }
 #ifdef BATON_HAVE_CUDA
-      return CudaResult(scheduler_internal::LaunchAccumulate(
-                            dst, src, count, static_cast<int>(t),
-                            s.native_handle()),
-                        "accumulate kernel");
+      BATON_CUDA_CHECK(static_cast<cudaError_t>(
+          scheduler_internal::LaunchAccumulate(dst, src, count,
+                                               static_cast<int>(t),
+                                               s.native_handle())));
+      return absl::OkStatus();
 #else
       return absl::UnimplementedError("baton was built without CUDA");
 #endif
@@ -435,10 +407,11 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
         });
       }
 #ifdef BATON_HAVE_CUDA
-      return CudaResult(scheduler_internal::LaunchCastFromF32(
-                            dst, src, count, static_cast<int>(t),
-                            s.native_handle()),
-                        "cast kernel");
+      BATON_CUDA_CHECK(static_cast<cudaError_t>(
+          scheduler_internal::LaunchCastFromF32(dst, src, count,
+                                                static_cast<int>(t),
+                                                s.native_handle())));
+      return absl::OkStatus();
 #else
       return absl::UnimplementedError("baton was built without CUDA");
 #endif

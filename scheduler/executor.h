@@ -174,11 +174,10 @@ class Executor {
   std::unique_ptr<memory::Arena> arena_;
   DeviceBuffer state_;
   std::vector<size_t> state_offset_;  // per persistent buffer
-  std::vector<bool> releasable_;      // transient buffer: Release after last use
-  std::vector<int> first_writer_;     // per buffer
   // Per bucket: [begin, end) element ranges of its flat buffer that hold no
   // parameter (gaps and tail padding); zeroed before a gradient's first write.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;
+  bool accumulate_fp32_ = false;  // CollectiveOptions of the reductions
   int64_t step_ = 0;
   bool in_step_ = false;
   std::mt19937_64 rng_;

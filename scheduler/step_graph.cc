@@ -114,6 +114,7 @@ class Builder {
   int Gather(int b, Phase phase, int m, int window_src, int host_src);
   // Compute-side copy-out under copy_in_out.
   int CopyOut(int b, int gathered, Phase phase, int m);
+  void GatherAhead(Phase phase, int m, int k, int& issued);
   std::vector<int> ParamReads(int u, const std::vector<int>& view) const;
   void Forward(int m);
   void Backward(int m);
@@ -211,31 +212,44 @@ std::vector<int> Builder::ParamReads(int u, const std::vector<int>& view) const 
   return reads;
 }
 
-void Builder::Forward(int m) {
+// Issues the gathers of `phase`'s bucket order up to position k + depth
+// (`issued` counts those already issued): each waits for compute to finish
+// with the bucket depth + 1 places earlier (window) and, with a host
+// limiter, the host waits for the one host_limit places earlier.
+void Builder::GatherAhead(Phase phase, int m, int k, int& issued) {
   const int n = static_cast<int>(fwd_order_.size());
-  const int d = p_.forward_prefetch;
+  const int d = phase == kFwd ? p_.forward_prefetch : p_.backward_prefetch;
+  auto bucket = [&](int j) {
+    return phase == kFwd ? fwd_order_[j] : fwd_order_[n - 1 - j];
+  };
+  while (issued <= std::min(k + d, n - 1)) {
+    const int j = issued++;
+    const int wsrc = j - d - 1 >= 0 ? last_consumer_[bucket(j - d - 1)] : -1;
+    const int hsrc = p_.host_limit > 0 && j - p_.host_limit >= 0
+                         ? last_consumer_[bucket(j - p_.host_limit)]
+                         : -1;
+    view_[bucket(j)] = Gather(bucket(j), phase, m, wsrc, hsrc);
+    // A later micro-step gathers a bucket only after the previous
+    // micro-step reduced it: the reduction's buffers can then give their
+    // bytes to this gather (one comm stream gets this order from FIFO).
+    // reducer_ still holds the previous micro-step's reduces here.
+    const int prev =
+        phase == kFwd && m > 0 && !p_.all_reduce ? reducer_[bucket(j)] : -1;
+    if (prev >= 0 && g_.nodes[prev].stream != ag_) {
+      window_edges_.push_back(
+          {prev, static_cast<int>(g_.nodes.size()) - 1, EdgeKind::kWindow});
+    }
+  }
+}
+
+void Builder::Forward(int m) {
   std::fill(last_consumer_.begin(), last_consumer_.end(), -1);
   int issued = 0;
   for (int u = 0; u < static_cast<int>(layout_.units.size()); ++u) {
     const int b = layout_.unit_bucket[u];
     if (b >= 0) {
       const int k = pos_[b];
-      while (issued <= std::min(k + d, n - 1)) {
-        const int j = issued++;
-        const int wsrc = j - d - 1 >= 0 ? last_consumer_[fwd_order_[j - d - 1]] : -1;
-        const int hsrc = p_.host_limit > 0 && j - p_.host_limit >= 0
-                             ? last_consumer_[fwd_order_[j - p_.host_limit]]
-                             : -1;
-        view_[fwd_order_[j]] = Gather(fwd_order_[j], kFwd, m, wsrc, hsrc);
-        // A later micro-step gathers a bucket only after the previous
-        // micro-step reduced it: the reduction's buffers can then give their
-        // bytes to this gather (one comm stream gets this order from FIFO).
-        const int prev = m > 0 && !p_.all_reduce ? reducer_[fwd_order_[j]] : -1;
-        if (prev >= 0 && g_.nodes[prev].stream != ag_) {
-          window_edges_.push_back({prev, static_cast<int>(g_.nodes.size()) - 1,
-                                   EdgeKind::kWindow});
-        }
-      }
+      GatherAhead(kFwd, m, k, issued);
       if (B(b).units.front() == u) view_[b] = CopyOut(b, view_[b], kFwd, m);
     }
     const int node = AddNode(NodeKind::kForward, 0, u, -1, m, ParamReads(u, view_),
@@ -247,7 +261,6 @@ void Builder::Forward(int m) {
 
 void Builder::Backward(int m) {
   const int n = static_cast<int>(fwd_order_.size());
-  const int d = p_.backward_prefetch;
   const bool reduce_now = p_.reduce_every_micro_step || m == p_.micro_steps - 1;
   std::fill(last_consumer_.begin(), last_consumer_.end(), -1);
   std::fill(reducer_.begin(), reducer_.end(), -1);
@@ -259,14 +272,7 @@ void Builder::Backward(int m) {
     if (b >= 0) {
       const int k = n - 1 - pos_[b];
       if (p_.reshard_after_forward && !p_.all_reduce) {
-        while (issued <= std::min(k + d, n - 1)) {
-          const int j = issued++;
-          const int wsrc = j - d - 1 >= 0 ? last_consumer_[bwd(j - d - 1)] : -1;
-          const int hsrc = p_.host_limit > 0 && j - p_.host_limit >= 0
-                               ? last_consumer_[bwd(j - p_.host_limit)]
-                               : -1;
-          view_[bwd(j)] = Gather(bwd(j), kBwd, m, wsrc, hsrc);
-        }
+        GatherAhead(kBwd, m, k, issued);
         if (B(b).units.back() == u) view_[b] = CopyOut(b, view_[b], kBwd, m);
       } else {
         view_[b] = fwd_view_[b];
@@ -421,6 +427,7 @@ Status Builder::Plan(const GraphOptions& options) {
     }
     for (int r : g_.nodes[v].reads) users[r].push_back(v);
   }
+  g_.first_write.assign(nbuf, -1);
   g_.last_use.assign(nbuf, -1);
   for (int i = 0; i < nbuf; ++i) {
     GraphBuffer& buf = g_.buffers[i];
@@ -434,6 +441,7 @@ Status Builder::Plan(const GraphOptions& options) {
     }
     int last = writer[i];
     for (int u : users[i]) last = std::max(last, u);
+    g_.first_write[i] = writer[i];
     g_.last_use[i] = last;
     buf.plan_id = in.AddBuffer(buf.name, std::max<size_t>(buf.bytes(), 1),
                                writer[i], users[i]);
@@ -466,6 +474,15 @@ Status Builder::DeriveWaits() {
   for (const GraphEdge& e : g_.edges) dag.AddEdge(e.from, e.to);
   BATON_ASSIGN_OR_RETURN(memory::HappensBefore hb,
                          memory::HappensBefore::Build(dag));
+  g_.last_use_is_final.assign(g_.buffers.size(), false);
+  for (size_t b = 0; b < g_.buffers.size(); ++b) {
+    if (g_.buffers[b].persistent) continue;
+    const memory::BufferSpec& spec = g_.plan_input.buffers[g_.buffers[b].plan_id];
+    const int last = g_.last_use[b];
+    bool is_final = spec.writer == last || hb.Before(spec.writer, last);
+    for (int u : spec.users) is_final &= u == last || hb.Before(u, last);
+    g_.last_use_is_final[b] = is_final;
+  }
   const int nn = static_cast<int>(g_.nodes.size());
   std::vector<std::vector<int>> preds(nn);
   for (const GraphEdge& e : g_.edges) preds[e.to].push_back(e.from);

@@ -122,8 +122,13 @@ struct StepGraph {
   std::vector<GraphBuffer> buffers;
   memory::PlanInput plan_input;  // the DAG and transient buffers as planned
   memory::MemoryPlan plan;
-  // For each transient buffer: the node after which it is dead this step.
+  // Per buffer (-1 / false for persistent ones): the node that first writes
+  // it this step, the node after which it is dead, and whether that last
+  // use happens after every other use (then its bytes may be released,
+  // e.g. poisoned, right after it on its stream).
+  std::vector<int> first_write;
   std::vector<int> last_use;
+  std::vector<bool> last_use_is_final;
   size_t persistent_bytes = 0;  // sum of persistent buffers
   double build_ms = 0;          // graph construction, plan excluded
 

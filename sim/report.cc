@@ -61,21 +61,15 @@ std::string TraceJson(const scheduler::StepGraph& g, const SimResult& r) {
   // Memory: persistent state + arena buffers live from their first writer's
   // start to their last use's end.
   std::map<double, double> delta;
-  std::vector<int> first(g.buffers.size(), -1);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (int w : g.nodes[i].writes) {
-      if (first[w] < 0) first[w] = static_cast<int>(i);
-    }
-  }
   std::vector<double> start(g.nodes.size()), end(g.nodes.size());
   for (const Interval& iv : r.timeline) {
     start[iv.node] = iv.start_s;
     end[iv.node] = iv.end_s;
   }
   for (size_t b = 0; b < g.buffers.size(); ++b) {
-    if (g.buffers[b].persistent || first[b] < 0 || g.last_use[b] < 0) continue;
+    if (g.buffers[b].persistent) continue;
     const double bytes = static_cast<double>(g.buffers[b].bytes());
-    delta[start[first[b]]] += bytes;
+    delta[start[g.first_write[b]]] += bytes;
     delta[end[g.last_use[b]]] -= bytes;
   }
   double live = r.memory.states;

@@ -385,7 +385,8 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
 StatusOr<SimResult> Simulate(const ModelSpec& model, const ClusterSpec& cluster,
                              const Workload& workload,
                              const std::string& policy_name,
-                             int recompute_blocks, const SimOptions& options) {
+                             int recompute_blocks, const SimOptions& options,
+                             StepGraph* graph) {
   BATON_ASSIGN_OR_RETURN(scheduler::Policy policy,
                          SimPolicy(policy_name, workload));
   if (recompute_blocks == kAutoRecompute) {
@@ -409,6 +410,7 @@ StatusOr<SimResult> Simulate(const ModelSpec& model, const ClusterSpec& cluster,
     if (chosen == 0) {
       BATON_ASSIGN_OR_RETURN(SimResult r,
                              SimulateGraph(g0, cluster, workload, options));
+      if (graph != nullptr) *graph = std::move(g0);
       return r;
     }
   } else {
@@ -421,7 +423,10 @@ StatusOr<SimResult> Simulate(const ModelSpec& model, const ClusterSpec& cluster,
   }
   BATON_ASSIGN_OR_RETURN(StepGraph g,
                          scheduler::BuildStepGraph(model, policy, workload.gpus));
-  return SimulateGraph(g, cluster, workload, options);
+  BATON_ASSIGN_OR_RETURN(SimResult r,
+                         SimulateGraph(g, cluster, workload, options));
+  if (graph != nullptr) *graph = std::move(g);
+  return r;
 }
 
 }  // namespace baton::sim

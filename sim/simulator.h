@@ -115,13 +115,15 @@ StatusOr<SimResult> SimulateGraph(const scheduler::StepGraph& graph,
 // Builds the graph for `policy` and simulates it. recompute_blocks: N, -1
 // for all, or kAutoRecompute: the fewest blocks with which the step fits in
 // device memory (all blocks if none fits; SimResult::fits says so).
+// `graph`, when given, receives the graph that was simulated (for pictures).
 constexpr int kAutoRecompute = -2;
 StatusOr<SimResult> Simulate(const scheduler::ModelSpec& model,
                              const ClusterSpec& cluster,
                              const Workload& workload,
                              const std::string& policy_name,
                              int recompute_blocks = kAutoRecompute,
-                             const SimOptions& options = {});
+                             const SimOptions& options = {},
+                             scheduler::StepGraph* graph = nullptr);
 
 }  // namespace baton::sim
 
