@@ -1,38 +1,14 @@
 // CUDA kernels of ops/rmsnorm.h (math and conventions there).
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
-#include "ops/rmsnorm_kernel.h"
+#include "ops/cuda_util.cuh"
+#include "ops/kernels.h"
 
 namespace baton::ops_internal {
 namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float Ld(const void* p, int64_t i, int dtype) {
-  return dtype == 1 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i])
-                    : static_cast<const float*>(p)[i];
-}
-
-__device__ __forceinline__ void St(void* p, int64_t i, int dtype, float v) {
-  if (dtype == 1) {
-    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-  } else {
-    static_cast<float*>(p)[i] = v;
-  }
-}
-
-// Sum over the block; every thread gets the result.
-__device__ float BlockSum(float v) {
-  __shared__ float warp_sums[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  float total = 0;
-  for (int i = 0; i < kThreads / 32; ++i) total += warp_sums[i];
-  __syncthreads();
-  return total;
+__device__ __forceinline__ float BlockSum(float v) {
+  return BlockReduce<kThreads>(v);
 }
 
 __global__ void Forward(const void* __restrict__ x, const void* __restrict__ w,
@@ -55,7 +31,8 @@ __global__ void BackwardDx(const void* __restrict__ dy,
                            const void* __restrict__ x,
                            const void* __restrict__ w,
                            const float* __restrict__ rstd,
-                           void* __restrict__ dx, int64_t hidden, int dtype) {
+                           void* __restrict__ dx, bool accumulate_dx,
+                           int64_t hidden, int dtype) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * hidden;
   const float r = rstd[blockIdx.x];
   float c = 0;
@@ -65,8 +42,9 @@ __global__ void BackwardDx(const void* __restrict__ dy,
   c = BlockSum(c) / static_cast<float>(hidden);
   for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
     const float g = Ld(dy, row + i, dtype);
+    const float prev = accumulate_dx ? Ld(dx, row + i, dtype) : 0.0f;
     St(dx, row + i, dtype,
-       r * (g * Ld(w, i, dtype) - Ld(x, row + i, dtype) * r * r * c));
+       prev + r * (g * Ld(w, i, dtype) - Ld(x, row + i, dtype) * r * r * c));
   }
 }
 
@@ -106,12 +84,13 @@ int LaunchRmsNormForward(const void* x, const void* w, void* y, float* rstd,
 }
 
 int LaunchRmsNormBackward(const void* dy, const void* x, const void* w,
-                          const float* rstd, void* dx, void* dw, int dw_dtype,
+                          const float* rstd, void* dx, bool accumulate_dx,
+                          void* dw, int dw_dtype,
                           bool accumulate_dw, int64_t tokens, int64_t hidden,
                           int dtype, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   BackwardDx<<<static_cast<unsigned>(tokens), kThreads, 0, s>>>(
-      dy, x, w, rstd, dx, hidden, dtype);
+      dy, x, w, rstd, dx, accumulate_dx, hidden, dtype);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   float* acc = nullptr;
   if (cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&acc),

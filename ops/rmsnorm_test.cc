@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "ops/test_util.h"
 
 namespace baton::ops {
 namespace {
@@ -25,83 +26,56 @@ void ReferenceForward(const std::vector<double>& x, const std::vector<double>& w
   }
 }
 
-std::vector<double> Random(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> d(0, 1);
-  std::vector<double> v(n);
-  for (double& e : v) e = d(rng);
-  return v;
-}
-
-// Host buffers in `dtype` holding `v` (rounded for bf16), and back.
-std::vector<uint8_t> Pack(const std::vector<double>& v, DataType t) {
-  std::vector<uint8_t> out(v.size() * DataTypeSize(t));
-  for (size_t i = 0; i < v.size(); ++i) StoreFromDouble(out.data(), t, i, v[i]);
-  return out;
-}
-std::vector<double> Unpack(const std::vector<uint8_t>& b, DataType t) {
-  std::vector<double> v(b.size() / DataTypeSize(t));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = LoadAsDouble(b.data(), t, i);
-  return v;
-}
-
-struct Devices {
-  std::vector<std::unique_ptr<Device>> list;
-  Devices() {
-    list.push_back(*CreateHostDevice());
-    if (CudaDeviceCount() > 0) list.push_back(*CreateCudaDevice(0));
-  }
-};
-
-// Copies host bytes into a fresh device buffer.
-DeviceBuffer Upload(Device& d, Stream& s, const std::vector<uint8_t>& bytes) {
-  DeviceBuffer b = *d.Allocate(bytes.size());
-  EXPECT_TRUE(s.MemcpyAsync(b.data(), bytes.data(), bytes.size()).ok());
-  EXPECT_TRUE(s.Synchronize().ok());  // `bytes` may be a temporary
-  return b;
-}
-std::vector<uint8_t> Download(Stream& s, const DeviceBuffer& b, size_t bytes) {
-  std::vector<uint8_t> out(bytes);
-  EXPECT_TRUE(s.MemcpyAsync(out.data(), b.data(), bytes).ok());
-  EXPECT_TRUE(s.Synchronize().ok());
-  return out;
-}
-std::vector<uint8_t> Poison(size_t bytes) { return std::vector<uint8_t>(bytes, 0xFF); }
+using testing::Compare;
+using testing::Fetch;
+using testing::Pack;
+using testing::Poisoned;
+using testing::Random;
+using testing::Unpack;
+using testing::Upload;
 
 class RmsNormTest : public ::testing::TestWithParam<DataType> {};
 
+// dx is checked both ways: assigned (=) over poison, and added (+=) onto a
+// residual gradient already in the buffer.
 TEST_P(RmsNormTest, ForwardAndBackwardMatchTheFloat64Reference) {
   const DataType t = GetParam();
-  const double tol = t == DataType::kF32 ? 1e-5 : 1e-2;
-  for (auto& device : Devices().list) {
+  const double tol = testing::Tolerance(t);
+  for (auto& device : testing::TestDevices()) {
     SCOPED_TRACE(device->name());
     for (auto [tokens, hidden] : {std::pair<int64_t, int64_t>{1, 5}, {3, 7},
                                   {17, 256}, {5, 1000}, {64, 8192}}) {
+      SCOPED_TRACE(::testing::Message() << tokens << "x" << hidden);
       RmsNormShape s{tokens, hidden, t, 1e-5f};
       auto stream = *device->CreateStream();
-      const auto xs = Pack(Random(tokens * hidden, 1 + hidden), t);
+      const int64_t n = tokens * hidden;
+      const auto xs = Pack(Random(n, 1 + hidden), t);
       const auto ws = Pack(Random(hidden, 2 + hidden), t);
-      const auto gs = Pack(Random(tokens * hidden, 3 + hidden), t);
-      const auto x = Unpack(xs, t), w = Unpack(ws, t), g = Unpack(gs, t);
-      const size_t bytes = tokens * hidden * DataTypeSize(t);
+      const auto gs = Pack(Random(n, 3 + hidden), t);
+      const auto res = Pack(Random(n, 4 + hidden), t);
+      const auto x = Unpack(xs, t), w = Unpack(ws, t), g = Unpack(gs, t),
+                 r0 = Unpack(res, t);
+      const size_t bytes = n * DataTypeSize(t);
       DeviceBuffer dx_ = Upload(*device, *stream, xs), dw_ = Upload(*device, *stream, ws),
                    dg = Upload(*device, *stream, gs);
-      DeviceBuffer dy = Upload(*device, *stream, Poison(bytes));
-      DeviceBuffer dr = Upload(*device, *stream, Poison(tokens * 4));
-      DeviceBuffer ddx = Upload(*device, *stream, Poison(bytes));
-      DeviceBuffer ddw = Upload(*device, *stream, Poison(hidden * 4));
+      DeviceBuffer dy = Poisoned(*device, *stream, bytes);
+      DeviceBuffer dr = Poisoned(*device, *stream, tokens * 4);
+      DeviceBuffer ddx = Poisoned(*device, *stream, bytes);
+      DeviceBuffer ddx_acc = Upload(*device, *stream, res);
+      DeviceBuffer ddw = Poisoned(*device, *stream, hidden * 4);
+      DeviceBuffer ddw2 = Poisoned(*device, *stream, hidden * 4);
       ASSERT_TRUE(RmsNormForward(*stream, s, dx_.data(), dw_.data(), dy.data(),
                                  static_cast<float*>(dr.data())).ok());
       ASSERT_TRUE(RmsNormBackward(*stream, s, dg.data(), dx_.data(), dw_.data(),
                                   static_cast<const float*>(dr.data()), ddx.data(),
-                                  ddw.data(), DataType::kF32, false).ok());
-      const auto y = Unpack(Download(*stream, dy, bytes), t);
-      const auto dxv = Unpack(Download(*stream, ddx, bytes), t);
-      const auto dwv = Unpack(Download(*stream, ddw, hidden * 4), DataType::kF32);
+                                  false, ddw.data(), DataType::kF32, false).ok());
+      ASSERT_TRUE(RmsNormBackward(*stream, s, dg.data(), dx_.data(), dw_.data(),
+                                  static_cast<const float*>(dr.data()),
+                                  ddx_acc.data(), true, ddw2.data(),
+                                  DataType::kF32, false).ok());
       std::vector<double> ry, rr;
       ReferenceForward(x, w, tokens, hidden, 1e-5, ry, rr);
-      // Reference backward in float64.
-      std::vector<double> rdx(tokens * hidden), rdw(hidden, 0);
+      std::vector<double> rdx(n), rdw(hidden, 0);
       for (int64_t tt = 0; tt < tokens; ++tt) {
         double c = 0;
         for (int64_t i = 0; i < hidden; ++i) c += g[tt * hidden + i] * w[i] * x[tt * hidden + i];
@@ -112,24 +86,14 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheFloat64Reference) {
           rdw[i] += g[k] * x[k] * rr[tt];
         }
       }
-      // Error relative to the value, or to the output's rms where terms cancel.
-      auto rms = [](const std::vector<double>& v) {
-        double sq = 0;
-        for (double e : v) sq += e * e;
-        return std::sqrt(sq / v.size());
-      };
-      const double y_rms = rms(ry), dx_rms = rms(rdx), dw_rms = rms(rdw);
-      auto close = [&](double got, double want, double scale) {
-        return std::isfinite(got) && std::abs(got - want) <= tol * (std::abs(want) + scale);
-      };
-      for (int64_t k = 0; k < tokens * hidden; ++k) {
-        ASSERT_TRUE(close(y[k], ry[k], y_rms)) << "y[" << k << "] " << y[k] << " vs " << ry[k];
-        ASSERT_TRUE(close(dxv[k], rdx[k], dx_rms)) << "dx[" << k << "] " << dxv[k] << " vs " << rdx[k];
-      }
-      for (int64_t i = 0; i < hidden; ++i) {
-        ASSERT_TRUE(close(dwv[i], rdw[i], dw_rms))
-            << "dw[" << i << "] " << dwv[i] << " vs " << rdw[i];
-      }
+      std::vector<double> rdx_acc(n);
+      for (int64_t k = 0; k < n; ++k) rdx_acc[k] = r0[k] + rdx[k];
+      EXPECT_EQ(Compare("y", Fetch(*stream, dy, n, t), ry, tol), "");
+      EXPECT_EQ(Compare("rstd", Fetch(*stream, dr, tokens, DataType::kF32), rr, 1e-5), "");
+      EXPECT_EQ(Compare("dx", Fetch(*stream, ddx, n, t), rdx, tol), "");
+      EXPECT_EQ(Compare("dx (+=)", Fetch(*stream, ddx_acc, n, t), rdx_acc, tol), "");
+      EXPECT_EQ(Compare("dw", Fetch(*stream, ddw, hidden, DataType::kF32), rdw, tol), "");
+      EXPECT_EQ(Compare("dw", Fetch(*stream, ddw2, hidden, DataType::kF32), rdw, tol), "");
     }
   }
 }
@@ -156,7 +120,8 @@ TEST(RmsNormGradTest, BackwardMatchesFiniteDifferences) {
       dx(tokens * hidden), dw(hidden, 100.0f);
   RmsNormForwardCpu(s, xf.data(), wf.data(), y.data(), r.data());
   RmsNormBackwardCpu(s, gf.data(), xf.data(), wf.data(), r.data(), dx.data(),
-                     dw.data(), DataType::kF32, /*accumulate_dw=*/true);
+                     /*accumulate_dx=*/false, dw.data(), DataType::kF32,
+                     /*accumulate_dw=*/true);
   const double h = 1e-6;
   for (int64_t k = 0; k < tokens * hidden; ++k) {
     auto xp = x, xm = x;
@@ -190,7 +155,7 @@ TEST(RmsNormTest, BadArgumentsAreRefused) {
   EXPECT_EQ(RmsNormForward(*stream, s, buf, buf, buf, buf).code(),
             absl::StatusCode::kInvalidArgument);
   s.dtype = DataType::kF32;
-  EXPECT_EQ(RmsNormBackward(*stream, s, buf, buf, buf, buf, buf, buf,
+  EXPECT_EQ(RmsNormBackward(*stream, s, buf, buf, buf, buf, buf, false, buf,
                             DataType::kI32, false).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(stream->Synchronize().ok());

@@ -1,0 +1,59 @@
+#include "ops/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "ops/op_util.h"
+
+#ifdef BATON_HAVE_CUDA
+#include "ops/kernels.h"
+#endif
+
+namespace baton::ops {
+
+Status CrossEntropy(Stream& stream, const CrossEntropyShape& s,
+                    const void* logits, const int32_t* targets, float* loss,
+                    void* dlogits, float grad_scale) {
+  constexpr const char* kOp = "CrossEntropy";
+  BATON_RETURN_IF_ERROR(
+      CheckPositive(kOp, {{"tokens", s.tokens}, {"vocab", s.vocab}}));
+  BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "dtype", s.dtype));
+  BATON_RETURN_IF_ERROR(CheckNotNull(
+      kOp, {{"logits", logits}, {"targets", targets}, {"loss", loss}}));
+  if (!std::isfinite(grad_scale)) {
+    return absl::InvalidArgumentError("CrossEntropy: grad_scale is not finite");
+  }
+  return OnStream(
+      stream, kOp,
+      [=]() -> Status {
+        for (int64_t t = 0; t < s.tokens; ++t) {
+          if (targets[t] < 0 || targets[t] >= s.vocab) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(kOp, ": token ", t, " has target ", targets[t],
+                             ", outside [0, ", s.vocab, ")"));
+          }
+          const int64_t row = t * s.vocab;
+          float m = -INFINITY;
+          for (int64_t v = 0; v < s.vocab; ++v) m = std::max(m, LoadF(logits, s.dtype, row + v));
+          float sum = 0;
+          for (int64_t v = 0; v < s.vocab; ++v) sum += std::exp(LoadF(logits, s.dtype, row + v) - m);
+          const float lse = m + std::log(sum);
+          loss[t] = lse - LoadF(logits, s.dtype, row + targets[t]);
+          if (dlogits == nullptr) continue;
+          for (int64_t v = 0; v < s.vocab; ++v) {
+            const float p = std::exp(LoadF(logits, s.dtype, row + v) - lse);
+            StoreF(dlogits, s.dtype, row + v,
+                   grad_scale * (p - (v == targets[t] ? 1.0f : 0.0f)));
+          }
+        }
+        return absl::OkStatus();
+      },
+      BATON_OPS_CUDA([=](void* st) {
+        return ops_internal::LaunchCrossEntropy(logits, targets, loss, dlogits,
+                                                grad_scale, s.tokens, s.vocab,
+                                                static_cast<int>(s.dtype), st);
+      }));
+}
+
+}  // namespace baton::ops

@@ -1,0 +1,60 @@
+// The CUDA launchers of the ops, called by their .cc files (which hold the
+// math, the conventions and the argument checks). Plain header: included by
+// nvcc. dtype codes are DataType's values (0 f32, 1 bf16); each returns a
+// cudaError_t value.
+#ifndef BATON_OPS_KERNELS_H_
+#define BATON_OPS_KERNELS_H_
+
+#include <cstdint>
+
+namespace baton::ops_internal {
+
+int LaunchRmsNormForward(const void* x, const void* w, void* y, float* rstd,
+                         int64_t tokens, int64_t hidden, int dtype, float eps,
+                         void* stream);
+int LaunchRmsNormBackward(const void* dy, const void* x, const void* w,
+                          const float* rstd, void* dx, bool accumulate_dx,
+                          void* dw, int dw_dtype, bool accumulate_dw,
+                          int64_t tokens, int64_t hidden, int dtype,
+                          void* stream);
+
+int LaunchSwiGluForward(const void* g, const void* u, void* h, int64_t n,
+                        int dtype, void* stream);
+int LaunchSwiGluBackward(const void* dh, const void* g, const void* u,
+                         void* dg, void* du, int64_t n, int dtype,
+                         void* stream);
+
+int LaunchRotary(void* x, int64_t rows, int64_t seq, int64_t heads,
+                 int64_t head_dim, double theta, double sign, int dtype,
+                 void* stream);
+
+int LaunchEmbeddingForward(const int32_t* ids, const void* table, void* y,
+                           int64_t tokens, int64_t vocab, int64_t hidden,
+                           int dtype, void* stream);
+int LaunchEmbeddingBackward(const int32_t* ids, const void* dy, void* dtable,
+                            int dtable_dtype, bool accumulate, int64_t tokens,
+                            int64_t vocab, int64_t hidden, int dtype,
+                            void* stream);
+
+int LaunchAttentionForward(const void* q, const void* k, const void* v,
+                           void* out, float* lse, int64_t batch, int64_t seq,
+                           int64_t heads, int64_t kv_heads, int64_t head_dim,
+                           int dtype, void* stream);
+int LaunchAttentionBackward(const void* dout, const void* q, const void* k,
+                            const void* v, const void* out, const float* lse,
+                            void* dq, void* dk, void* dv, int64_t batch,
+                            int64_t seq, int64_t heads, int64_t kv_heads,
+                            int64_t head_dim, int dtype, void* stream);
+
+int LaunchCrossEntropy(const void* logits, const int32_t* targets, float* loss,
+                       void* dlogits, float grad_scale, int64_t tokens,
+                       int64_t vocab, int dtype, void* stream);
+
+int LaunchAdamW(float* master, const void* grad, int grad_dtype, float* m1,
+                float* m2, void* param, int param_dtype, int64_t n,
+                float grad_scale, float lr, float beta1, float beta2, float eps,
+                float weight_decay, float bc1, float bc2, void* stream);
+
+}  // namespace baton::ops_internal
+
+#endif  // BATON_OPS_KERNELS_H_

@@ -1,0 +1,67 @@
+#include "ops/op_util.h"
+
+#include "absl/strings/str_cat.h"
+
+#ifdef BATON_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace baton::ops {
+
+const float* AsFloats(const void* p, DataType t, int64_t n,
+                      std::vector<float>& scratch) {
+  if (t == DataType::kF32) return static_cast<const float*>(p);
+  scratch.resize(n);
+  for (int64_t i = 0; i < n; ++i) scratch[i] = LoadF(p, t, i);
+  return scratch.data();
+}
+
+Status CheckFloatType(const char* op, const char* what, DataType t) {
+  if (t == DataType::kF32 || t == DataType::kBF16) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", what, " must be float or bfloat16, got ", DataTypeName(t)));
+}
+
+Status CheckNotNull(
+    const char* op,
+    std::initializer_list<std::pair<const char*, const void*>> pointers) {
+  for (const auto& [name, p] : pointers) {
+    if (p == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is null"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status CheckPositive(
+    const char* op, std::initializer_list<std::pair<const char*, int64_t>> sizes) {
+  for (const auto& [name, v] : sizes) {
+    if (v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", name, " must be positive, got ", v));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status OnStream(Stream& stream, const char* op, std::function<Status()> cpu,
+                std::function<int(void*)> cuda) {
+  if (stream.kind() == DeviceKind::kHost) {
+    return stream.Enqueue([cpu = std::move(cpu)]() { return cpu(); });
+  }
+  if (!cuda) {
+    return absl::UnimplementedError(
+        absl::StrCat(op, ": baton was built without CUDA"));
+  }
+  const int rc = cuda(stream.native_handle());
+  if (rc == 0) return absl::OkStatus();
+#ifdef BATON_HAVE_CUDA
+  return absl::InternalError(absl::StrCat(
+      op, ": CUDA error ", rc, " (",
+      cudaGetErrorString(static_cast<cudaError_t>(rc)), ")"));
+#else
+  return absl::InternalError(absl::StrCat(op, ": CUDA error ", rc));
+#endif
+}
+
+}  // namespace baton::ops

@@ -1,0 +1,95 @@
+#include "ops/rotary.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "ops/test_util.h"
+
+namespace baton::ops {
+namespace {
+
+using testing::Compare;
+using testing::Fetch;
+using testing::Pack;
+using testing::Random;
+using testing::Round;
+using testing::Upload;
+
+// Float64 rotation by sign * angle, half-split layout.
+std::vector<double> Rotate(const RotaryShape& s, std::vector<double> x, double sign) {
+  const int64_t half = s.head_dim / 2;
+  for (int64_t t = 0; t < s.batch * s.seq; ++t) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double a = sign * (t % s.seq) * std::pow(s.theta, -2.0 * i / s.head_dim);
+        const int64_t k = (t * s.heads + h) * s.head_dim + i;
+        const double x1 = x[k], x2 = x[k + half];
+        x[k] = x1 * std::cos(a) - x2 * std::sin(a);
+        x[k + half] = x2 * std::cos(a) + x1 * std::sin(a);
+      }
+    }
+  }
+  return x;
+}
+
+class RotaryTest : public ::testing::TestWithParam<DataType> {};
+
+// Forward against float64; backward is the transpose (inverse) rotation.
+TEST_P(RotaryTest, ForwardAndBackwardMatchTheFloat64Reference) {
+  const DataType t = GetParam();
+  for (auto& device : testing::TestDevices()) {
+    SCOPED_TRACE(device->name());
+    for (RotaryShape s : {RotaryShape{1, 1, 1, 2, 10000.0, t}, RotaryShape{2, 5, 3, 8, 10000.0, t},
+                          RotaryShape{2, 128, 4, 64, 500000.0, t}}) {
+      auto stream = *device->CreateStream();
+      const int64_t n = s.batch * s.seq * s.heads * s.head_dim;
+      const auto x = Round(Random(n, 1 + n), t), dy = Round(Random(n, 2 + n), t);
+      DeviceBuffer bx = Upload(*device, *stream, Pack(x, t)),
+                   bdy = Upload(*device, *stream, Pack(dy, t));
+      ASSERT_TRUE(RotaryForward(*stream, s, bx.data()).ok());
+      ASSERT_TRUE(RotaryBackward(*stream, s, bdy.data()).ok());
+      const double tol = testing::Tolerance(t);
+      EXPECT_EQ(Compare("y", Fetch(*stream, bx, n, t), Rotate(s, x, 1), tol), "");
+      EXPECT_EQ(Compare("dx", Fetch(*stream, bdy, n, t), Rotate(s, dy, -1), tol), "");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, RotaryTest,
+                         ::testing::Values(DataType::kF32, DataType::kBF16),
+                         [](const auto& info) { return DataTypeName(info.param); });
+
+TEST(RotaryGradTest, BackwardMatchesFiniteDifferences) {
+  const RotaryShape s{1, 3, 2, 4, 10000.0, DataType::kF32};
+  const int64_t n = 24;
+  auto device = *CreateHostDevice();
+  auto stream = *device->CreateStream();
+  const auto x = Random(n, 3), g = Random(n, 4);
+  auto loss = [&](const std::vector<double>& xx) {
+    const auto y = Rotate(s, xx, 1);
+    double l = 0;
+    for (int64_t i = 0; i < n; ++i) l += y[i] * g[i];
+    return l;
+  };
+  std::vector<float> gf(g.begin(), g.end());
+  ASSERT_TRUE(RotaryBackward(*stream, s, gf.data()).ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_EQ(Compare("dx", {gf.begin(), gf.end()}, testing::FiniteDifference(loss, x), 1e-5), "");
+}
+
+TEST(RotaryTest, BadArgumentsAreRefused) {
+  auto device = *CreateHostDevice();
+  auto stream = *device->CreateStream();
+  float buf[8] = {};
+  EXPECT_EQ(RotaryForward(*stream, {1, 1, 1, 3, 10000.0, DataType::kF32}, buf).code(),
+            absl::StatusCode::kInvalidArgument);  // odd head_dim
+  EXPECT_EQ(RotaryForward(*stream, {1, 1, 1, 4, 0.0, DataType::kF32}, buf).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RotaryForward(*stream, {1, 1, 1, 4, 10000.0, DataType::kF32}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(stream->Synchronize().ok());
+}
+
+}  // namespace
+}  // namespace baton::ops

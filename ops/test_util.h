@@ -1,0 +1,59 @@
+// Test support for the ops: float64 data, packing into f32 / bf16, the
+// devices to run on (host always, CUDA when present), upload / download,
+// poisoned outputs, and one closeness rule.
+#ifndef BATON_OPS_TEST_UTIL_H_
+#define BATON_OPS_TEST_UTIL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/dtype.h"
+#include "runtime/device.h"
+
+namespace baton::ops::testing {
+
+// n standard-normal values (scaled by `scale`), seeded.
+std::vector<double> Random(int64_t n, uint64_t seed, double scale = 1.0);
+
+// Bytes of `v` in dtype t (rounded for bf16), and back.
+std::vector<uint8_t> Pack(const std::vector<double>& v, DataType t);
+std::vector<double> Unpack(const std::vector<uint8_t>& b, DataType t);
+// `v` as stored in dtype t (rounded through it).
+std::vector<double> Round(const std::vector<double>& v, DataType t);
+
+// The host device, and CUDA device 0 when there is one.
+std::vector<std::unique_ptr<Device>> TestDevices();
+
+// A device buffer holding `bytes` (waits, so `bytes` may be a temporary).
+DeviceBuffer Upload(Device& d, Stream& s, const std::vector<uint8_t>& bytes);
+// A device buffer of `bytes` bytes all 0xFF: NaN in f32 and bf16, so an
+// element the op fails to write fails the comparison.
+DeviceBuffer Poisoned(Device& d, Stream& s, size_t bytes);
+std::vector<uint8_t> Download(Stream& s, const DeviceBuffer& b, size_t bytes);
+// Download + Unpack.
+std::vector<double> Fetch(Stream& s, const DeviceBuffer& b, int64_t n,
+                          DataType t);
+
+// Root mean square of `v`.
+double Rms(const std::vector<double>& v);
+
+// "" when every got[i] is finite and within tol * (|want[i]| + scale) of
+// want[i], where scale = Rms(want) covers terms that cancel; else a
+// description of the first element that is not.
+std::string Compare(const std::string& what, const std::vector<double>& got,
+                    const std::vector<double>& want, double tol);
+
+// Central-difference gradient of f at x (float64), step h.
+std::vector<double> FiniteDifference(
+    const std::function<double(const std::vector<double>&)>& f,
+    std::vector<double> x, double h = 1e-6);
+
+// Tolerance of a dtype: fp32 about 1e-5 relative, bf16 about 1e-2.
+inline double Tolerance(DataType t) { return t == DataType::kF32 ? 1e-5 : 1e-2; }
+
+}  // namespace baton::ops::testing
+
+#endif  // BATON_OPS_TEST_UTIL_H_
