@@ -1,0 +1,371 @@
+#include "examples/llama_trainer.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "ops/attention.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/rmsnorm.h"
+#include "ops/rotary.h"
+#include "ops/swiglu.h"
+
+namespace baton::examples {
+namespace {
+
+uint64_t Mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+double Uniform(uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) / 9007199254740992.0; }
+
+// Index of the parameter named "<unit>.<suffix>" in a compute context.
+int Find(const scheduler::ComputeContext& ctx, const char* suffix) {
+  for (size_t i = 0; i < ctx.params.size(); ++i) {
+    const std::string& n = ctx.params[i].param->name;
+    const size_t dot = n.find('.');
+    if (dot != std::string::npos && n.compare(dot + 1, std::string::npos, suffix) == 0) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+StatusOr<Corpus> Corpus::Synthetic(int64_t vocab, uint64_t seed, int phrases) {
+  if (vocab < 2) return absl::InvalidArgumentError("corpus: vocab must be at least 2");
+  Corpus c;
+  c.seed_ = seed;
+  c.vocab_ = vocab;
+  c.phrases_.resize(phrases);
+  for (int p = 0; p < phrases; ++p) {
+    for (int i = 0; i < 8; ++i) {
+      c.phrases_[p].push_back(static_cast<int32_t>(Mix(seed * 1000003 + p * 8 + i) % vocab));
+    }
+  }
+  return c;
+}
+
+StatusOr<Corpus> Corpus::FromFile(const std::string& path, int64_t vocab, uint64_t seed) {
+  if (vocab < 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data uses byte tokens, which need vocab >= 256; the model has ", vocab));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("--data: cannot read '", path, "'"));
+  Corpus c;
+  c.seed_ = seed;
+  c.vocab_ = vocab;
+  c.text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return c;
+}
+
+Status Corpus::Sequence(int64_t n, int64_t seq, int32_t* out) const {
+  const uint64_t h = Mix(seed_ ^ Mix(static_cast<uint64_t>(n)));
+  if (phrases_.empty()) {
+    if (static_cast<int64_t>(text_.size()) < seq + 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data: the file has ", text_.size(), " bytes, fewer than seq + 1 = ", seq + 1));
+    }
+    const uint64_t start = h % (text_.size() - seq);
+    for (int64_t i = 0; i <= seq; ++i) out[i] = text_[start + i];
+    return absl::OkStatus();
+  }
+  const auto& phrase = phrases_[h % phrases_.size()];
+  const uint64_t offset = (h >> 32) % phrase.size();
+  for (int64_t i = 0; i <= seq; ++i) out[i] = phrase[(offset + i) % phrase.size()];
+  return absl::OkStatus();
+}
+
+float InitialParameter(const std::string& name, int64_t i, uint64_t seed) {
+  if (name.find("norm") != std::string::npos) return 1.0f;
+  uint64_t h = seed * 0x100000001b3ull;
+  for (char c : name) h = Mix(h ^ static_cast<uint8_t>(c));
+  h = Mix(h ^ static_cast<uint64_t>(i));
+  const double u1 = Uniform(h), u2 = Uniform(Mix(h));
+  return static_cast<float>(0.02 * std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
+                     const Corpus& corpus, Device& device, int ranks, int rank)
+    : graph_(graph),
+      spec_(graph.layout.spec),
+      config_(config),
+      corpus_(corpus),
+      device_(device),
+      ranks_(ranks),
+      rank_(rank),
+      micro_steps_(graph.policy.micro_steps),
+      dtype_(graph.policy.param_dtype),
+      tokens_(config.batch * config.seq) {}
+
+StatusOr<std::unique_ptr<LlamaRank>> LlamaRank::Create(const scheduler::StepGraph& graph,
+                                                       const TrainConfig& config,
+                                                       const Corpus& corpus, Device& device,
+                                                       int ranks, int rank) {
+  if (config.seq < 1 || config.batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seq and batch must be positive, got ", config.seq, " and ", config.batch));
+  }
+  if (graph.layout.spec.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rotary embeddings need an even head_dim, got ", graph.layout.spec.head_dim));
+  }
+  if (graph.policy.param_dtype != DataType::kF32 && graph.policy.param_dtype != DataType::kBF16) {
+    return absl::InvalidArgumentError("the parameter dtype must be float or bfloat16");
+  }
+  std::unique_ptr<LlamaRank> r(new LlamaRank(graph, config, corpus, device, ranks, rank));
+  BATON_RETURN_IF_ERROR(r->Allocate());
+  return r;
+}
+
+void* LlamaRank::Buf(size_t bytes) {
+  auto b = device_.Allocate(bytes == 0 ? 1 : bytes);
+  if (!b.ok()) {
+    if (alloc_status_.ok()) alloc_status_ = b.status();
+    return nullptr;
+  }
+  void* p = b->data();
+  owned_.push_back(std::move(*b));
+  return p;
+}
+
+Status LlamaRank::Allocate() {
+  const int64_t T = tokens_, H = spec_.hidden, D = spec_.head_dim;
+  const int64_t Q = spec_.heads * D, KV = spec_.kv_heads * D, F = spec_.intermediate;
+  const int64_t V = spec_.vocab;
+  const size_t e = DataTypeSize(dtype_);
+  const size_t heads_rows = static_cast<size_t>(config_.batch * spec_.heads * config_.seq);
+  for (int m = 0; m < micro_steps_; ++m) {
+    ids_.push_back(static_cast<int32_t*>(Buf(T * 4)));
+    targets_.push_back(static_cast<int32_t*>(Buf(T * 4)));
+    loss_.push_back(static_cast<float*>(Buf(T * 4)));
+  }
+  for (int64_t u = 0; u <= spec_.layers; ++u) h_.push_back(Buf(T * H * e));
+  for (int64_t b = 0; b < spec_.layers; ++b) {
+    BlockActs a;
+    a.n1 = Buf(T * H * e);
+    a.q = Buf(T * Q * e);
+    a.k = Buf(T * KV * e);
+    a.v = Buf(T * KV * e);
+    a.o = Buf(T * Q * e);
+    a.x1 = Buf(T * H * e);
+    a.n2 = Buf(T * H * e);
+    a.g = Buf(T * F * e);
+    a.u = Buf(T * F * e);
+    a.s = Buf(T * F * e);
+    a.rstd1 = static_cast<float*>(Buf(T * 4));
+    a.lse = static_cast<float*>(Buf(heads_rows * 4));
+    a.rstd2 = static_cast<float*>(Buf(T * 4));
+    blocks_.push_back(a);
+  }
+  nf_ = Buf(T * H * e);
+  rstdf_ = static_cast<float*>(Buf(T * 4));
+  logits_ = Buf(T * V * e);
+  gres_[0] = Buf(T * H * e);
+  gres_[1] = Buf(T * H * e);
+  dn_ = Buf(T * H * e);
+  dq_ = Buf(T * Q * e);
+  dk_ = Buf(T * KV * e);
+  dv_ = Buf(T * KV * e);
+  do_ = Buf(T * Q * e);
+  ds_ = Buf(T * F * e);
+  dg_ = Buf(T * F * e);
+  du_ = Buf(T * F * e);
+  BATON_RETURN_IF_ERROR(alloc_status_);
+  staging_.resize(2 * micro_steps_ * T);
+  return absl::OkStatus();
+}
+
+int64_t LlamaRank::tokens_per_step() const { return tokens_ * micro_steps_; }
+
+Status LlamaRank::LoadBatch(Stream& stream, int64_t step) {
+  const int64_t seq = config_.seq, T = tokens_;
+  std::vector<int32_t> one(seq + 1);
+  for (int m = 0; m < micro_steps_; ++m) {
+    int32_t* ids = staging_.data() + 2 * m * T;
+    int32_t* tgt = ids + T;
+    for (int64_t j = 0; j < config_.batch; ++j) {
+      const int64_t n = ((step * micro_steps_ + m) * ranks_ + rank_) * config_.batch + j;
+      BATON_RETURN_IF_ERROR(corpus_.Sequence(n, seq, one.data()));
+      std::memcpy(ids + j * seq, one.data(), seq * 4);
+      std::memcpy(tgt + j * seq, one.data() + 1, seq * 4);
+    }
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(ids_[m], ids, T * 4));
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(targets_[m], tgt, T * 4));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<double> LlamaRank::LossSum(Stream& stream) {
+  std::vector<float> host(tokens_);
+  double sum = 0;
+  for (int m = 0; m < micro_steps_; ++m) {
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data(), loss_[m], tokens_ * 4));
+    BATON_RETURN_IF_ERROR(stream.Synchronize());
+    for (float l : host) sum += l;
+  }
+  return sum;
+}
+
+scheduler::StepCallbacks LlamaRank::Callbacks() {
+  scheduler::StepCallbacks cb;
+  cb.compute = [this](const scheduler::ComputeContext& ctx) { return Compute(ctx); };
+  cb.optimizer = [this](const scheduler::OptimizerContext& ctx) { return Optimizer(ctx); };
+  return cb;
+}
+
+Status LlamaRank::Compute(const scheduler::ComputeContext& ctx) {
+  Stream& st = *ctx.stream;
+  const int64_t T = tokens_, H = spec_.hidden, V = spec_.vocab;
+  const int m = ctx.micro_step;
+  const bool backward = ctx.kind == scheduler::NodeKind::kBackward;
+  const ops::RmsNormShape norm{T, H, dtype_, static_cast<float>(spec_.norm_eps)};
+  switch (ctx.spec->kind) {
+    case scheduler::UnitKind::kEmbedding: {
+      const ops::EmbeddingShape s{T, V, H, dtype_};
+      if (!backward) return ops::EmbeddingForward(st, s, ids_[m], ctx.params[0].data, h_[0]);
+      return ops::EmbeddingBackward(st, s, ids_[m], gres_[cur_], ctx.grads[0].data,
+                                    ctx.grads[0].dtype, ctx.grad_accumulate[0]);
+    }
+    case scheduler::UnitKind::kBlock:
+      return backward ? BlockBackward(ctx) : BlockForward(ctx);
+    case scheduler::UnitKind::kFinalNorm: {
+      if (!backward) {
+        return ops::RmsNormForward(st, norm, h_[spec_.layers], ctx.params[0].data, nf_, rstdf_);
+      }
+      // gres_[cur_] holds d(nf); the input's gradient goes to the other one.
+      const int next = 1 - cur_;
+      BATON_RETURN_IF_ERROR(ops::RmsNormBackward(
+          st, norm, gres_[cur_], h_[spec_.layers], ctx.params[0].data, rstdf_, gres_[next],
+          false, ctx.grads[0].data, ctx.grads[0].dtype, ctx.grad_accumulate[0]));
+      cur_ = next;
+      return absl::OkStatus();
+    }
+    case scheduler::UnitKind::kLmHead: {
+      const ops::LinearShape s{T, H, V, dtype_};
+      if (!backward) {
+        BATON_RETURN_IF_ERROR(ops::LinearForward(st, s, nf_, ctx.params[0].data, logits_));
+        // Loss and the logits' gradient in one pass, in place.
+        return ops::CrossEntropy(st, {T, V, dtype_}, logits_, targets_[m], loss_[m], logits_,
+                                 1.0f / static_cast<float>(T));
+      }
+      cur_ = 0;
+      return ops::LinearBackward(st, s, logits_, nf_, ctx.params[0].data, gres_[cur_], false,
+                                 ctx.grads[0].data, ctx.grads[0].dtype, ctx.grad_accumulate[0]);
+    }
+  }
+  return absl::InternalError("unknown unit kind");
+}
+
+Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
+  Stream& st = *ctx.stream;
+  const int b = ctx.spec->block;
+  BlockActs& a = blocks_[b];
+  const int64_t T = tokens_, H = spec_.hidden, D = spec_.head_dim;
+  const int64_t Q = spec_.heads * D, KV = spec_.kv_heads * D, F = spec_.intermediate;
+  const size_t e = DataTypeSize(dtype_);
+  auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
+  const ops::RmsNormShape norm{T, H, dtype_, static_cast<float>(spec_.norm_eps)};
+  void* x = h_[b];
+  BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, x, p("attn_norm.weight"), a.n1, a.rstd1));
+  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, Q, dtype_}, a.n1, p("wq"), a.q));
+  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wk"), a.k));
+  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wv"), a.v));
+  const ops::RotaryShape rq{config_.batch, config_.seq, spec_.heads, D, spec_.rope_theta, dtype_};
+  ops::RotaryShape rk = rq;
+  rk.heads = spec_.kv_heads;
+  BATON_RETURN_IF_ERROR(ops::RotaryForward(st, rq, a.q));
+  BATON_RETURN_IF_ERROR(ops::RotaryForward(st, rk, a.k));
+  const ops::AttentionShape as{config_.batch, config_.seq, spec_.heads, spec_.kv_heads, D, dtype_};
+  BATON_RETURN_IF_ERROR(ops::AttentionForward(st, as, a.q, a.k, a.v, a.o, a.lse));
+  // x1 = x + o wo^T: the residual is copied, the projection added onto it.
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, x, T * H * e));
+  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, Q, H, dtype_}, a.o, p("wo"), a.x1, true));
+  BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
+  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
+  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
+  BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
+  void* out = h_[b + 1];
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(out, a.x1, T * H * e));
+  return ops::LinearForward(st, {T, F, H, dtype_}, a.s, p("w_down"), out, true);
+}
+
+Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
+  Stream& st = *ctx.stream;
+  const int b = ctx.spec->block;
+  BlockActs& a = blocks_[b];
+  const int64_t T = tokens_, H = spec_.hidden, D = spec_.head_dim;
+  const int64_t Q = spec_.heads * D, KV = spec_.kv_heads * D, F = spec_.intermediate;
+  const size_t e = DataTypeSize(dtype_);
+  auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
+  // Gradient slot of a parameter: pointer, dtype, = or +=.
+  struct G {
+    void* data;
+    DataType dtype;
+    bool acc;
+  };
+  auto g = [&](const char* name) {
+    const int i = Find(ctx, name);
+    return G{ctx.grads[i].data, ctx.grads[i].dtype, static_cast<bool>(ctx.grad_accumulate[i])};
+  };
+  const ops::RmsNormShape norm{T, H, dtype_, static_cast<float>(spec_.norm_eps)};
+  void* A = gres_[cur_];      // d(block output); becomes d(block input)
+  void* B = gres_[1 - cur_];  // d(x1)
+  // MLP branch: x2 = x1 + s wd^T, so d(x1) = d(x2) + its path through n2.
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(B, A, T * H * e));
+  G gd = g("w_down"), gg = g("w_gate"), gu = g("w_up"), gm = g("mlp_norm.weight");
+  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, F, H, dtype_}, A, a.s, p("w_down"), ds_,
+                                            false, gd.data, gd.dtype, gd.acc));
+  BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg_, du_));
+  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, F, dtype_}, dg_, a.n2, p("w_gate"), dn_,
+                                            false, gg.data, gg.dtype, gg.acc));
+  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, F, dtype_}, du_, a.n2, p("w_up"), dn_,
+                                            true, gu.data, gu.dtype, gu.acc));
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, norm, dn_, a.x1, p("mlp_norm.weight"), a.rstd2,
+                                             B, true, gm.data, gm.dtype, gm.acc));
+  // Attention branch: x1 = x + o wo^T.
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(A, B, T * H * e));
+  G go = g("wo"), gq = g("wq"), gk = g("wk"), gv = g("wv"), ga = g("attn_norm.weight");
+  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, Q, H, dtype_}, B, a.o, p("wo"), do_, false,
+                                            go.data, go.dtype, go.acc));
+  const ops::AttentionShape as{config_.batch, config_.seq, spec_.heads, spec_.kv_heads, D, dtype_};
+  BATON_RETURN_IF_ERROR(
+      ops::AttentionBackward(st, as, do_, a.q, a.k, a.v, a.o, a.lse, dq_, dk_, dv_));
+  const ops::RotaryShape rq{config_.batch, config_.seq, spec_.heads, D, spec_.rope_theta, dtype_};
+  ops::RotaryShape rk = rq;
+  rk.heads = spec_.kv_heads;
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, rq, dq_));
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, rk, dk_));
+  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, Q, dtype_}, dq_, a.n1, p("wq"), dn_,
+                                            false, gq.data, gq.dtype, gq.acc));
+  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dk_, a.n1, p("wk"), dn_,
+                                            true, gk.data, gk.dtype, gk.acc));
+  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dv_, a.n1, p("wv"), dn_,
+                                            true, gv.data, gv.dtype, gv.acc));
+  return ops::RmsNormBackward(st, norm, dn_, h_[b], p("attn_norm.weight"), a.rstd1, A, true,
+                              ga.data, ga.dtype, ga.acc);
+}
+
+Status LlamaRank::Optimizer(const scheduler::OptimizerContext& ctx) {
+  ops::AdamWArgs a;
+  a.n = ctx.shard_numel;
+  a.step = ctx.step + 1;
+  a.grad_scale = static_cast<float>(ctx.grad_scale);
+  a.master = ctx.master;
+  a.grad = ctx.grad;
+  a.grad_dtype = ctx.grad_dtype;
+  a.moment1 = ctx.moment1;
+  a.moment2 = ctx.moment2;
+  return ops::AdamWStep(*ctx.stream, config_.adamw, a);
+}
+
+}  // namespace baton::examples

@@ -1,0 +1,142 @@
+// A Llama-style decoder trained through baton: the compute callbacks of the
+// executor (forward, recompute and backward of each unit, built from ops/),
+// the optimizer callback (fused AdamW on the fp32 master shards), and the
+// data (a deterministic synthetic corpus or a text file as byte tokens).
+//
+// One LlamaRank per rank. It owns the activations of one micro-step (the
+// scheduler runs micro-steps one after another) and per-micro-step token
+// buffers, all allocated on the rank's device; gathered parameters and
+// gradients belong to the executor.
+//
+// Data: sequence number n = ((step * micro_steps + m) * ranks + rank) * batch
+// + j (for sequence j of micro-step m on `rank`), so any split of the same
+// global batch over ranks and micro-steps sees the same sequences; a
+// one-rank run with ranks * batch sequences is the unsharded reference.
+//
+// Loss: each rank's cross-entropy gradient is scaled by 1 / (its tokens);
+// the executor sums gradients over ranks and micro-steps and the optimizer
+// applies 1 / (ranks * micro_steps), which is the gradient of the mean loss
+// over the global batch.
+#ifndef BATON_EXAMPLES_LLAMA_TRAINER_H_
+#define BATON_EXAMPLES_LLAMA_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "ops/adamw.h"
+#include "runtime/device.h"
+#include "runtime/status.h"
+#include "scheduler/executor.h"
+#include "scheduler/model.h"
+#include "scheduler/step_graph.h"
+
+namespace baton::examples {
+
+// Token sequences of length seq + 1 (inputs and shifted targets).
+class Corpus {
+ public:
+  // Synthetic: each sequence repeats one of `phrases` random phrases of 8
+  // tokens (drawn from vocab by `seed`) from a random offset: learnable
+  // (unigram and bigram structure) and deterministic.
+  static StatusOr<Corpus> Synthetic(int64_t vocab, uint64_t seed,
+                                    int phrases = 8);
+  // A text file as bytes (tokens 0..255; vocab must be >= 256); sequence n
+  // starts at a deterministic pseudo-random offset. InvalidArgument if the
+  // file is shorter than seq + 1 bytes (checked by Sequence) or vocab < 256.
+  static StatusOr<Corpus> FromFile(const std::string& path, int64_t vocab,
+                                   uint64_t seed);
+
+  // Sequence n: seq + 1 tokens into out.
+  Status Sequence(int64_t n, int64_t seq, int32_t* out) const;
+
+ private:
+  uint64_t seed_ = 0;
+  int64_t vocab_ = 0;
+  std::vector<std::vector<int32_t>> phrases_;  // synthetic
+  std::vector<uint8_t> text_;                  // file
+};
+
+struct TrainConfig {
+  int64_t seq = 128;
+  int64_t batch = 2;  // sequences per rank per micro-step
+  ops::AdamWConfig adamw{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
+  uint64_t seed = 1;
+};
+
+// Deterministic initial value of element i of a parameter (the same on
+// every rank and in every layout): norm weights 1, others N(0, 0.02).
+float InitialParameter(const std::string& name, int64_t i, uint64_t seed);
+
+class LlamaRank {
+ public:
+  // `graph` is the rank's step graph (its layout and policy); `ranks` the
+  // data-parallel world size; `rank` this rank.
+  static StatusOr<std::unique_ptr<LlamaRank>> Create(
+      const scheduler::StepGraph& graph, const TrainConfig& config,
+      const Corpus& corpus, Device& device, int ranks, int rank);
+
+  // Uploads this rank's tokens of step `step` (enqueued on `stream`, which
+  // must be ordered before the step's compute: the executor's compute
+  // stream). The host staging stays valid until the next call.
+  Status LoadBatch(Stream& stream, int64_t step);
+
+  // The executor's callbacks for this rank.
+  scheduler::StepCallbacks Callbacks();
+
+  // After the step has completed (the compute stream synchronized): the
+  // sum of the token losses of all micro-steps of this rank, and the number
+  // of tokens.
+  StatusOr<double> LossSum(Stream& stream);
+  int64_t tokens_per_step() const;
+
+ private:
+  LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
+            const Corpus& corpus, Device& device, int ranks, int rank);
+  Status Allocate();
+  void* Buf(size_t bytes);
+  Status Compute(const scheduler::ComputeContext& ctx);
+  Status Optimizer(const scheduler::OptimizerContext& ctx);
+  Status BlockForward(const scheduler::ComputeContext& ctx);
+  Status BlockBackward(const scheduler::ComputeContext& ctx);
+
+  const scheduler::StepGraph& graph_;
+  const scheduler::ModelSpec& spec_;
+  TrainConfig config_;
+  const Corpus& corpus_;
+  Device& device_;
+  int ranks_ = 1;
+  int rank_ = 0;
+  int micro_steps_ = 1;
+  DataType dtype_ = DataType::kF32;
+  int64_t tokens_ = 0;  // per micro-step: batch * seq
+
+  std::vector<DeviceBuffer> owned_;
+  Status alloc_status_;  // the first failed allocation
+  // Per micro-step: input ids, target ids, token losses.
+  std::vector<int32_t*> ids_, targets_;
+  std::vector<float*> loss_;
+  std::vector<int32_t> staging_;  // host: ids then targets per micro-step
+  // Activations of one micro-step. h_[u]: input of block u (h_[0] is the
+  // embedding's output; h_[layers] the final norm's input).
+  std::vector<void*> h_;
+  struct BlockActs {
+    void *n1, *q, *k, *v, *o, *x1, *n2, *g, *u, *s;
+    float *rstd1, *lse, *rstd2;
+  };
+  std::vector<BlockActs> blocks_;
+  void* nf_ = nullptr;  // final norm output
+  float* rstdf_ = nullptr;
+  void* logits_ = nullptr;  // then the logits' gradient, in place
+  // Gradient scratch: the residual stream's gradient (two buffers) and the
+  // branch gradients, reused by every block (one compute stream orders it).
+  void* gres_[2] = {nullptr, nullptr};
+  int cur_ = 0;  // which gres_ holds the current gradient
+  void *dn_, *dq_, *dk_, *dv_, *do_, *ds_, *dg_, *du_;
+};
+
+}  // namespace baton::examples
+
+#endif  // BATON_EXAMPLES_LLAMA_TRAINER_H_

@@ -1,0 +1,122 @@
+#include "examples/llama_trainer.h"
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/factory.h"
+#include "gtest/gtest.h"
+#include "scheduler/policy.h"
+
+namespace baton::examples {
+namespace {
+
+// One rank, the micro model, fp32: the loss of one step and the gradient
+// the executor hands to the optimizer (before any update).
+struct Probe {
+  double loss = 0;
+  std::map<std::string, std::vector<float>> grads;  // by parameter name
+};
+
+scheduler::ModelSpec Micro(bool tied) {
+  scheduler::ModelSpec s = *scheduler::ModelPreset("micro");
+  s.tie_embeddings = tied;
+  return s;
+}
+
+StatusOr<Probe> RunOnce(const scheduler::ModelSpec& spec, const std::string& perturb,
+                        int64_t index, double delta, const std::string& policy_name) {
+  auto policy = *scheduler::PolicyPreset(policy_name);
+  policy.param_dtype = DataType::kF32;
+  BATON_ASSIGN_OR_RETURN(auto graph, scheduler::BuildStepGraph(spec, policy, 1));
+  BATON_ASSIGN_OR_RETURN(auto device, CreateHostDevice());
+  CommConfig cfg;
+  cfg.device = device.get();
+  cfg.group = "llama_trainer_test";
+  BATON_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(cfg));
+  BATON_ASSIGN_OR_RETURN(auto corpus, Corpus::Synthetic(spec.vocab, 3));
+  TrainConfig config;
+  config.seq = 6;
+  config.batch = 2;
+  BATON_ASSIGN_OR_RETURN(auto model, LlamaRank::Create(graph, config, corpus, *device, 1, 0));
+  BATON_ASSIGN_OR_RETURN(auto exec, scheduler::Executor::Create(graph, *device, *comm));
+  BATON_RETURN_IF_ERROR(exec->InitParameters([&](const scheduler::ParamSlot& slot, float* v) {
+    for (int64_t i = 0; i < slot.numel; ++i) {
+      v[i] = InitialParameter(slot.name, i, 1) * 4;  // larger weights: a sharper test
+      if (slot.name == perturb && i == index) v[i] += static_cast<float>(delta);
+    }
+  }));
+  Probe probe;
+  scheduler::StepCallbacks cb = model->Callbacks();
+  cb.optimizer = [&](const scheduler::OptimizerContext& ctx) {
+    return ctx.stream->Enqueue([&probe, ctx]() {
+      for (const auto& slot : ctx.spec->params) {
+        auto& g = probe.grads[slot.name];
+        g.resize(slot.numel);
+        const float* grad = static_cast<const float*>(ctx.grad);
+        for (int64_t i = 0; i < slot.numel; ++i) {
+          g[i] = static_cast<float>(grad[slot.offset + i] * ctx.grad_scale);
+        }
+      }
+      return absl::OkStatus();
+    });
+  };
+  BATON_RETURN_IF_ERROR(model->LoadBatch(exec->compute_stream(), 0));
+  BATON_RETURN_IF_ERROR(exec->Step(cb));
+  BATON_RETURN_IF_ERROR(exec->Synchronize());
+  BATON_ASSIGN_OR_RETURN(double sum, model->LossSum(exec->compute_stream()));
+  probe.loss = sum / model->tokens_per_step();
+  return probe;
+}
+
+// The whole model's backward (every op, the residual bookkeeping, the
+// executor's gradient slots, = and +=) against central differences of the
+// loss, for a few elements of every parameter.
+class LlamaGradientTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LlamaGradientTest, GradientsMatchFiniteDifferencesOfTheLoss) {
+  const auto spec = Micro(GetParam());
+  auto base = RunOnce(spec, "", 0, 0, "baton");
+  ASSERT_TRUE(base.ok()) << base.status();
+  ASSERT_FALSE(base->grads.empty());
+  // Fourth-order central differences: large enough steps for the fp32
+  // loss, small enough truncation error for the model's curvature.
+  const double h = 5e-3;
+  for (const auto& [name, g] : base->grads) {
+    for (int64_t i : {int64_t{0}, static_cast<int64_t>(g.size() / 2),
+                      static_cast<int64_t>(g.size() - 1)}) {
+      double f[4];
+      const double steps[4] = {h, -h, 2 * h, -2 * h};
+      for (int k = 0; k < 4; ++k) {
+        auto r = RunOnce(spec, name, i, steps[k], "baton");
+        ASSERT_TRUE(r.ok()) << r.status();
+        f[k] = r->loss;
+      }
+      const double fd = (8 * (f[0] - f[1]) - (f[2] - f[3])) / (12 * h);
+      EXPECT_NEAR(g[i], fd, 3e-3 * (1 + std::abs(fd)) + 3e-4) << name << "[" << i << "]";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tied, LlamaGradientTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "tied" : "untied"; });
+
+TEST(CorpusTest, SequencesAreDeterministicAndInRange) {
+  auto c = *Corpus::Synthetic(50, 7);
+  std::vector<int32_t> a(17), b(17);
+  ASSERT_TRUE(c.Sequence(12, 16, a.data()).ok());
+  ASSERT_TRUE(c.Sequence(12, 16, b.data()).ok());
+  EXPECT_EQ(a, b);
+  for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 50);
+  EXPECT_EQ(Corpus::FromFile("/nonexistent/file", 512, 1).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Corpus::FromFile("/dev/null", 100, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto empty = *Corpus::FromFile("/dev/null", 512, 1);
+  EXPECT_EQ(empty.Sequence(0, 4, a.data()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace baton::examples

@@ -1,0 +1,459 @@
+// train_tiny: a small Llama-style model trained through baton's layout,
+// memory plan, executor and a communication backend, optionally checked
+// against the same model trained unsharded on one rank.
+//
+//   train_tiny [--model=tiny | --hf-config=PATH] [--layers=N --hidden=N
+//     --heads=N --kv-heads=N --ffn=N --vocab=N] [--seq=128] [--batch=2]
+//     [--micro-steps=N] [--steps=20] [--lr=3e-3] [--seed=1]
+//     [--policy=baton] [--backend=inproc|ucx|nccl] [--nranks=N]
+//     [--device=cpu|cuda] [--dtype=f32|bf16] [--data=PATH]
+//     [--check-reference] [--json] [--timeout=SECONDS]
+//
+// ucx and nccl run one process per rank: started under a launcher (RANK,
+// WORLD_SIZE, ... set) each process is one rank; started without one,
+// train_tiny launches --nranks copies of itself. Rank 0 prints.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "comm/factory.h"
+#include "comm/launch_env.h"
+#include "comm/launcher.h"
+#include "comm/store.h"
+#include "examples/llama_trainer.h"
+#include "nlohmann/json.hpp"
+#include "runtime/device.h"
+#include "scheduler/executor.h"
+#include "scheduler/layout.h"
+#include "scheduler/model.h"
+#include "scheduler/policy.h"
+#include "scheduler/step_graph.h"
+
+namespace baton {
+namespace {
+
+using examples::Corpus;
+using examples::LlamaRank;
+using examples::TrainConfig;
+
+struct Flags {
+  std::string model = "tiny", hf_config;
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
+  int64_t seq = 128, batch = 2, micro_steps = 0, steps = 20;
+  double lr = 3e-3;
+  uint64_t seed = 1;
+  std::string policy = "baton", backend = "inproc", device = "cpu", dtype = "f32";
+  int nranks = 0;  // 0: 1 for inproc, WORLD_SIZE under a launcher
+  std::string data;
+  bool check_reference = false, json = false;
+  int64_t timeout_s = 300;
+};
+
+[[noreturn]] void Fail(const std::string& message) {
+  std::fprintf(stderr, "train_tiny: %s\n", message.c_str());
+  std::exit(2);
+}
+
+const char kUsage[] =
+    "usage: train_tiny [--model=tiny | --hf-config=PATH] [--layers=N] [--hidden=N]\n"
+    "  [--heads=N] [--kv-heads=N] [--ffn=N] [--vocab=N] [--seq=128] [--batch=2]\n"
+    "  [--micro-steps=N] [--steps=20] [--lr=3e-3] [--seed=1] [--policy=NAME]\n"
+    "  [--backend=inproc|ucx|nccl] [--nranks=N] [--device=cpu|cuda]\n"
+    "  [--dtype=f32|bf16] [--data=PATH] [--check-reference] [--json]\n"
+    "  [--timeout=SECONDS]\n";
+
+int64_t Positive(const std::string& flag, const std::string& value) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v <= 0) {
+    Fail(absl::StrCat(flag, " needs a positive integer, got \"", value, "\""));
+  }
+  return v;
+}
+
+Flags Parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (a == "--json") { f.json = true; continue; }
+    if (a == "--check-reference") { f.check_reference = true; continue; }
+    const auto eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos) {
+      Fail(absl::StrCat("unknown argument \"", a, "\" (flags are --name=value; see --help)"));
+    }
+    const std::string key = a.substr(0, eq), v = a.substr(eq + 1);
+    if (key == "--model") f.model = v;
+    else if (key == "--hf-config") f.hf_config = v;
+    else if (key == "--layers") f.layers = Positive(key, v);
+    else if (key == "--hidden") f.hidden = Positive(key, v);
+    else if (key == "--heads") f.heads = Positive(key, v);
+    else if (key == "--kv-heads") f.kv_heads = Positive(key, v);
+    else if (key == "--ffn") f.ffn = Positive(key, v);
+    else if (key == "--vocab") f.vocab = Positive(key, v);
+    else if (key == "--seq") f.seq = Positive(key, v);
+    else if (key == "--batch") f.batch = Positive(key, v);
+    else if (key == "--micro-steps") f.micro_steps = Positive(key, v);
+    else if (key == "--steps") f.steps = Positive(key, v);
+    else if (key == "--seed") f.seed = static_cast<uint64_t>(Positive(key, v));
+    else if (key == "--nranks") f.nranks = static_cast<int>(std::min<int64_t>(Positive(key, v), 4096));
+    else if (key == "--timeout") f.timeout_s = Positive(key, v);
+    else if (key == "--lr") {
+      if (!absl::SimpleAtod(v, &f.lr) || !(f.lr > 0) || !std::isfinite(f.lr)) {
+        Fail(absl::StrCat("--lr needs a positive number, got \"", v, "\""));
+      }
+    }
+    else if (key == "--policy") f.policy = v;
+    else if (key == "--backend") f.backend = v;
+    else if (key == "--device") f.device = v;
+    else if (key == "--dtype") f.dtype = v;
+    else if (key == "--data") f.data = v;
+    else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
+  }
+  if (f.backend != "inproc" && f.backend != "ucx" && f.backend != "nccl") {
+    Fail(absl::StrCat("--backend must be inproc, ucx or nccl, got \"", f.backend, "\""));
+  }
+  if (f.device != "cpu" && f.device != "cuda") {
+    Fail(absl::StrCat("--device must be cpu or cuda, got \"", f.device, "\""));
+  }
+  if (f.dtype != "f32" && f.dtype != "bf16") {
+    Fail(absl::StrCat("--dtype must be f32 or bf16, got \"", f.dtype, "\""));
+  }
+  if (f.backend == "ucx" && f.device == "cuda") {
+    Fail("--backend=ucx moves host memory: use --device=cpu (or --backend=nccl)");
+  }
+  if (f.backend == "nccl" && f.device != "cuda") {
+    Fail("--backend=nccl needs --device=cuda");
+  }
+  return f;
+}
+
+scheduler::ModelSpec ModelFromFlags(const Flags& f) {
+  auto spec = f.hf_config.empty() ? scheduler::ModelPreset(f.model)
+                                  : scheduler::ModelFromHfConfigFile(f.hf_config);
+  if (!spec.ok()) Fail(std::string(spec.status().message()));
+  scheduler::ModelSpec s = *spec;
+  if (f.layers) s.layers = f.layers;
+  if (f.hidden) {
+    s.hidden = f.hidden;
+    s.head_dim = 0;
+  }
+  if (f.heads) {
+    s.heads = f.heads;
+    s.head_dim = 0;
+  }
+  if (f.kv_heads) s.kv_heads = f.kv_heads;
+  if (f.ffn) s.intermediate = f.ffn;
+  if (f.vocab) s.vocab = f.vocab;
+  if (s.head_dim == 0) {
+    if (s.hidden % s.heads != 0) {
+      Fail(absl::StrCat("--heads ", s.heads, " does not divide --hidden ", s.hidden));
+    }
+    s.head_dim = s.hidden / s.heads;
+  }
+  if (Status st = scheduler::ValidateModelSpec(s); !st.ok()) Fail(std::string(st.message()));
+  if (s.head_dim % 2 != 0) {
+    Fail(absl::StrCat("rotary embeddings need an even head_dim, got ", s.head_dim));
+  }
+  if (scheduler::ParameterCount(s) > (int64_t{1} << 31)) {
+    Fail(absl::StrCat(s.name, " has ", scheduler::ParameterCount(s),
+                      " parameters; train_tiny is for small models"));
+  }
+  return s;
+}
+
+scheduler::Policy PolicyFromFlags(const Flags& f) {
+  auto p = scheduler::PolicyPreset(f.policy);
+  if (!p.ok()) Fail(std::string(p.status().message()));
+  p->param_dtype = f.dtype == "bf16" ? DataType::kBF16 : DataType::kF32;
+  p->reduce_dtype = DataType::kF32;
+  if (f.micro_steps) p->micro_steps = static_cast<int>(f.micro_steps);
+  return *p;
+}
+
+// What one rank's training produced (rank 0's is reported).
+struct RunResult {
+  std::vector<double> losses;  // mean loss over the global batch, per step
+  double ms_per_step = 0;      // steps after the first
+  double tokens_per_s = 0;
+  size_t arena_bytes = 0, lower_bound_bytes = 0, persistent_bytes = 0;
+  std::string plan_strategy;
+};
+
+struct Job {
+  scheduler::ModelSpec spec;
+  scheduler::Policy policy;
+  TrainConfig config;
+  int64_t steps = 0;
+  bool progress = false;  // rank 0 prints a line per step
+};
+
+// Trains on one rank through the executor; every rank calls it.
+Status TrainRank(const Job& job, const scheduler::StepGraph& graph, const Corpus& corpus,
+                 Device& device, Communicator& comm, RunResult* out) {
+  const int rank = comm.rank(), ranks = comm.size();
+  BATON_ASSIGN_OR_RETURN(auto model, LlamaRank::Create(graph, job.config, corpus, device,
+                                                       ranks, rank));
+  BATON_ASSIGN_OR_RETURN(auto executor, scheduler::Executor::Create(graph, device, comm));
+  const uint64_t seed = job.config.seed;
+  BATON_RETURN_IF_ERROR(executor->InitParameters([seed](const scheduler::ParamSlot& slot,
+                                                        float* values) {
+    for (int64_t i = 0; i < slot.numel; ++i) values[i] = examples::InitialParameter(slot.name, i, seed);
+  }));
+  BATON_ASSIGN_OR_RETURN(auto loss_stream, device.CreateStream({0, "loss"}));
+  BATON_ASSIGN_OR_RETURN(DeviceBuffer scalar, device.Allocate(sizeof(float)));
+  const scheduler::StepCallbacks callbacks = model->Callbacks();
+  const double global_tokens = static_cast<double>(model->tokens_per_step()) * ranks;
+  auto t_first = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < job.steps; ++step) {
+    if (step == 1) t_first = std::chrono::steady_clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
+    BATON_RETURN_IF_ERROR(model->LoadBatch(executor->compute_stream(), step));
+    BATON_RETURN_IF_ERROR(executor->Step(callbacks));
+    BATON_RETURN_IF_ERROR(executor->Synchronize());
+    BATON_ASSIGN_OR_RETURN(double local, model->LossSum(executor->compute_stream()));
+    // The global mean: sum the ranks' loss sums (tag 3: the executor uses 1, 2).
+    float sum = static_cast<float>(local);
+    BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(scalar.data(), &sum, sizeof(float)));
+    CollectiveOptions opts;
+    opts.tag = 3;
+    BATON_RETURN_IF_ERROR(comm.AllReduce(scalar.data(), scalar.data(), 1, DataType::kF32,
+                                         ReduceOp::kSum, *loss_stream, opts));
+    BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(&sum, scalar.data(), sizeof(float)));
+    BATON_RETURN_IF_ERROR(loss_stream->Synchronize());
+    const double loss = sum / global_tokens;
+    if (!std::isfinite(loss)) {
+      return absl::DataLossError(absl::StrCat("step ", step, ": the loss is ", loss));
+    }
+    out->losses.push_back(loss);
+    if (job.progress && rank == 0) {
+      const double ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "step %3lld/%lld  loss %.6f  %.1f ms\n",
+                   static_cast<long long>(step + 1), static_cast<long long>(job.steps), loss, ms);
+    }
+  }
+  const double total_ms = std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - t_first).count();
+  const int64_t timed = std::max<int64_t>(1, job.steps - 1);
+  out->ms_per_step = total_ms / timed;
+  out->tokens_per_s = global_tokens / (out->ms_per_step / 1e3);
+  out->arena_bytes = graph.plan.arena_bytes;
+  out->lower_bound_bytes = graph.plan.lower_bound_bytes;
+  out->persistent_bytes = graph.persistent_bytes;
+  out->plan_strategy = graph.plan.strategy;
+  return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordinal) {
+  if (kind == "cuda") {
+    if (CudaDeviceCount() <= ordinal) {
+      return absl::UnavailableError(absl::StrCat(
+          "--device=cuda: no CUDA device ", ordinal, " (", CudaDeviceCount(), " visible)"));
+    }
+    return CreateCudaDevice(ordinal);
+  }
+  return CreateHostDevice();
+}
+
+// n ranks as threads of this process (inproc backend).
+StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::string& device_kind,
+                              int n, const std::string& group, absl::Duration timeout) {
+  BATON_ASSIGN_OR_RETURN(auto graph, scheduler::BuildStepGraph(job.spec, job.policy, n));
+  BATON_ASSIGN_OR_RETURN(auto device, MakeDevice(device_kind, 0));
+  std::vector<RunResult> results(n);
+  std::vector<Status> status(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r]() {
+      CommConfig cfg;
+      cfg.backend = "inproc";
+      cfg.rank = r;
+      cfg.size = n;
+      cfg.device = device.get();
+      cfg.group = group;
+      cfg.timeout = timeout;
+      auto comm = CreateCommunicator(cfg);
+      if (!comm.ok()) {
+        status[r] = comm.status();
+        return;
+      }
+      Job mine = job;
+      mine.progress = job.progress && r == 0;
+      status[r] = TrainRank(mine, graph, corpus, *device, **comm, &results[r]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (!status[r].ok()) {
+      return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
+    }
+  }
+  return results[0];
+}
+
+// This process is one rank of a ucx / nccl job started by a launcher.
+StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const Flags& f,
+                                   const LaunchInfo& info) {
+  BATON_ASSIGN_OR_RETURN(auto graph, scheduler::BuildStepGraph(job.spec, job.policy,
+                                                                info.world_size));
+  const absl::Duration timeout = absl::Seconds(f.timeout_s);
+  BATON_ASSIGN_OR_RETURN(auto store, TcpStore::Create(info, timeout));
+  BATON_ASSIGN_OR_RETURN(auto device, MakeDevice(f.device, f.device == "cuda" ? info.local_rank : 0));
+  CommConfig cfg;
+  cfg.backend = f.backend;
+  cfg.rank = info.rank;
+  cfg.size = info.world_size;
+  cfg.device = device.get();
+  cfg.store = store.get();
+  cfg.group = "train_tiny";
+  cfg.timeout = timeout;
+  BATON_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(cfg));
+  RunResult result;
+  BATON_RETURN_IF_ERROR(TrainRank(job, graph, corpus, *device, *comm, &result));
+  BATON_RETURN_IF_ERROR(store->Barrier("train_tiny_done", timeout));
+  return result;
+}
+
+std::string MiB(size_t bytes) { return absl::StrFormat("%.2f MiB", bytes / 1048576.0); }
+
+int Main(int argc, char** argv) {
+  const Flags f = Parse(argc, argv);
+  const bool launched = std::getenv("RANK") != nullptr || std::getenv("OMPI_COMM_WORLD_RANK") ||
+                        std::getenv("SLURM_PROCID") || std::getenv("PMI_RANK");
+  const bool multi_process = f.backend != "inproc";
+  if (multi_process && !launched) {
+    // Start --nranks copies of this program as the ranks of one job.
+    LaunchOptions lo;
+    lo.nproc = f.nranks > 0 ? f.nranks : 1;
+    lo.argv.push_back("/proc/self/exe");
+    for (int i = 1; i < argc; ++i) lo.argv.push_back(argv[i]);
+    lo.prefix_output = false;
+    auto r = LaunchLocal(lo);
+    if (!r.ok()) Fail(std::string(r.status().message()));
+    if (r->exit_code != 0) std::fprintf(stderr, "train_tiny: %s\n", r->summary.c_str());
+    return r->exit_code;
+  }
+
+  Job job;
+  job.spec = ModelFromFlags(f);
+  job.policy = PolicyFromFlags(f);
+  job.config.seq = f.seq;
+  job.config.batch = f.batch;
+  job.config.adamw.lr = static_cast<float>(f.lr);
+  job.config.seed = f.seed;
+  job.steps = f.steps;
+  job.progress = true;  // a progress line per step on stderr (rank 0)
+  auto corpus = f.data.empty() ? Corpus::Synthetic(job.spec.vocab, f.seed)
+                               : Corpus::FromFile(f.data, job.spec.vocab, f.seed);
+  if (!corpus.ok()) Fail(std::string(corpus.status().message()));
+  if (!f.data.empty()) {
+    std::vector<int32_t> probe(f.seq + 1);
+    if (Status s = corpus->Sequence(0, f.seq, probe.data()); !s.ok()) Fail(std::string(s.message()));
+  }
+
+  int rank = 0, nranks = f.nranks > 0 ? f.nranks : 1;
+  StatusOr<RunResult> result = absl::UnknownError("not run");
+  if (multi_process) {
+    auto info = LaunchInfoFromEnv();
+    if (!info.ok()) Fail(std::string(info.status().message()));
+    if (f.nranks > 0 && f.nranks != info->world_size) {
+      Fail(absl::StrCat("--nranks=", f.nranks, " but the launcher started ", info->world_size,
+                        " ranks"));
+    }
+    rank = info->rank;
+    nranks = info->world_size;
+    job.progress = rank == 0;
+    result = RunProcessRank(job, *corpus, f, *info);
+  } else {
+    result = RunInproc(job, *corpus, f.device, nranks, "train_tiny", absl::Seconds(f.timeout_s));
+  }
+  if (!result.ok()) {
+    std::fprintf(stderr, "train_tiny: rank %d: %s\n", rank, result.status().ToString().c_str());
+    return 1;
+  }
+  if (rank != 0) return 0;
+
+  // The unsharded reference: one rank, the whole global batch.
+  double max_rel = -1;
+  std::vector<double> ref_losses;
+  if (f.check_reference) {
+    Job ref = job;
+    ref.config.batch = job.config.batch * nranks;
+    ref.progress = false;
+    auto r = RunInproc(ref, *corpus, f.device, 1, "train_tiny_reference",
+                       absl::Seconds(f.timeout_s));
+    if (!r.ok()) {
+      std::fprintf(stderr, "train_tiny: reference run: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    ref_losses = r->losses;
+    max_rel = 0;
+    for (size_t i = 0; i < ref_losses.size(); ++i) {
+      max_rel = std::max(max_rel, std::abs(result->losses[i] - ref_losses[i]) /
+                                      std::abs(ref_losses[i]));
+    }
+  }
+
+  const RunResult& res = *result;
+  std::printf("model %s: %lld blocks, hidden %lld, %lld/%lld heads, vocab %lld, %lld parameters\n",
+              job.spec.name.c_str(), static_cast<long long>(job.spec.layers),
+              static_cast<long long>(job.spec.hidden), static_cast<long long>(job.spec.heads),
+              static_cast<long long>(job.spec.kv_heads), static_cast<long long>(job.spec.vocab),
+              static_cast<long long>(scheduler::ParameterCount(job.spec)));
+  std::printf("policy %s, backend %s, %d ranks, device %s, dtype %s, %lld micro-steps of %lld x %lld tokens per rank\n",
+              job.policy.name.c_str(), f.backend.c_str(), nranks, f.device.c_str(), f.dtype.c_str(),
+              static_cast<long long>(job.policy.micro_steps), static_cast<long long>(f.batch),
+              static_cast<long long>(f.seq));
+  std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
+              res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));
+  std::printf("memory plan: arena %s vs lower bound %s (ratio %.3f, %s); persistent state %s\n",
+              MiB(res.arena_bytes).c_str(), MiB(res.lower_bound_bytes).c_str(),
+              res.lower_bound_bytes ? double(res.arena_bytes) / res.lower_bound_bytes : 1.0,
+              res.plan_strategy.c_str(), MiB(res.persistent_bytes).c_str());
+  std::printf("time per step: %.1f ms (steps 2..%lld), %.0f tokens/s\n", res.ms_per_step,
+              static_cast<long long>(f.steps), res.tokens_per_s);
+  if (f.check_reference) {
+    std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
+                max_rel, ref_losses.size());
+  }
+  if (f.json) {
+    nlohmann::json j;
+    j["model"] = job.spec.name;
+    j["parameters"] = scheduler::ParameterCount(job.spec);
+    j["policy"] = job.policy.name;
+    j["backend"] = f.backend;
+    j["nranks"] = nranks;
+    j["device"] = f.device;
+    j["dtype"] = f.dtype;
+    j["steps"] = f.steps;
+    j["losses"] = res.losses;
+    j["loss_first"] = res.losses.front();
+    j["loss_last"] = res.losses.back();
+    j["max_rel_diff_vs_reference"] = f.check_reference ? nlohmann::json(max_rel) : nlohmann::json();
+    if (f.check_reference) j["reference_losses"] = ref_losses;
+    j["arena_bytes"] = res.arena_bytes;
+    j["lower_bound_bytes"] = res.lower_bound_bytes;
+    j["persistent_bytes"] = res.persistent_bytes;
+    j["ms_per_step"] = res.ms_per_step;
+    j["tokens_per_s"] = res.tokens_per_s;
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) { return baton::Main(argc, argv); }
