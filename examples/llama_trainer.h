@@ -62,7 +62,7 @@ class Corpus {
 struct TrainConfig {
   int64_t seq = 128;
   int64_t batch = 2;  // sequences per rank per micro-step
-  ops::AdamWConfig adamw{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
+  ops::AdamWConfig adamw{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
   uint64_t seed = 1;
 };
 

@@ -4,7 +4,7 @@
 //
 //   train_tiny [--model=tiny | --hf-config=PATH] [--layers=N --hidden=N
 //     --heads=N --kv-heads=N --ffn=N --vocab=N] [--seq=128] [--batch=2]
-//     [--micro-steps=N] [--steps=20] [--lr=3e-3] [--seed=1]
+//     [--micro-steps=N] [--steps=20] [--lr=1e-3] [--seed=1]
 //     [--policy=baton] [--backend=inproc|ucx|nccl] [--nranks=N]
 //     [--device=cpu|cuda] [--dtype=f32|bf16] [--data=PATH]
 //     [--check-reference] [--json] [--timeout=SECONDS]
@@ -49,7 +49,7 @@ struct Flags {
   std::string model = "tiny", hf_config;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
   int64_t seq = 128, batch = 2, micro_steps = 0, steps = 20;
-  double lr = 3e-3;
+  double lr = 1e-3;
   uint64_t seed = 1;
   std::string policy = "baton", backend = "inproc", device = "cpu", dtype = "f32";
   int nranks = 0;  // 0: 1 for inproc, WORLD_SIZE under a launcher
@@ -66,7 +66,7 @@ struct Flags {
 const char kUsage[] =
     "usage: train_tiny [--model=tiny | --hf-config=PATH] [--layers=N] [--hidden=N]\n"
     "  [--heads=N] [--kv-heads=N] [--ffn=N] [--vocab=N] [--seq=128] [--batch=2]\n"
-    "  [--micro-steps=N] [--steps=20] [--lr=3e-3] [--seed=1] [--policy=NAME]\n"
+    "  [--micro-steps=N] [--steps=20] [--lr=1e-3] [--seed=1] [--policy=NAME]\n"
     "  [--backend=inproc|ucx|nccl] [--nranks=N] [--device=cpu|cuda]\n"
     "  [--dtype=f32|bf16] [--data=PATH] [--check-reference] [--json]\n"
     "  [--timeout=SECONDS]\n";

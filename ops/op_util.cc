@@ -1,5 +1,9 @@
 #include "ops/op_util.h"
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 
 #ifdef BATON_HAVE_CUDA
@@ -47,7 +51,17 @@ Status CheckPositive(
 Status OnStream(Stream& stream, const char* op, std::function<Status()> cpu,
                 std::function<int(void*)> cuda) {
   if (stream.kind() == DeviceKind::kHost) {
-    return stream.Enqueue([cpu = std::move(cpu)]() { return cpu(); });
+    return stream.Enqueue([cpu = std::move(cpu)]() {
+#if defined(__SSE__)
+      const unsigned int saved = _mm_getcsr();
+      _mm_setcsr(saved | 0x8040);  // flush-to-zero (bit 15), denormals-are-zero (bit 6)
+      Status s = cpu();
+      _mm_setcsr(saved);
+      return s;
+#else
+      return cpu();
+#endif
+    });
   }
   if (!cuda) {
     return absl::UnimplementedError(
