@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -275,8 +280,101 @@ void DivideInPlace(void* x, DataType t, size_t count, int divisor) {
   }
 }
 
+namespace {
+
+// Large fp32 reductions run as one fused pass (sum the sources, divide,
+// store) instead of the general path's copy-through-a-buffer. When `out`
+// overlaps no source, the stores are non-temporal: an ordinary store would
+// first read each destination line (read-for-ownership), a third more
+// memory traffic for two sources. In place, `out` is one of the sources and
+// its lines are already in the cache, so ordinary stores are used. Same
+// additions in the same order as the general path: bit-identical results.
+// Returns false when it does not apply (small or unaligned).
+bool FusedSumF32(void* out, const void* const* srcs, int nsrc, size_t count,
+                 int divisor) {
+#if defined(__SSE2__)
+  constexpr size_t kMinBytes = size_t{1} << 20;
+  const size_t bytes = count * sizeof(float);
+  if (bytes < kMinBytes || reinterpret_cast<uintptr_t>(out) % 16 != 0) {
+    return false;
+  }
+  const auto lo = reinterpret_cast<uintptr_t>(out);
+  bool overlaps = false;
+  for (int q = 0; q < nsrc; ++q) {
+    const auto s = reinterpret_cast<uintptr_t>(srcs[q]);
+    overlaps = overlaps || (s < lo + bytes && lo < s + bytes);
+  }
+  auto* o = static_cast<float*>(out);
+  auto in = [srcs](int q) { return static_cast<const float*>(srcs[q]); };
+  const __m128 d = _mm_set1_ps(static_cast<float>(divisor));
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m128 a = _mm_loadu_ps(in(0) + i), b = _mm_loadu_ps(in(0) + i + 4);
+    for (int q = 1; q < nsrc; ++q) {
+      a = _mm_add_ps(a, _mm_loadu_ps(in(q) + i));
+      b = _mm_add_ps(b, _mm_loadu_ps(in(q) + i + 4));
+    }
+    if (divisor != 1) {
+      a = _mm_div_ps(a, d);
+      b = _mm_div_ps(b, d);
+    }
+    if (overlaps) {
+      _mm_store_ps(o + i, a);
+      _mm_store_ps(o + i + 4, b);
+    } else {
+      _mm_stream_ps(o + i, a);
+      _mm_stream_ps(o + i + 4, b);
+    }
+  }
+  for (; i < count; ++i) {
+    float s = in(0)[i];
+    for (int q = 1; q < nsrc; ++q) s += in(q)[i];
+    o[i] = divisor != 1 ? s / static_cast<float>(divisor) : s;
+  }
+  if (!overlaps) _mm_sfence();  // streamed stores visible before "done"
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void CopyBytes(void* dst, const void* src, size_t bytes) {
+#if defined(__SSE2__)
+  const auto d = reinterpret_cast<uintptr_t>(dst);
+  const auto s = reinterpret_cast<uintptr_t>(src);
+  const bool overlap = s < d + bytes && d < s + bytes;
+  if (bytes >= (size_t{1} << 20) && !overlap) {
+    // Align the destination to 16 bytes, stream 64-byte blocks, then the tail.
+    const size_t head = (16 - d % 16) % 16;
+    std::memcpy(dst, src, head);
+    auto* o = reinterpret_cast<__m128i*>(static_cast<char*>(dst) + head);
+    auto* in = reinterpret_cast<const __m128i*>(static_cast<const char*>(src) + head);
+    const size_t blocks = (bytes - head) / 64;
+    for (size_t k = 0; k < blocks * 4; k += 4) {
+      const __m128i a = _mm_loadu_si128(in + k), b = _mm_loadu_si128(in + k + 1);
+      const __m128i c = _mm_loadu_si128(in + k + 2), e = _mm_loadu_si128(in + k + 3);
+      _mm_stream_si128(o + k, a);
+      _mm_stream_si128(o + k + 1, b);
+      _mm_stream_si128(o + k + 2, c);
+      _mm_stream_si128(o + k + 3, e);
+    }
+    const size_t done = head + blocks * 64;
+    std::memcpy(static_cast<char*>(dst) + done, static_cast<const char*>(src) + done,
+                bytes - done);
+    _mm_sfence();  // streamed stores visible before the copy reports done
+    return;
+  }
+#endif
+  if (bytes != 0) std::memmove(dst, src, bytes);
+}
+
 void ReduceSources(void* out, const void* const* srcs, int nsrc, size_t count,
                    DataType t, bool accumulate_fp32, int divisor) {
+  if (t == DataType::kF32 && FusedSumF32(out, srcs, nsrc, count, divisor)) {
+    return;
+  }
   constexpr size_t kPiece = 8192;
   alignas(64) float acc[kPiece];  // also holds int32 or 16-bit values
   const size_t esize = DataTypeSize(t);

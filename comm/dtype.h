@@ -55,10 +55,19 @@ void DivideInPlace(void* x, DataType t, size_t count, int divisor);
 // out[i] = (srcs[0][i] + ... + srcs[nsrc-1][i]) / divisor, summed in that
 // order, for `count` elements; `out` may alias any source. Floating types
 // accumulate in their own type (rounding after each add) unless
-// `accumulate_fp32`, then in float with one rounding at the end. Works in
-// cache-sized pieces.
+// `accumulate_fp32`, then in float with one rounding at the end. Large
+// float sums run as one fused pass (non-temporal stores when `out` overlaps
+// no source); the rest works in cache-sized pieces. Results are the same
+// either way.
 void ReduceSources(void* out, const void* const* srcs, int nsrc, size_t count,
                    DataType t, bool accumulate_fp32, int divisor);
+
+// memcpy for host collectives: copies of at least 1 MiB between
+// non-overlapping buffers use non-temporal stores, which keep several
+// ranks copying at once from contending for the destination lines
+// (measured here: 2 concurrent 32 MiB copies ran at 6.0-7.0 GB/s each this
+// way vs 5.1-5.3 with memcpy). Smaller or overlapping copies are memcpy.
+void CopyBytes(void* dst, const void* src, size_t bytes);
 
 }  // namespace baton
 

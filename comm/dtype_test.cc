@@ -95,5 +95,51 @@ TEST(DtypeTest, Fp32AccumulationKeepsSmallAddends) {
   EXPECT_EQ(Bf16ToFloat(out), 258.0f);
 }
 
+// The fused fp32 path (>= 1 MiB) gives the same bits as adding in order,
+// out of place (streamed stores) and in place, for sum and avg, with a
+// tail that is not a multiple of the vector width.
+TEST(DtypeTest, LargeFloatReductionsMatchTheOrderedSum) {
+  const size_t n = (size_t{1} << 18) + 5;
+  for (int nsrc : {1, 2, 3, 5}) {
+    for (int divisor : {1, 3}) {
+      std::vector<std::vector<float>> src(nsrc, std::vector<float>(n));
+      for (int q = 0; q < nsrc; ++q)
+        for (size_t i = 0; i < n; ++i) src[q][i] = std::sin(0.001f * i * (q + 1)) * (q + 0.37f);
+      std::vector<float> want(n);
+      for (size_t i = 0; i < n; ++i) {
+        float s = src[0][i];
+        for (int q = 1; q < nsrc; ++q) s += src[q][i];
+        want[i] = divisor == 1 ? s : s / static_cast<float>(divisor);
+      }
+      std::vector<const void*> ptrs;
+      for (auto& s : src) ptrs.push_back(s.data());
+      std::vector<float> out(n, NAN);
+      ReduceSources(out.data(), ptrs.data(), nsrc, n, DataType::kF32, false, divisor);
+      EXPECT_EQ(std::memcmp(out.data(), want.data(), n * 4), 0) << nsrc << " " << divisor;
+      ReduceSources(src[nsrc - 1].data(), ptrs.data(), nsrc, n, DataType::kF32, false, divisor);
+      EXPECT_EQ(std::memcmp(src[nsrc - 1].data(), want.data(), n * 4), 0)
+          << "in place " << nsrc << " " << divisor;
+    }
+  }
+}
+
+TEST(DtypeTest, CopyBytesCopiesLargeUnalignedAndOverlapping) {
+  const size_t n = (size_t{3} << 20) + 7;
+  std::vector<unsigned char> src(n + 64), dst(n + 64, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t off : {0, 1, 9}) {
+    std::fill(dst.begin(), dst.end(), 0);
+    CopyBytes(dst.data() + off, src.data() + 3, n);
+    EXPECT_EQ(std::memcmp(dst.data() + off, src.data() + 3, n), 0) << off;
+    EXPECT_EQ(dst[off + n], 0) << "wrote past the end";
+  }
+  // Overlapping: memmove semantics.
+  std::vector<unsigned char> buf(src.begin(), src.end()), want(src.begin(), src.end());
+  std::memmove(want.data() + 5, want.data(), n);
+  CopyBytes(buf.data() + 5, buf.data(), n);
+  EXPECT_EQ(buf, want);
+  CopyBytes(nullptr, nullptr, 0);  // nothing to do
+}
+
 }  // namespace
 }  // namespace baton

@@ -457,7 +457,7 @@ class InprocCommunicator : public CommunicatorBase {
       case CollectiveKind::kAllGather:
         for (int q = 0; q < n; ++q) {
           char* dst = static_cast<char*>(a[rank_].recv) + q * chunk;
-          if (chunk != 0 && dst != a[q].send) std::memcpy(dst, a[q].send, chunk);
+          if (chunk != 0 && dst != a[q].send) CopyBytes(dst, a[q].send, chunk);
         }
         return;
       case CollectiveKind::kReduceScatter:
@@ -478,15 +478,15 @@ class InprocCommunicator : public CommunicatorBase {
         ReduceSources(mine, srcs.data(), n, end - begin, type, acc, divisor);
         for (int q = 0; q < n; ++q) {
           if (q == rank_) continue;
-          std::memcpy(static_cast<char*>(a[q].recv) + begin * esize, mine,
-                      (end - begin) * esize);
+          CopyBytes(static_cast<char*>(a[q].recv) + begin * esize, mine,
+                    (end - begin) * esize);
         }
         return;
       }
       case CollectiveKind::kBroadcast: {
         const void* src = a[h.root].send;
         if (chunk != 0 && a[rank_].recv != src) {
-          std::memcpy(a[rank_].recv, src, chunk);
+          CopyBytes(a[rank_].recv, src, chunk);
         }
         return;
       }
