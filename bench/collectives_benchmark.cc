@@ -530,6 +530,12 @@ StatusOr<std::unique_ptr<Device>> MakeDevice(const Options& o, int local) {
 int RunInproc(const Options& o) {
   auto device = MakeDevice(o, 0);
   if (!device.ok()) return Fail(device.status());
+  CommConfig base;
+  base.device = device->get();
+  base.group = "bench";
+  base.timeout = absl::Seconds(o.timeout_s);
+  auto comms = CreateInprocGroup(o.nranks, base);
+  if (!comms.ok()) return Fail(comms.status());
   std::vector<RankCtx> ctx(o.nranks);
   std::vector<Status> status(o.nranks);
   std::vector<std::vector<Row>> rows(o.nranks);
@@ -542,14 +548,7 @@ int RunInproc(const Options& o) {
         ctx[r].n = o.nranks;
         ctx[r].device = device->get();
         BATON_ASSIGN_OR_RETURN(ctx[r].stream, (*device)->CreateStream());
-        CommConfig cfg;
-        cfg.backend = "inproc";
-        cfg.rank = r;
-        cfg.size = o.nranks;
-        cfg.device = device->get();
-        cfg.group = "bench";
-        cfg.timeout = absl::Seconds(o.timeout_s);
-        BATON_ASSIGN_OR_RETURN(ctx[r].comm, CreateCommunicator(cfg));
+        ctx[r].comm = std::move((*comms)[r]);
         return Run(ctx[r], o, &rows[r], &limits[r]);
       }();
     });

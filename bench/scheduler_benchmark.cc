@@ -83,25 +83,16 @@ StatusOr<IssueCost> MeasureIssue(const ModelSpec& spec, const Policy& policy,
                                  int steps) {
   const int ranks = 2;
   BATON_ASSIGN_OR_RETURN(auto device, CreateHostDevice());
-  std::vector<std::unique_ptr<Communicator>> comms(ranks);
+  CommConfig base;
+  base.device = device.get();
+  base.group = absl::StrCat("bench-", policy.name);
+  BATON_ASSIGN_OR_RETURN(auto comms, CreateInprocGroup(ranks, base));
   std::vector<Status> status(ranks);
   std::vector<std::vector<double>> samples(ranks);
   BATON_ASSIGN_OR_RETURN(StepGraph graph, BuildStepGraph(spec, policy, ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      CommConfig cfg;
-      cfg.backend = "inproc";
-      cfg.rank = r;
-      cfg.size = ranks;
-      cfg.device = device.get();
-      cfg.group = absl::StrCat("bench-", policy.name);
-      auto comm = CreateCommunicator(cfg);
-      if (!comm.ok()) {
-        status[r] = comm.status();
-        return;
-      }
-      comms[r] = std::move(*comm);
       auto exec = Executor::Create(graph, *device, *comms[r]);
       if (!exec.ok()) {
         status[r] = exec.status();

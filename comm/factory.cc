@@ -1,5 +1,8 @@
 #include "comm/factory.h"
 
+#include <atomic>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "comm/inproc/inproc.h"
 #include "comm/ucx/ucx.h"
@@ -44,6 +47,43 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
   return absl::InvalidArgumentError(absl::StrCat(
       "communicator: unknown backend '", config.backend,
       "' (inproc, ucx, nccl)"));
+}
+
+StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateInprocGroup(
+    int n, const CommConfig& base) {
+  if (n < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inproc group: size must be positive, got ", n));
+  }
+  static std::atomic<int> counter{0};
+  const std::string group =
+      base.group.empty() ? absl::StrCat("inproc-group-", counter++) : base.group;
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  std::vector<Status> status(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      CommConfig cfg = base;
+      cfg.backend = "inproc";
+      cfg.rank = r;
+      cfg.size = n;
+      cfg.group = group;
+      auto c = CreateCommunicator(cfg);
+      if (c.ok()) {
+        comms[r] = std::move(*c);
+      } else {
+        status[r] = c.status();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (!status[r].ok()) {
+      return Status(status[r].code(),
+                    absl::StrCat("inproc rank ", r, ": ", status[r].message()));
+    }
+  }
+  return comms;
 }
 
 }  // namespace baton

@@ -30,6 +30,14 @@ namespace baton {
 StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     const CommConfig& config);
 
+// n inproc ranks of one process: creates their communicators on n threads
+// at once (creation is collective) from `base`, whose backend, rank and size
+// are set here for each rank; an empty base.group gets a fresh name. The
+// communicators may then be used from any thread (one thread per rank at a
+// time). Returns them in rank order, or the first rank's error.
+StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateInprocGroup(
+    int n, const CommConfig& base);
+
 // The backends this build includes, e.g. {"inproc", "ucx", "nccl"}.
 std::vector<std::string> BuiltBackends();
 

@@ -18,8 +18,6 @@
 namespace baton {
 namespace {
 
-std::atomic<int> group_counter{0};
-
 struct Rank {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Stream> stream;
@@ -34,21 +32,17 @@ class Group {
       : n_(n) {
     device_ = device != nullptr ? std::move(device) : *CreateHostDevice();
     ranks_.resize(n);
-    const std::string name = absl::StrCat("g", group_counter++);
-    RunAll([&](int r) {
-      CommConfig cfg;
-      cfg.backend = "inproc";
-      cfg.rank = r;
-      cfg.size = n;
-      cfg.device = device_.get();
-      cfg.group = name;
-      cfg.timeout = timeout;
-      cfg.inproc_event_protocol = event_protocol;
-      auto c = CreateCommunicator(cfg);
-      ASSERT_TRUE(c.ok()) << c.status();
-      ranks_[r].comm = std::move(*c);
+    CommConfig cfg;
+    cfg.device = device_.get();
+    cfg.group = "";  // a fresh name
+    cfg.timeout = timeout;
+    cfg.inproc_event_protocol = event_protocol;
+    auto comms = CreateInprocGroup(n, cfg);
+    EXPECT_TRUE(comms.ok()) << comms.status();
+    for (int r = 0; r < n && comms.ok(); ++r) {
+      ranks_[r].comm = std::move((*comms)[r]);
       ranks_[r].stream = *device_->CreateStream();
-    });
+    }
   }
   ~Group() {
     for (Rank& r : ranks_) {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "examples/cli.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/model.h"
 #include "scheduler/policy.h"
@@ -42,8 +43,7 @@ struct Flags {
 };
 
 [[noreturn]] void Fail(const std::string& message) {
-  std::fprintf(stderr, "simulate: %s\n", message.c_str());
-  std::exit(2);
+  examples::FailUsage("simulate", message);
 }
 
 const char kUsage[] =
@@ -54,11 +54,7 @@ const char kUsage[] =
     "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n";
 
 int64_t Positive(const std::string& flag, const std::string& value) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(value, &v) || v <= 0) {
-    Fail(absl::StrCat(flag, " needs a positive integer, got \"", value, "\""));
-  }
-  return v;
+  return examples::PositiveFlag("simulate", flag, value);
 }
 
 Flags Parse(int argc, char** argv) {
@@ -77,12 +73,7 @@ Flags Parse(int argc, char** argv) {
       f.json = true;
       continue;
     }
-    const auto eq = a.find('=');
-    if (a.rfind("--", 0) != 0 || eq == std::string::npos) {
-      Fail(absl::StrCat("unknown argument \"", a,
-                        "\" (flags are --name=value; see --help)"));
-    }
-    const std::string key = a.substr(0, eq), v = a.substr(eq + 1);
+    const auto [key, v] = examples::SplitFlag("simulate", a);
     if (key == "--model") f.model = v;
     else if (key == "--hf-config") f.hf_config = v;
     else if (key == "--cluster") f.cluster = v;

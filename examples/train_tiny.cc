@@ -30,6 +30,7 @@
 #include "comm/launcher.h"
 #include "comm/store.h"
 #include "examples/llama_trainer.h"
+#include "examples/cli.h"
 #include "nlohmann/json.hpp"
 #include "runtime/device.h"
 #include "scheduler/executor.h"
@@ -59,8 +60,7 @@ struct Flags {
 };
 
 [[noreturn]] void Fail(const std::string& message) {
-  std::fprintf(stderr, "train_tiny: %s\n", message.c_str());
-  std::exit(2);
+  examples::FailUsage("train_tiny", message);
 }
 
 const char kUsage[] =
@@ -72,11 +72,7 @@ const char kUsage[] =
     "  [--timeout=SECONDS]\n";
 
 int64_t Positive(const std::string& flag, const std::string& value) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(value, &v) || v <= 0) {
-    Fail(absl::StrCat(flag, " needs a positive integer, got \"", value, "\""));
-  }
-  return v;
+  return examples::PositiveFlag("train_tiny", flag, value);
 }
 
 Flags Parse(int argc, char** argv) {
@@ -89,11 +85,7 @@ Flags Parse(int argc, char** argv) {
     }
     if (a == "--json") { f.json = true; continue; }
     if (a == "--check-reference") { f.check_reference = true; continue; }
-    const auto eq = a.find('=');
-    if (a.rfind("--", 0) != 0 || eq == std::string::npos) {
-      Fail(absl::StrCat("unknown argument \"", a, "\" (flags are --name=value; see --help)"));
-    }
-    const std::string key = a.substr(0, eq), v = a.substr(eq + 1);
+    const auto [key, v] = examples::SplitFlag("train_tiny", a);
     if (key == "--model") f.model = v;
     else if (key == "--hf-config") f.hf_config = v;
     else if (key == "--layers") f.layers = Positive(key, v);
@@ -272,26 +264,19 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
                               int n, const std::string& group, absl::Duration timeout) {
   BATON_ASSIGN_OR_RETURN(auto graph, scheduler::BuildStepGraph(job.spec, job.policy, n));
   BATON_ASSIGN_OR_RETURN(auto device, MakeDevice(device_kind, 0));
+  CommConfig base;
+  base.device = device.get();
+  base.group = group;
+  base.timeout = timeout;
+  BATON_ASSIGN_OR_RETURN(auto comms, CreateInprocGroup(n, base));
   std::vector<RunResult> results(n);
   std::vector<Status> status(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r]() {
-      CommConfig cfg;
-      cfg.backend = "inproc";
-      cfg.rank = r;
-      cfg.size = n;
-      cfg.device = device.get();
-      cfg.group = group;
-      cfg.timeout = timeout;
-      auto comm = CreateCommunicator(cfg);
-      if (!comm.ok()) {
-        status[r] = comm.status();
-        return;
-      }
       Job mine = job;
       mine.progress = job.progress && r == 0;
-      status[r] = TrainRank(mine, graph, corpus, *device, **comm, &results[r]);
+      status[r] = TrainRank(mine, graph, corpus, *device, *comms[r], &results[r]);
     });
   }
   for (auto& t : threads) t.join();

@@ -10,7 +10,6 @@
 namespace baton::scheduler::testing {
 namespace {
 
-int group_counter = 0;
 
 int64_t Floor4(double p) { return static_cast<int64_t>(std::floor(4.0 * p)); }
 int64_t Mod(int64_t x, int64_t m) { return ((x % m) + m) % m; }
@@ -37,21 +36,11 @@ void RunRanks(int n, const std::function<void(int)>& body) {
 StatusOr<InprocGroup> CreateInprocGroup(int n) {
   InprocGroup g;
   BATON_ASSIGN_OR_RETURN(g.device, CreateHostDevice());
-  g.comms.resize(n);
-  std::vector<Status> status(n);
-  const std::string name = absl::StrCat("sched", group_counter++);
-  RunRanks(n, [&](int r) {
-    CommConfig cfg;
-    cfg.backend = "inproc";
-    cfg.rank = r;
-    cfg.size = n;
-    cfg.device = g.device.get();
-    cfg.group = name;
-    cfg.timeout = absl::Seconds(60);
-    auto c = CreateCommunicator(cfg);
-    if (c.ok()) g.comms[r] = std::move(*c); else status[r] = c.status();
-  });
-  for (const Status& s : status) BATON_RETURN_IF_ERROR(s);
+  CommConfig cfg;
+  cfg.device = g.device.get();
+  cfg.group = "";  // a fresh name
+  cfg.timeout = absl::Seconds(60);
+  BATON_ASSIGN_OR_RETURN(g.comms, baton::CreateInprocGroup(n, cfg));
   return g;
 }
 
