@@ -220,6 +220,8 @@ scheduler::StepCallbacks LlamaRank::Callbacks() {
   scheduler::StepCallbacks cb;
   cb.compute = [this](const scheduler::ComputeContext& ctx) { return Compute(ctx); };
   cb.optimizer = [this](const scheduler::OptimizerContext& ctx) { return Optimizer(ctx); };
+  // AdamW writes the updated master straight into the next gather's input.
+  cb.optimizer_writes_shard = true;
   return cb;
 }
 
@@ -365,6 +367,8 @@ Status LlamaRank::Optimizer(const scheduler::OptimizerContext& ctx) {
   a.grad_dtype = ctx.grad_dtype;
   a.moment1 = ctx.moment1;
   a.moment2 = ctx.moment2;
+  a.param = ctx.shard;  // fused cast (null: the executor casts)
+  a.param_dtype = ctx.shard_dtype;
   return ops::AdamWStep(*ctx.stream, config_.adamw, a);
 }
 

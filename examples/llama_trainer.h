@@ -1,6 +1,7 @@
 // A Llama-style decoder trained through baton: the compute callbacks of the
 // executor (forward, recompute and backward of each unit, built from ops/),
-// the optimizer callback (fused AdamW on the fp32 master shards), and the
+// the optimizer callback (AdamW on the fp32 master shards, fused with the
+// cast into the next all-gather's input), and the
 // data (a deterministic synthetic corpus or a text file as byte tokens).
 //
 // One LlamaRank per rank. It owns the activations of one micro-step (the

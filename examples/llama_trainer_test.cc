@@ -50,6 +50,7 @@ StatusOr<Probe> RunOnce(const scheduler::ModelSpec& spec, const std::string& per
   }));
   Probe probe;
   scheduler::StepCallbacks cb = model->Callbacks();
+  cb.optimizer_writes_shard = false;  // the probe below updates nothing
   cb.optimizer = [&](const scheduler::OptimizerContext& ctx) {
     return ctx.stream->Enqueue([&probe, ctx]() {
       for (const auto& slot : ctx.spec->params) {

@@ -88,6 +88,15 @@ Status Executor::Init() {
     for (int w : n.waits) needs[w] = true;
     if (n.host_wait >= 0) needs[n.host_wait] = true;
   }
+  fusable_cast_ = true;
+  for (int i = 0; i < nn; ++i) {
+    const Node& n = graph_.nodes[i];
+    if (n.kind != NodeKind::kOptimizer) continue;
+    const bool next_is_cast = i + 1 < nn && graph_.nodes[i + 1].kind == NodeKind::kCast &&
+                              graph_.nodes[i + 1].bucket == n.bucket &&
+                              graph_.nodes[i + 1].stream == n.stream;
+    fusable_cast_ = fusable_cast_ && next_is_cast && !needs[i];
+  }
   node_events_.resize(nn);
   for (int i = 0; i < nn; ++i) {
     if (!needs[i]) continue;
@@ -399,6 +408,9 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       const GraphBuffer& buf = graph_.buffers[n.writes[0]];
       const DataType t = buf.dtype;
       const size_t count = static_cast<size_t>(buf.numel);
+      if (cb.optimizer_writes_shard && cb.optimizer) {
+        return RunOptimizer(i - 1, cb, dst, t);  // fusable_cast_: i - 1 is it
+      }
       if (t == DataType::kF32) return s.MemcpyAsync(dst, src, count * 4);
       if (s.kind() == DeviceKind::kHost) {
         return s.Enqueue([dst, src, t, count]() {
@@ -416,27 +428,36 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       return absl::UnimplementedError("baton was built without CUDA");
 #endif
     }
-    case NodeKind::kOptimizer: {
-      if (!cb.optimizer) return absl::OkStatus();
-      const Bucket& bk = layout.buckets[n.bucket];
-      OptimizerContext ctx;
-      ctx.bucket = n.bucket;
-      ctx.spec = &bk;
-      ctx.step = step_;
-      ctx.rank = comm_.rank();
-      ctx.stream = &s;
-      ctx.master = static_cast<float*>(BufferData(n.writes[0]));
-      ctx.grad = BufferData(n.reads[0]);
-      ctx.grad_dtype = graph_.buffers[n.reads[0]].dtype;
-      ctx.moment1 = static_cast<float*>(BufferData(n.writes[1]));
-      ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
-      ctx.shard_numel = bk.shard_numel;
-      ctx.shard_offset = layout.options.shard ? comm_.rank() * bk.shard_numel : 0;
-      ctx.grad_scale = 1.0 / (static_cast<double>(comm_.size()) * p.micro_steps);
-      return cb.optimizer(ctx);
-    }
+    case NodeKind::kOptimizer:
+      if (!cb.optimizer || cb.optimizer_writes_shard) return absl::OkStatus();
+      return RunOptimizer(i, cb, nullptr, DataType::kBF16);
   }
   return absl::InternalError("executor: unknown node kind");
+}
+
+Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
+                              DataType shard_dtype) {
+  const Node& n = graph_.nodes[i];
+  const ModelLayout& layout = graph_.layout;
+  const Bucket& bk = layout.buckets[n.bucket];
+  OptimizerContext ctx;
+  ctx.bucket = n.bucket;
+  ctx.spec = &bk;
+  ctx.step = step_;
+  ctx.rank = comm_.rank();
+  ctx.stream = streams_[n.stream].get();
+  ctx.master = static_cast<float*>(BufferData(n.writes[0]));
+  ctx.grad = BufferData(n.reads[0]);
+  ctx.grad_dtype = graph_.buffers[n.reads[0]].dtype;
+  ctx.moment1 = static_cast<float*>(BufferData(n.writes[1]));
+  ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
+  ctx.shard_numel = bk.shard_numel;
+  ctx.shard_offset = layout.options.shard ? comm_.rank() * bk.shard_numel : 0;
+  ctx.grad_scale =
+      1.0 / (static_cast<double>(comm_.size()) * graph_.policy.micro_steps);
+  ctx.shard = shard;
+  ctx.shard_dtype = shard_dtype;
+  return cb.optimizer(ctx);
 }
 
 Status Executor::IssueNode(int i, const StepCallbacks& callbacks) {
@@ -445,7 +466,17 @@ Status Executor::IssueNode(int i, const StepCallbacks& callbacks) {
   return PostNode(i);
 }
 
+Status Executor::CheckCallbacks(const StepCallbacks& callbacks) const {
+  if (callbacks.optimizer_writes_shard && !fusable_cast_) {
+    return absl::InvalidArgumentError(
+        "executor: optimizer_writes_shard needs every optimizer node followed "
+        "by its cast on the same stream and no node waiting on an optimizer");
+  }
+  return absl::OkStatus();
+}
+
 Status Executor::Step(const StepCallbacks& callbacks) {
+  BATON_RETURN_IF_ERROR(CheckCallbacks(callbacks));
   BATON_RETURN_IF_ERROR(BeginStep());
   for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
     Status st = IssueNode(i, callbacks);
@@ -482,6 +513,7 @@ StatusOr<std::vector<float>> Executor::ReadMaster(int bucket) {
 }
 
 Status Executor::CaptureStep(const StepCallbacks& callbacks) {
+  BATON_RETURN_IF_ERROR(CheckCallbacks(callbacks));
 #ifdef BATON_HAVE_CUDA
   if (device_.kind() != DeviceKind::kCuda) {
     return absl::UnimplementedError("CUDA graph capture needs CUDA streams");

@@ -82,11 +82,24 @@ struct OptimizerContext {
   int64_t shard_numel = 0;
   int64_t shard_offset = 0;  // first element of the shard in the bucket
   double grad_scale = 1.0;
+  // With StepCallbacks::optimizer_writes_shard: the parameter-dtype shard
+  // (the next all-gather's input) that the optimizer must write as the
+  // updated master rounded to shard_dtype. Null otherwise.
+  void* shard = nullptr;
+  DataType shard_dtype = DataType::kBF16;
 };
 
 struct StepCallbacks {
   std::function<Status(const ComputeContext&)> compute;
   std::function<Status(const OptimizerContext&)> optimizer;
+  // The optimizer also casts the updated master into the shard
+  // (OptimizerContext::shard; ops/adamw.h does both in one pass), so the
+  // executor's own cast of that bucket issues nothing: one pass over the
+  // master shard per step instead of two. The optimizer's work is then
+  // issued at the cast node's place (the next node on the same stream,
+  // after the cast's waits). InvalidArgument from Step if the graph does
+  // not allow it (some node waits on an optimizer node).
+  bool optimizer_writes_shard = false;
 };
 
 struct ExecutorOptions {
@@ -178,6 +191,12 @@ class Executor {
   // parameter (gaps and tail padding); zeroed before a gradient's first write.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;
   bool accumulate_fp32_ = false;  // CollectiveOptions of the reductions
+  // Whether every optimizer node is followed by its bucket's cast on the
+  // same stream and nothing waits on an optimizer node (fused cast allowed).
+  bool fusable_cast_ = false;
+  Status CheckCallbacks(const StepCallbacks& callbacks) const;
+  Status RunOptimizer(int optimizer_node, const StepCallbacks& cb, void* shard,
+                      DataType shard_dtype);
   int64_t step_ = 0;
   bool in_step_ = false;
   std::mt19937_64 rng_;
