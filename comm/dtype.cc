@@ -282,6 +282,12 @@ void DivideInPlace(void* x, DataType t, size_t count, int divisor) {
 
 namespace {
 
+// Whether [a, a + bytes) and [b, b + bytes) share a byte.
+bool Overlaps(const void* a, const void* b, size_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bytes && y < x + bytes;
+}
+
 // Large fp32 reductions run as one fused pass (sum the sources, divide,
 // store) instead of the general path's copy-through-a-buffer. When `out`
 // overlaps no source, the stores are non-temporal: an ordinary store would
@@ -298,12 +304,8 @@ bool FusedSumF32(void* out, const void* const* srcs, int nsrc, size_t count,
   if (bytes < kMinBytes || reinterpret_cast<uintptr_t>(out) % 16 != 0) {
     return false;
   }
-  const auto lo = reinterpret_cast<uintptr_t>(out);
   bool overlaps = false;
-  for (int q = 0; q < nsrc; ++q) {
-    const auto s = reinterpret_cast<uintptr_t>(srcs[q]);
-    overlaps = overlaps || (s < lo + bytes && lo < s + bytes);
-  }
+  for (int q = 0; q < nsrc; ++q) overlaps = overlaps || Overlaps(out, srcs[q], bytes);
   auto* o = static_cast<float*>(out);
   auto in = [srcs](int q) { return static_cast<const float*>(srcs[q]); };
   const __m128 d = _mm_set1_ps(static_cast<float>(divisor));
@@ -342,12 +344,9 @@ bool FusedSumF32(void* out, const void* const* srcs, int nsrc, size_t count,
 
 void CopyBytes(void* dst, const void* src, size_t bytes) {
 #if defined(__SSE2__)
-  const auto d = reinterpret_cast<uintptr_t>(dst);
-  const auto s = reinterpret_cast<uintptr_t>(src);
-  const bool overlap = s < d + bytes && d < s + bytes;
-  if (bytes >= (size_t{1} << 20) && !overlap) {
+  if (bytes >= (size_t{1} << 20) && !Overlaps(dst, src, bytes)) {
     // Align the destination to 16 bytes, stream 64-byte blocks, then the tail.
-    const size_t head = (16 - d % 16) % 16;
+    const size_t head = (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16;
     std::memcpy(dst, src, head);
     auto* o = reinterpret_cast<__m128i*>(static_cast<char*>(dst) + head);
     auto* in = reinterpret_cast<const __m128i*>(static_cast<const char*>(src) + head);

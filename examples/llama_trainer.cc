@@ -105,7 +105,25 @@ LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& confi
       rank_(rank),
       micro_steps_(graph.policy.micro_steps),
       dtype_(graph.policy.param_dtype),
-      tokens_(config.batch * config.seq) {}
+      d_(MakeDims(spec_, config, dtype_)) {}
+
+LlamaRank::Dims LlamaRank::MakeDims(const scheduler::ModelSpec& spec, const TrainConfig& config,
+                                    DataType dtype) {
+  Dims d;
+  d.T = config.batch * config.seq;
+  d.H = spec.hidden;
+  d.Q = spec.heads * spec.head_dim;
+  d.KV = spec.kv_heads * spec.head_dim;
+  d.F = spec.intermediate;
+  d.V = spec.vocab;
+  d.act_bytes = static_cast<size_t>(d.T * d.H) * DataTypeSize(dtype);
+  d.norm = {d.T, d.H, dtype, static_cast<float>(spec.norm_eps)};
+  d.rope_q = {config.batch, config.seq, spec.heads, spec.head_dim, spec.rope_theta, dtype};
+  d.rope_k = d.rope_q;
+  d.rope_k.heads = spec.kv_heads;
+  d.attn = {config.batch, config.seq, spec.heads, spec.kv_heads, spec.head_dim, dtype};
+  return d;
+}
 
 StatusOr<std::unique_ptr<LlamaRank>> LlamaRank::Create(const scheduler::StepGraph& graph,
                                                        const TrainConfig& config,
@@ -139,9 +157,7 @@ void* LlamaRank::Buf(size_t bytes) {
 }
 
 Status LlamaRank::Allocate() {
-  const int64_t T = tokens_, H = spec_.hidden, D = spec_.head_dim;
-  const int64_t Q = spec_.heads * D, KV = spec_.kv_heads * D, F = spec_.intermediate;
-  const int64_t V = spec_.vocab;
+  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F, V = d_.V;
   const size_t e = DataTypeSize(dtype_);
   const size_t heads_rows = static_cast<size_t>(config_.batch * spec_.heads * config_.seq);
   for (int m = 0; m < micro_steps_; ++m) {
@@ -185,10 +201,10 @@ Status LlamaRank::Allocate() {
   return absl::OkStatus();
 }
 
-int64_t LlamaRank::tokens_per_step() const { return tokens_ * micro_steps_; }
+int64_t LlamaRank::tokens_per_step() const { return d_.T * micro_steps_; }
 
 Status LlamaRank::LoadBatch(Stream& stream, int64_t step) {
-  const int64_t seq = config_.seq, T = tokens_;
+  const int64_t seq = config_.seq, T = d_.T;
   std::vector<int32_t> one(seq + 1);
   for (int m = 0; m < micro_steps_; ++m) {
     int32_t* ids = staging_.data() + 2 * m * T;
@@ -206,13 +222,13 @@ Status LlamaRank::LoadBatch(Stream& stream, int64_t step) {
 }
 
 StatusOr<double> LlamaRank::LossSum(Stream& stream) {
-  std::vector<float> host(tokens_);
-  double sum = 0;
+  std::vector<float> host(micro_steps_ * d_.T);
   for (int m = 0; m < micro_steps_; ++m) {
-    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data(), loss_[m], tokens_ * 4));
-    BATON_RETURN_IF_ERROR(stream.Synchronize());
-    for (float l : host) sum += l;
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data() + m * d_.T, loss_[m], d_.T * 4));
   }
+  BATON_RETURN_IF_ERROR(stream.Synchronize());
+  double sum = 0;
+  for (float l : host) sum += l;
   return sum;
 }
 
@@ -227,10 +243,10 @@ scheduler::StepCallbacks LlamaRank::Callbacks() {
 
 Status LlamaRank::Compute(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
-  const int64_t T = tokens_, H = spec_.hidden, V = spec_.vocab;
+  const int64_t T = d_.T, H = d_.H, V = d_.V;
   const int m = ctx.micro_step;
   const bool backward = ctx.kind == scheduler::NodeKind::kBackward;
-  const ops::RmsNormShape norm{T, H, dtype_, static_cast<float>(spec_.norm_eps)};
+  const ops::RmsNormShape& norm = d_.norm;
   switch (ctx.spec->kind) {
     case scheduler::UnitKind::kEmbedding: {
       const ops::EmbeddingShape s{T, V, H, dtype_};
@@ -272,32 +288,26 @@ Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
   const int b = ctx.spec->block;
   BlockActs& a = blocks_[b];
-  const int64_t T = tokens_, H = spec_.hidden, D = spec_.head_dim;
-  const int64_t Q = spec_.heads * D, KV = spec_.kv_heads * D, F = spec_.intermediate;
-  const size_t e = DataTypeSize(dtype_);
+  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
   auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
-  const ops::RmsNormShape norm{T, H, dtype_, static_cast<float>(spec_.norm_eps)};
+  const ops::RmsNormShape& norm = d_.norm;
   void* x = h_[b];
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, x, p("attn_norm.weight"), a.n1, a.rstd1));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, Q, dtype_}, a.n1, p("wq"), a.q));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wk"), a.k));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wv"), a.v));
-  const ops::RotaryShape rq{config_.batch, config_.seq, spec_.heads, D, spec_.rope_theta, dtype_};
-  ops::RotaryShape rk = rq;
-  rk.heads = spec_.kv_heads;
-  BATON_RETURN_IF_ERROR(ops::RotaryForward(st, rq, a.q));
-  BATON_RETURN_IF_ERROR(ops::RotaryForward(st, rk, a.k));
-  const ops::AttentionShape as{config_.batch, config_.seq, spec_.heads, spec_.kv_heads, D, dtype_};
-  BATON_RETURN_IF_ERROR(ops::AttentionForward(st, as, a.q, a.k, a.v, a.o, a.lse));
+  BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
+  BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
+  BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
   // x1 = x + o wo^T: the residual is copied, the projection added onto it.
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, x, T * H * e));
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, x, d_.act_bytes));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, Q, H, dtype_}, a.o, p("wo"), a.x1, true));
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
   void* out = h_[b + 1];
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(out, a.x1, T * H * e));
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(out, a.x1, d_.act_bytes));
   return ops::LinearForward(st, {T, F, H, dtype_}, a.s, p("w_down"), out, true);
 }
 
@@ -305,9 +315,7 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
   const int b = ctx.spec->block;
   BlockActs& a = blocks_[b];
-  const int64_t T = tokens_, H = spec_.hidden, D = spec_.head_dim;
-  const int64_t Q = spec_.heads * D, KV = spec_.kv_heads * D, F = spec_.intermediate;
-  const size_t e = DataTypeSize(dtype_);
+  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
   auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
   // Gradient slot of a parameter: pointer, dtype, = or +=.
   struct G {
@@ -319,11 +327,11 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
     const int i = Find(ctx, name);
     return G{ctx.grads[i].data, ctx.grads[i].dtype, static_cast<bool>(ctx.grad_accumulate[i])};
   };
-  const ops::RmsNormShape norm{T, H, dtype_, static_cast<float>(spec_.norm_eps)};
+  const ops::RmsNormShape& norm = d_.norm;
   void* A = gres_[cur_];      // d(block output); becomes d(block input)
   void* B = gres_[1 - cur_];  // d(x1)
   // MLP branch: x2 = x1 + s wd^T, so d(x1) = d(x2) + its path through n2.
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(B, A, T * H * e));
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(B, A, d_.act_bytes));
   G gd = g("w_down"), gg = g("w_gate"), gu = g("w_up"), gm = g("mlp_norm.weight");
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, F, H, dtype_}, A, a.s, p("w_down"), ds_,
                                             false, gd.data, gd.dtype, gd.acc));
@@ -335,18 +343,14 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
   BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, norm, dn_, a.x1, p("mlp_norm.weight"), a.rstd2,
                                              B, true, gm.data, gm.dtype, gm.acc));
   // Attention branch: x1 = x + o wo^T.
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(A, B, T * H * e));
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(A, B, d_.act_bytes));
   G go = g("wo"), gq = g("wq"), gk = g("wk"), gv = g("wv"), ga = g("attn_norm.weight");
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, Q, H, dtype_}, B, a.o, p("wo"), do_, false,
                                             go.data, go.dtype, go.acc));
-  const ops::AttentionShape as{config_.batch, config_.seq, spec_.heads, spec_.kv_heads, D, dtype_};
   BATON_RETURN_IF_ERROR(
-      ops::AttentionBackward(st, as, do_, a.q, a.k, a.v, a.o, a.lse, dq_, dk_, dv_));
-  const ops::RotaryShape rq{config_.batch, config_.seq, spec_.heads, D, spec_.rope_theta, dtype_};
-  ops::RotaryShape rk = rq;
-  rk.heads = spec_.kv_heads;
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, rq, dq_));
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, rk, dk_));
+      ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq_, dk_, dv_));
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq_));
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk_));
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, Q, dtype_}, dq_, a.n1, p("wq"), dn_,
                                             false, gq.data, gq.dtype, gq.acc));
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dk_, a.n1, p("wk"), dn_,

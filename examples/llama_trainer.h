@@ -28,6 +28,9 @@
 
 #include "comm/communicator.h"
 #include "ops/adamw.h"
+#include "ops/attention.h"
+#include "ops/rmsnorm.h"
+#include "ops/rotary.h"
 #include "runtime/device.h"
 #include "runtime/status.h"
 #include "scheduler/executor.h"
@@ -112,7 +115,19 @@ class LlamaRank {
   int rank_ = 0;
   int micro_steps_ = 1;
   DataType dtype_ = DataType::kF32;
-  int64_t tokens_ = 0;  // per micro-step: batch * seq
+  // Sizes and op shapes of one micro-step, derived once from the spec and
+  // the config.
+  struct Dims {
+    int64_t T = 0, H = 0, Q = 0, KV = 0, F = 0, V = 0;  // tokens, hidden,
+                                   // q and kv widths, ffn width, vocab
+    size_t act_bytes = 0;          // one [T, H] activation in dtype_
+    ops::RmsNormShape norm;        // [T, H]
+    ops::RotaryShape rope_q, rope_k;
+    ops::AttentionShape attn;
+  };
+  static Dims MakeDims(const scheduler::ModelSpec& spec, const TrainConfig& config,
+                       DataType dtype);
+  const Dims d_;
 
   std::vector<DeviceBuffer> owned_;
   Status alloc_status_;  // the first failed allocation

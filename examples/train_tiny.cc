@@ -249,14 +249,13 @@ Status TrainRank(const Job& job, const scheduler::StepGraph& graph, const Corpus
 }
 
 StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordinal) {
-  if (kind == "cuda") {
-    if (CudaDeviceCount() <= ordinal) {
-      return absl::UnavailableError(absl::StrCat(
-          "--device=cuda: no CUDA device ", ordinal, " (", CudaDeviceCount(), " visible)"));
-    }
-    return CreateCudaDevice(ordinal);
+  if (kind != "cuda") return CreateHostDevice();
+  auto device = CreateCudaDevice(ordinal);  // Unavailable says why not
+  if (!device.ok()) {
+    return Status(device.status().code(),
+                  absl::StrCat("--device=cuda: ", device.status().message()));
   }
-  return CreateHostDevice();
+  return device;
 }
 
 // n ranks as threads of this process (inproc backend).
@@ -274,9 +273,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r]() {
-      Job mine = job;
-      mine.progress = job.progress && r == 0;
-      status[r] = TrainRank(mine, graph, corpus, *device, *comms[r], &results[r]);
+      status[r] = TrainRank(job, graph, corpus, *device, *comms[r], &results[r]);
     });
   }
   for (auto& t : threads) t.join();
@@ -315,10 +312,11 @@ std::string MiB(size_t bytes) { return absl::StrFormat("%.2f MiB", bytes / 10485
 
 int Main(int argc, char** argv) {
   const Flags f = Parse(argc, argv);
-  const bool launched = std::getenv("RANK") != nullptr || std::getenv("OMPI_COMM_WORLD_RANK") ||
-                        std::getenv("SLURM_PROCID") || std::getenv("PMI_RANK");
   const bool multi_process = f.backend != "inproc";
-  if (multi_process && !launched) {
+  // NotFound: no launcher set this process up (contradictory variables are
+  // other errors, reported below).
+  const StatusOr<LaunchInfo> info = LaunchInfoFromEnv();
+  if (multi_process && absl::IsNotFound(info.status())) {
     // Start --nranks copies of this program as the ranks of one job.
     LaunchOptions lo;
     lo.nproc = f.nranks > 0 ? f.nranks : 1;
@@ -351,7 +349,6 @@ int Main(int argc, char** argv) {
   int rank = 0, nranks = f.nranks > 0 ? f.nranks : 1;
   StatusOr<RunResult> result = absl::UnknownError("not run");
   if (multi_process) {
-    auto info = LaunchInfoFromEnv();
     if (!info.ok()) Fail(std::string(info.status().message()));
     if (f.nranks > 0 && f.nranks != info->world_size) {
       Fail(absl::StrCat("--nranks=", f.nranks, " but the launcher started ", info->world_size,
@@ -359,7 +356,6 @@ int Main(int argc, char** argv) {
     }
     rank = info->rank;
     nranks = info->world_size;
-    job.progress = rank == 0;
     result = RunProcessRank(job, *corpus, f, *info);
   } else {
     result = RunInproc(job, *corpus, f.device, nranks, "train_tiny", absl::Seconds(f.timeout_s));

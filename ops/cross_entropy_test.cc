@@ -44,9 +44,7 @@ TEST_P(CrossEntropyTest, LossAndGradientMatchTheFloat64Reference) {
       for (int64_t i = 0; i < tokens; ++i) y[i] = static_cast<int32_t>((i * 31 + 7) % vocab);
       const float scale = 1.0f / tokens;
       DeviceBuffer bz = Upload(*device, *stream, Pack(z, t));
-      DeviceBuffer by = Upload(*device, *stream,
-                               std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(y.data()),
-                                                    reinterpret_cast<const uint8_t*>(y.data() + tokens)));
+      DeviceBuffer by = Upload(*device, *stream, testing::IdBytes(y));
       DeviceBuffer bl = Poisoned(*device, *stream, tokens * 4),
                    bl2 = Poisoned(*device, *stream, tokens * 4),
                    bdz = Poisoned(*device, *stream, tokens * vocab * DataTypeSize(t));

@@ -10,16 +10,12 @@ namespace {
 
 using testing::Compare;
 using testing::Fetch;
+using testing::IdBytes;
 using testing::Pack;
 using testing::Poisoned;
 using testing::Random;
 using testing::Round;
 using testing::Upload;
-
-std::vector<uint8_t> IdBytes(const std::vector<int32_t>& ids) {
-  return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(ids.data()),
-                              reinterpret_cast<const uint8_t*>(ids.data() + ids.size()));
-}
 
 class EmbeddingTest : public ::testing::TestWithParam<DataType> {};
 

@@ -26,6 +26,11 @@ std::vector<double> Unpack(const std::vector<uint8_t>& b, DataType t) {
   return v;
 }
 
+std::vector<uint8_t> IdBytes(const std::vector<int32_t>& ids) {
+  const auto* p = reinterpret_cast<const uint8_t*>(ids.data());
+  return std::vector<uint8_t>(p, p + ids.size() * sizeof(int32_t));
+}
+
 std::vector<double> Round(const std::vector<double>& v, DataType t) {
   return Unpack(Pack(v, t), t);
 }

@@ -21,6 +21,8 @@ std::vector<double> Random(int64_t n, uint64_t seed, double scale = 1.0);
 // Bytes of `v` in dtype t (rounded for bf16), and back.
 std::vector<uint8_t> Pack(const std::vector<double>& v, DataType t);
 std::vector<double> Unpack(const std::vector<uint8_t>& b, DataType t);
+// The bytes of int32 token ids (for Upload).
+std::vector<uint8_t> IdBytes(const std::vector<int32_t>& ids);
 // `v` as stored in dtype t (rounded through it).
 std::vector<double> Round(const std::vector<double>& v, DataType t);
 

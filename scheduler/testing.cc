@@ -10,7 +10,6 @@
 namespace baton::scheduler::testing {
 namespace {
 
-
 int64_t Floor4(double p) { return static_cast<int64_t>(std::floor(4.0 * p)); }
 int64_t Mod(int64_t x, int64_t m) { return ((x % m) + m) % m; }
 
