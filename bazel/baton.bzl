@@ -3,7 +3,9 @@
 - BATON_COPTS: warnings as errors, applied to every target of the project
   (never to third-party code).
 - baton_cc_library / baton_cc_test / baton_cc_binary: the native rules with
-  those copts.
+  those copts. Libraries publish their headers under `baton/` (Bazel's
+  include_prefix): `#include "baton/runtime/status.h"` inside and outside the
+  project alike, so a consumer's own `runtime/` never shadows baton's.
 - baton_cuda_library: compiles .cu files with nvcc (one genrule per source)
   into objects linked through a cc_library. With no CUDA toolkit it creates
   an empty cc_library, so dependents still build.
@@ -29,8 +31,26 @@ def if_cuda(if_true, if_false = []):
 def if_nccl(if_true, if_false = []):
     return if_true if NCCL_ENABLED else if_false
 
+def _repo_root():
+    """The execroot-relative path of the repository being built: "." for
+    the main one, "external/<name>" when baton is someone's dependency."""
+    repo = native.repository_name()
+    if repo in ["", "@"]:
+        return "."
+    return "external/" + repo.lstrip("@")
+
+def _include_prefix():
+    # Bazel 4 replaces the package path with include_prefix (it does not
+    # prepend to it), so the prefix names the package: baton/<package>.
+    return "baton/" + native.package_name()
+
 def baton_cc_library(name, copts = [], **kwargs):
-    native.cc_library(name = name, copts = BATON_COPTS + copts, **kwargs)
+    native.cc_library(
+        name = name,
+        copts = BATON_COPTS + copts,
+        include_prefix = _include_prefix(),
+        **kwargs
+    )
 
 def baton_cc_binary(name, copts = [], **kwargs):
     native.cc_binary(name = name, copts = BATON_COPTS + copts, **kwargs)
@@ -54,8 +74,9 @@ def baton_cuda_library(name, srcs, hdrs = [], deps = [], cu_hdrs = [], **kwargs)
     small and put Status-returning wrappers in ordinary .cc files.
     """
     if not CUDA_ENABLED:
-        native.cc_library(name = name, hdrs = hdrs, **kwargs)
+        native.cc_library(name = name, hdrs = hdrs, include_prefix = _include_prefix(), **kwargs)
         return
+    root = _repo_root()
     objs = []
     for src in srcs:
         stem = src[:-len(".cu")] if src.endswith(".cu") else src
@@ -64,9 +85,13 @@ def baton_cuda_library(name, srcs, hdrs = [], deps = [], cu_hdrs = [], **kwargs)
             name = "%s_%s_nvcc" % (name, stem.replace("/", "_")),
             srcs = [src] + cu_hdrs + hdrs,
             outs = [out],
-            cmd = ("%s/bin/nvcc -c -std=c++17 -O3 %s -Xcompiler -fPIC " % (CUDA_PATH, NVCC_ARCH_FLAGS) +
-                   "-I. -I$(GENDIR) --expt-relaxed-constexpr -Werror all-warnings " +
-                   "$(location %s) -o $@" % src),
+            # `baton/...` includes resolve through a temporary directory
+            # holding one link, baton -> this repository's root (the main
+            # repository or external/<name>).
+            cmd = ("T=$$(mktemp -d) && ln -s \"$$PWD/%s\" \"$$T/baton\" && " % root +
+                   "%s/bin/nvcc -c -std=c++17 -O3 %s -Xcompiler -fPIC " % (CUDA_PATH, NVCC_ARCH_FLAGS) +
+                   "-I\"$$T\" -I$(GENDIR)/%s --expt-relaxed-constexpr -Werror all-warnings " % root +
+                   "$(location %s) -o $@; rc=$$?; rm -rf \"$$T\"; exit $$rc" % src),
             message = "nvcc " + src,
         )
         objs.append(out)
@@ -74,6 +99,7 @@ def baton_cuda_library(name, srcs, hdrs = [], deps = [], cu_hdrs = [], **kwargs)
         name = name,
         srcs = objs,
         hdrs = hdrs,
+        include_prefix = _include_prefix(),
         deps = deps + ["@local_cuda//:cudart"],
         linkstatic = True,
         **kwargs

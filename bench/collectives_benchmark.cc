@@ -27,13 +27,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "comm/collective_check.h"
-#include "comm/factory.h"
-#include "comm/launch_env.h"
-#include "comm/launcher.h"
-#include "comm/store.h"
+#include "baton/comm/testing/collective_check.h"
+#include "baton/comm/factory.h"
+#include "baton/comm/bootstrap/launch_env.h"
+#include "baton/comm/bootstrap/launcher.h"
+#include "baton/comm/bootstrap/store.h"
 #include "nlohmann/json.hpp"
-#include "runtime/device.h"
+#include "baton/runtime/device.h"
 
 namespace baton {
 namespace {

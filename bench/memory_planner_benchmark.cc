@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "memory/planner.h"
+#include "baton/memory/planner.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::memory {

@@ -14,9 +14,9 @@
 #include <memory>
 
 #include "benchmark/benchmark.h"
-#include "runtime/device.h"
+#include "baton/runtime/device.h"
 #if BATON_HAVE_CUDA
-#include "runtime/cuda_test_kernels.h"
+#include "baton/runtime/cuda_test_kernels.h"
 #endif
 
 namespace baton {

@@ -18,11 +18,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "comm/factory.h"
+#include "baton/comm/factory.h"
 #include "nlohmann/json.hpp"
-#include "runtime/device.h"
-#include "scheduler/executor.h"
-#include "scheduler/step_graph.h"
+#include "baton/runtime/device.h"
+#include "baton/scheduler/executor.h"
+#include "baton/scheduler/step_graph.h"
 
 namespace baton::scheduler {
 namespace {

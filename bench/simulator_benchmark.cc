@@ -10,10 +10,10 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
-#include "scheduler/model.h"
-#include "scheduler/policy.h"
-#include "sim/cluster.h"
-#include "sim/simulator.h"
+#include "baton/scheduler/model.h"
+#include "baton/scheduler/policy.h"
+#include "baton/sim/cluster.h"
+#include "baton/sim/simulator.h"
 
 int main() {
   using Clock = std::chrono::steady_clock;

@@ -1,4 +1,4 @@
-#include "comm/backend_util.h"
+#include "baton/comm/backend_util.h"
 
 #include "absl/strings/str_cat.h"
 

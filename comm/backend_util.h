@@ -9,7 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "comm/communicator.h"
+#include "baton/comm/communicator.h"
 
 namespace baton {
 

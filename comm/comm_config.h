@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "runtime/device.h"
+#include "baton/runtime/device.h"
 
 namespace baton {
 

@@ -1,4 +1,4 @@
-#include "comm/communicator.h"
+#include "baton/comm/communicator.h"
 
 #include <cstdint>
 #include <limits>

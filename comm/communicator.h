@@ -59,9 +59,9 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "comm/dtype.h"
-#include "runtime/device.h"
-#include "runtime/status.h"
+#include "baton/comm/reduce.h"
+#include "baton/runtime/device.h"
+#include "baton/runtime/status.h"
 
 namespace baton {
 

@@ -1,13 +1,13 @@
-#include "comm/factory.h"
+#include "baton/comm/factory.h"
 
 #include <atomic>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "comm/inproc/inproc.h"
-#include "comm/ucx/ucx.h"
+#include "baton/comm/inproc/inproc.h"
+#include "baton/comm/ucx/ucx.h"
 #if defined(BATON_HAVE_NCCL)
-#include "comm/nccl/nccl.h"
+#include "baton/comm/nccl/nccl.h"
 #endif
 
 namespace baton {

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm_config.h"
-#include "comm/communicator.h"
-#include "comm/store.h"
-#include "runtime/device.h"
-#include "runtime/status.h"
+#include "baton/comm/comm_config.h"
+#include "baton/comm/communicator.h"
+#include "baton/comm/bootstrap/store.h"
+#include "baton/runtime/device.h"
+#include "baton/runtime/status.h"
 
 namespace baton {
 

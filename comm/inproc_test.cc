@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "comm/collective_check.h"
-#include "comm/factory.h"
+#include "baton/comm/testing/collective_check.h"
+#include "baton/comm/factory.h"
 #include "gtest/gtest.h"
-#include "runtime/device.h"
+#include "baton/runtime/device.h"
 
 namespace baton {
 namespace {

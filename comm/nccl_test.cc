@@ -5,11 +5,11 @@
 #include <thread>
 #include <vector>
 
-#include "comm/collective_check.h"
-#include "comm/factory.h"
-#include "comm/store.h"
+#include "baton/comm/testing/collective_check.h"
+#include "baton/comm/factory.h"
+#include "baton/comm/bootstrap/store.h"
 #include "gtest/gtest.h"
-#include "runtime/device.h"
+#include "baton/runtime/device.h"
 
 namespace baton {
 namespace {

@@ -1,4 +1,4 @@
-#include "examples/llama_trainer.h"
+#include "baton/examples/llama_trainer.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,13 +6,13 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "ops/attention.h"
-#include "ops/cross_entropy.h"
-#include "ops/embedding.h"
-#include "ops/linear.h"
-#include "ops/rmsnorm.h"
-#include "ops/rotary.h"
-#include "ops/swiglu.h"
+#include "baton/ops/attention.h"
+#include "baton/ops/cross_entropy.h"
+#include "baton/ops/embedding.h"
+#include "baton/ops/linear.h"
+#include "baton/ops/rmsnorm.h"
+#include "baton/ops/rotary.h"
+#include "baton/ops/swiglu.h"
 
 namespace baton::examples {
 namespace {

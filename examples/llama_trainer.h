@@ -26,16 +26,16 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "ops/adamw.h"
-#include "ops/attention.h"
-#include "ops/rmsnorm.h"
-#include "ops/rotary.h"
-#include "runtime/device.h"
-#include "runtime/status.h"
-#include "scheduler/executor.h"
-#include "scheduler/model.h"
-#include "scheduler/step_graph.h"
+#include "baton/comm/communicator.h"
+#include "baton/ops/adamw.h"
+#include "baton/ops/attention.h"
+#include "baton/ops/rmsnorm.h"
+#include "baton/ops/rotary.h"
+#include "baton/runtime/device.h"
+#include "baton/runtime/status.h"
+#include "baton/scheduler/executor.h"
+#include "baton/scheduler/model.h"
+#include "baton/scheduler/step_graph.h"
 
 namespace baton::examples {
 

@@ -1,4 +1,4 @@
-#include "examples/llama_trainer.h"
+#include "baton/examples/llama_trainer.h"
 
 #include <cmath>
 #include <map>
@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/factory.h"
+#include "baton/comm/factory.h"
 #include "gtest/gtest.h"
-#include "scheduler/policy.h"
+#include "baton/scheduler/policy.h"
 
 namespace baton::examples {
 namespace {

@@ -18,13 +18,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "examples/cli.h"
+#include "baton/examples/cli.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/model.h"
-#include "scheduler/policy.h"
-#include "sim/cluster.h"
-#include "sim/report.h"
-#include "sim/simulator.h"
+#include "baton/scheduler/model.h"
+#include "baton/scheduler/policy.h"
+#include "baton/sim/cluster.h"
+#include "baton/sim/report.h"
+#include "baton/sim/simulator.h"
 
 namespace baton {
 namespace {

@@ -27,9 +27,9 @@
 #include <memory>
 #include <vector>
 
-#include "memory/planner.h"
-#include "runtime/device.h"
-#include "runtime/status.h"
+#include "baton/memory/planner.h"
+#include "baton/runtime/device.h"
+#include "baton/runtime/status.h"
 
 namespace baton::memory {
 

@@ -1,4 +1,4 @@
-#include "memory/arena.h"
+#include "baton/memory/arena.h"
 
 #include <cstring>
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "memory/planner.h"
+#include "baton/memory/planner.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::memory {

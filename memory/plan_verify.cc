@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "memory/planner.h"
+#include "baton/memory/planner.h"
 
 namespace baton::memory {
 

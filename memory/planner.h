@@ -39,8 +39,8 @@
 #include <string>
 #include <vector>
 
-#include "memory/step_dag.h"
-#include "runtime/status.h"
+#include "baton/memory/step_dag.h"
+#include "baton/runtime/status.h"
 
 namespace baton::memory {
 

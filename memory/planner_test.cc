@@ -1,4 +1,4 @@
-#include "memory/planner.h"
+#include "baton/memory/planner.h"
 
 #include <random>
 #include <string>

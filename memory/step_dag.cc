@@ -1,4 +1,4 @@
-#include "memory/step_dag.h"
+#include "baton/memory/step_dag.h"
 
 #include <algorithm>
 #include <deque>

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/status.h"
+#include "baton/runtime/status.h"
 
 namespace baton::memory {
 

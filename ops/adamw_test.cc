@@ -1,10 +1,10 @@
-#include "ops/adamw.h"
+#include "baton/ops/adamw.h"
 
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/test_util.h"
+#include "baton/ops/test_util.h"
 
 namespace baton::ops {
 namespace {

@@ -1,14 +1,14 @@
-#include "ops/attention.h"
+#include "baton/ops/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ops/op_util.h"
+#include "baton/ops/op_util.h"
 
 #ifdef BATON_HAVE_CUDA
-#include "ops/kernels.h"
+#include "baton/ops/kernels.h"
 #endif
 
 namespace baton::ops {

@@ -1,8 +1,8 @@
 // CUDA kernels of ops/attention.h (math there). Straightforward: one block
 // per query row (forward, dq) or per key row (dk, dv), the row's scores in
 // shared memory, dot products by a loop over head_dim.
-#include "ops/cuda_util.cuh"
-#include "ops/kernels.h"
+#include "baton/ops/cuda_util.cuh"
+#include "baton/ops/kernels.h"
 
 namespace baton::ops_internal {
 namespace {

@@ -1,11 +1,11 @@
-#include "ops/attention.h"
+#include "baton/ops/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/test_util.h"
+#include "baton/ops/test_util.h"
 
 namespace baton::ops {
 namespace {

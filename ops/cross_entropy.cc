@@ -1,13 +1,13 @@
-#include "ops/cross_entropy.h"
+#include "baton/ops/cross_entropy.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "ops/op_util.h"
+#include "baton/ops/op_util.h"
 
 #ifdef BATON_HAVE_CUDA
-#include "ops/kernels.h"
+#include "baton/ops/kernels.h"
 #endif
 
 namespace baton::ops {

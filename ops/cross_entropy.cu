@@ -1,6 +1,6 @@
 // CUDA kernel of ops/cross_entropy.h (math there): one block per token.
-#include "ops/cuda_util.cuh"
-#include "ops/kernels.h"
+#include "baton/ops/cuda_util.cuh"
+#include "baton/ops/kernels.h"
 
 namespace baton::ops_internal {
 namespace {

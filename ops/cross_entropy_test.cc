@@ -1,11 +1,11 @@
-#include "ops/cross_entropy.h"
+#include "baton/ops/cross_entropy.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/test_util.h"
+#include "baton/ops/test_util.h"
 
 namespace baton::ops {
 namespace {

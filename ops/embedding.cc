@@ -1,12 +1,12 @@
-#include "ops/embedding.h"
+#include "baton/ops/embedding.h"
 
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ops/op_util.h"
+#include "baton/ops/op_util.h"
 
 #ifdef BATON_HAVE_CUDA
-#include "ops/kernels.h"
+#include "baton/ops/kernels.h"
 #endif
 
 namespace baton::ops {

@@ -1,9 +1,9 @@
-#include "ops/embedding.h"
+#include "baton/ops/embedding.h"
 
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/test_util.h"
+#include "baton/ops/test_util.h"
 
 namespace baton::ops {
 namespace {

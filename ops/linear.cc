@@ -1,10 +1,10 @@
-#include "ops/linear.h"
+#include "baton/ops/linear.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ops/op_util.h"
+#include "baton/ops/op_util.h"
 
 #ifdef BATON_HAVE_CUDA
 #include <cublas_v2.h>

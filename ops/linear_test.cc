@@ -1,10 +1,10 @@
-#include "ops/linear.h"
+#include "baton/ops/linear.h"
 
 #include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/test_util.h"
+#include "baton/ops/test_util.h"
 
 namespace baton::ops {
 namespace {

@@ -1,4 +1,4 @@
-#include "ops/op_util.h"
+#include "baton/ops/op_util.h"
 
 #if defined(__SSE__)
 #include <xmmintrin.h>

@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "comm/dtype.h"
-#include "runtime/device.h"
-#include "runtime/status.h"
+#include "baton/runtime/dtype.h"
+#include "baton/runtime/device.h"
+#include "baton/runtime/status.h"
 
 namespace baton::ops {
 

@@ -1,13 +1,13 @@
-#include "ops/rmsnorm.h"
+#include "baton/ops/rmsnorm.h"
 
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ops/op_util.h"
+#include "baton/ops/op_util.h"
 
 #ifdef BATON_HAVE_CUDA
-#include "ops/kernels.h"
+#include "baton/ops/kernels.h"
 #endif
 
 namespace baton::ops {

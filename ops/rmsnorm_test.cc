@@ -1,4 +1,4 @@
-#include "ops/rmsnorm.h"
+#include "baton/ops/rmsnorm.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/test_util.h"
+#include "baton/ops/test_util.h"
 
 namespace baton::ops {
 namespace {

@@ -1,7 +1,7 @@
 // CUDA kernel of ops/rotary.h (math there). One thread per (row, pair i):
 // the angle is computed once in float64 and applied to every head.
-#include "ops/cuda_util.cuh"
-#include "ops/kernels.h"
+#include "baton/ops/cuda_util.cuh"
+#include "baton/ops/kernels.h"
 
 namespace baton::ops_internal {
 namespace {

@@ -1,11 +1,11 @@
-#include "ops/swiglu.h"
+#include "baton/ops/swiglu.h"
 
 #include <cmath>
 
-#include "ops/op_util.h"
+#include "baton/ops/op_util.h"
 
 #ifdef BATON_HAVE_CUDA
-#include "ops/kernels.h"
+#include "baton/ops/kernels.h"
 #endif
 
 namespace baton::ops {

@@ -1,6 +1,6 @@
 // CUDA kernels of ops/swiglu.h (math there).
-#include "ops/cuda_util.cuh"
-#include "ops/kernels.h"
+#include "baton/ops/cuda_util.cuh"
+#include "baton/ops/kernels.h"
 
 namespace baton::ops_internal {
 namespace {

@@ -12,9 +12,9 @@
 
 #include <cstdint>
 
-#include "comm/dtype.h"
-#include "runtime/device.h"
-#include "runtime/status.h"
+#include "baton/runtime/dtype.h"
+#include "baton/runtime/device.h"
+#include "baton/runtime/status.h"
 
 namespace baton::ops {
 

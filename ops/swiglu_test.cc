@@ -1,10 +1,10 @@
-#include "ops/swiglu.h"
+#include "baton/ops/swiglu.h"
 
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/test_util.h"
+#include "baton/ops/test_util.h"
 
 namespace baton::ops {
 namespace {

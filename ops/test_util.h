@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/dtype.h"
-#include "runtime/device.h"
+#include "baton/runtime/dtype.h"
+#include "baton/runtime/device.h"
 
 namespace baton::ops::testing {
 

@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "runtime/check.h"
+#include "baton/runtime/check.h"
 
 namespace baton::check_internal {
 

@@ -16,8 +16,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda_check.h"
-#include "runtime/device.h"
+#include "baton/runtime/cuda_check.h"
+#include "baton/runtime/device.h"
 
 namespace baton {
 namespace {

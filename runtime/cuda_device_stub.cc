@@ -1,6 +1,6 @@
 // Built instead of cuda_device.cc when no CUDA toolkit was found: the CUDA
 // device is reported Unavailable, so callers and tests skip cleanly.
-#include "runtime/device.h"
+#include "baton/runtime/device.h"
 
 namespace baton {
 

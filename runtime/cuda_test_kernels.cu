@@ -1,4 +1,4 @@
-#include "runtime/cuda_test_kernels.h"
+#include "baton/runtime/cuda_test_kernels.h"
 
 namespace baton::testing {
 namespace {

@@ -1,5 +1,5 @@
 // Helpers shared by both implementations of runtime/device.h.
-#include "runtime/device.h"
+#include "baton/runtime/device.h"
 
 #include "absl/strings/str_cat.h"
 

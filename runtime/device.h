@@ -71,7 +71,7 @@
 #include <string>
 
 #include "absl/functional/any_invocable.h"
-#include "runtime/status.h"
+#include "baton/runtime/status.h"
 
 namespace baton {
 

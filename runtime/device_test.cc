@@ -2,7 +2,7 @@
 // the host device always and against CUDA device 0 when a GPU is present
 // (skipped otherwise). Work items are host work, which both kinds accept; a
 // CUDA-only test at the end checks the same ordering with real kernels.
-#include "runtime/device.h"
+#include "baton/runtime/device.h"
 
 #include <atomic>
 #include <chrono>
@@ -15,7 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #if BATON_HAVE_CUDA
-#include "runtime/cuda_test_kernels.h"
+#include "baton/runtime/cuda_test_kernels.h"
 #endif
 
 namespace baton {

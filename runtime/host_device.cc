@@ -24,7 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/device.h"
+#include "baton/runtime/device.h"
 
 namespace baton {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <nccl.h>
 
-#include "runtime/check.h"
+#include "baton/runtime/check.h"
 
 namespace baton::check_internal {
 

@@ -1,16 +1,16 @@
-#include "runtime/status.h"
+#include "baton/runtime/status.h"
 
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/check.h"
-#include "runtime/ucx_check.h"
+#include "baton/runtime/check.h"
+#include "baton/runtime/ucx_check.h"
 #if BATON_HAVE_CUDA
-#include "runtime/cuda_check.h"
+#include "baton/runtime/cuda_check.h"
 #endif
 #if BATON_HAVE_NCCL
-#include "runtime/nccl_check.h"
+#include "baton/runtime/nccl_check.h"
 #endif
 
 namespace baton {

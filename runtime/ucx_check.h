@@ -8,7 +8,7 @@
 
 #include <ucs/type/status.h>
 
-#include "runtime/check.h"
+#include "baton/runtime/check.h"
 
 namespace baton::check_internal {
 

@@ -1,4 +1,4 @@
-#include "scheduler/executor.h"
+#include "baton/scheduler/executor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #ifdef BATON_HAVE_CUDA
-#include "scheduler/shard_kernels.h"
+#include "baton/scheduler/shard_kernels.h"
 #include <cuda_runtime.h>
 
-#include "runtime/cuda_check.h"
+#include "baton/runtime/cuda_check.h"
 #endif
 
 namespace baton::scheduler {

@@ -1,9 +1,9 @@
-#include "scheduler/executor.h"
+#include "baton/scheduler/executor.h"
 
 #include <tuple>
 
 #include "gtest/gtest.h"
-#include "scheduler/testing.h"
+#include "baton/scheduler/testing.h"
 
 namespace baton::scheduler {
 namespace {

@@ -1,4 +1,4 @@
-#include "scheduler/layout.h"
+#include "baton/scheduler/layout.h"
 
 #include <algorithm>
 

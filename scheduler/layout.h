@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/dtype.h"
-#include "runtime/status.h"
-#include "scheduler/model.h"
+#include "baton/runtime/dtype.h"
+#include "baton/runtime/status.h"
+#include "baton/scheduler/model.h"
 
 namespace baton::scheduler {
 

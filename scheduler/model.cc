@@ -1,4 +1,4 @@
-#include "scheduler/model.h"
+#include "baton/scheduler/model.h"
 
 #include <fstream>
 #include <limits>

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "runtime/status.h"
+#include "baton/runtime/status.h"
 
 namespace baton::scheduler {
 

@@ -1,9 +1,9 @@
 #include <set>
 
 #include "gtest/gtest.h"
-#include "scheduler/layout.h"
-#include "scheduler/model.h"
-#include "scheduler/policy.h"
+#include "baton/scheduler/layout.h"
+#include "baton/scheduler/model.h"
+#include "baton/scheduler/policy.h"
 
 namespace baton::scheduler {
 namespace {

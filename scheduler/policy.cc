@@ -1,4 +1,4 @@
-#include "scheduler/policy.h"
+#include "baton/scheduler/policy.h"
 
 #include <algorithm>
 

@@ -52,9 +52,9 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "comm/dtype.h"
-#include "runtime/status.h"
-#include "scheduler/layout.h"
+#include "baton/runtime/dtype.h"
+#include "baton/runtime/status.h"
+#include "baton/scheduler/layout.h"
 
 namespace baton::scheduler {
 

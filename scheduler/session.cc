@@ -1,4 +1,4 @@
-#include "scheduler/session.h"
+#include "baton/scheduler/session.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -36,11 +36,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "runtime/device.h"
-#include "runtime/status.h"
-#include "scheduler/executor.h"
-#include "scheduler/step_graph.h"
+#include "baton/comm/communicator.h"
+#include "baton/runtime/device.h"
+#include "baton/runtime/status.h"
+#include "baton/scheduler/executor.h"
+#include "baton/scheduler/step_graph.h"
 
 namespace baton::scheduler {
 

@@ -1,7 +1,7 @@
-#include "scheduler/session.h"
+#include "baton/scheduler/session.h"
 
 #include "gtest/gtest.h"
-#include "scheduler/testing.h"
+#include "baton/scheduler/testing.h"
 
 namespace baton::scheduler {
 namespace {

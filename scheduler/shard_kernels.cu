@@ -2,7 +2,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "scheduler/shard_kernels.h"
+#include "baton/scheduler/shard_kernels.h"
 
 namespace baton::scheduler_internal {
 namespace {

@@ -1,10 +1,10 @@
-#include "scheduler/step_graph.h"
+#include "baton/scheduler/step_graph.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "memory/step_dag.h"
+#include "baton/memory/step_dag.h"
 
 namespace baton::scheduler {
 

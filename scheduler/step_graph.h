@@ -36,11 +36,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/dtype.h"
-#include "memory/planner.h"
-#include "runtime/status.h"
-#include "scheduler/layout.h"
-#include "scheduler/policy.h"
+#include "baton/runtime/dtype.h"
+#include "baton/memory/planner.h"
+#include "baton/runtime/status.h"
+#include "baton/scheduler/layout.h"
+#include "baton/scheduler/policy.h"
 
 namespace baton::scheduler {
 

@@ -1,9 +1,9 @@
-#include "scheduler/step_graph.h"
+#include "baton/scheduler/step_graph.h"
 
 #include <tuple>
 
 #include "gtest/gtest.h"
-#include "memory/planner.h"
+#include "baton/memory/planner.h"
 
 namespace baton::scheduler {
 namespace {

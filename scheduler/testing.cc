@@ -1,11 +1,11 @@
-#include "scheduler/testing.h"
+#include "baton/scheduler/testing.h"
 
 #include <cmath>
 #include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "comm/factory.h"
+#include "baton/comm/factory.h"
 
 namespace baton::scheduler::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "sim/calibration.h"
+#include "baton/sim/calibration.h"
 
 #include <algorithm>
 #include <cmath>

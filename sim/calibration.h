@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "runtime/status.h"
+#include "baton/runtime/status.h"
 
 namespace baton::sim {
 

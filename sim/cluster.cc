@@ -1,4 +1,4 @@
-#include "sim/cluster.h"
+#include "baton/sim/cluster.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -1,4 +1,4 @@
-#include "sim/report.h"
+#include "baton/sim/report.h"
 
 #include <algorithm>
 #include <cmath>

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "scheduler/step_graph.h"
-#include "sim/simulator.h"
+#include "baton/scheduler/step_graph.h"
+#include "baton/sim/simulator.h"
 
 namespace baton::sim {
 

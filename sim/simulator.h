@@ -34,12 +34,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
-#include "scheduler/model.h"
-#include "scheduler/policy.h"
-#include "scheduler/step_graph.h"
-#include "sim/calibration.h"
-#include "sim/cluster.h"
+#include "baton/runtime/status.h"
+#include "baton/scheduler/model.h"
+#include "baton/scheduler/policy.h"
+#include "baton/scheduler/step_graph.h"
+#include "baton/sim/calibration.h"
+#include "baton/sim/cluster.h"
 
 namespace baton::sim {
 

@@ -1,4 +1,4 @@
-#include "sim/simulator.h"
+#include "baton/sim/simulator.h"
 
 #include <cstdio>
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "scheduler/policy.h"
+#include "baton/scheduler/policy.h"
 
 namespace baton {
 namespace {

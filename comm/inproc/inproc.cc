@@ -1,4 +1,4 @@
-#include "comm/inproc/inproc.h"
+#include "baton/comm/inproc/inproc.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "comm/backend_util.h"
+#include "baton/comm/backend_util.h"
 #if defined(BATON_HAVE_CUDA)
-#include "comm/inproc/reduce_kernel.h"
+#include "baton/comm/inproc/reduce_kernel.h"
 #endif
 
 namespace baton {

@@ -35,8 +35,8 @@
 
 #include <memory>
 
-#include "comm/communicator.h"
-#include "comm/comm_config.h"
+#include "baton/comm/communicator.h"
+#include "baton/comm/comm_config.h"
 
 namespace baton {
 

@@ -2,7 +2,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "comm/inproc/reduce_kernel.h"
+#include "baton/comm/inproc/reduce_kernel.h"
 
 namespace baton::inproc_internal {
 namespace {

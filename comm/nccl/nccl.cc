@@ -1,4 +1,4 @@
-#include "comm/nccl/nccl.h"
+#include "baton/comm/nccl/nccl.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -13,10 +13,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "comm/backend_util.h"
-#include "comm/store.h"
-#include "runtime/cuda_check.h"
-#include "runtime/nccl_check.h"
+#include "baton/comm/backend_util.h"
+#include "baton/comm/bootstrap/store.h"
+#include "baton/runtime/cuda_check.h"
+#include "baton/runtime/nccl_check.h"
 
 namespace baton {
 namespace {

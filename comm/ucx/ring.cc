@@ -1,4 +1,4 @@
-#include "comm/ucx/ring.h"
+#include "baton/comm/ucx/ring.h"
 
 #include <algorithm>
 #include <cstring>

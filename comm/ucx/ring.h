@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "comm/backend_util.h"
-#include "runtime/status.h"
+#include "baton/comm/backend_util.h"
+#include "baton/runtime/status.h"
 
 namespace baton::ucx_internal {
 

@@ -1,4 +1,4 @@
-#include "comm/ucx/ucx.h"
+#include "baton/comm/ucx/ucx.h"
 
 #include <ucp/api/ucp.h>
 
@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "comm/backend_util.h"
-#include "comm/store.h"
-#include "comm/ucx/ring.h"
-#include "runtime/ucx_check.h"
+#include "baton/comm/backend_util.h"
+#include "baton/comm/bootstrap/store.h"
+#include "baton/comm/ucx/ring.h"
+#include "baton/runtime/ucx_check.h"
 
 namespace baton {
 namespace {

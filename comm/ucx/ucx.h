@@ -17,8 +17,8 @@
 
 #include <memory>
 
-#include "comm/comm_config.h"
-#include "comm/communicator.h"
+#include "baton/comm/comm_config.h"
+#include "baton/comm/communicator.h"
 
 namespace baton {
 

@@ -1,4 +1,4 @@
-#include "comm/dtype.h"
+#include "baton/comm/reduce.h"
 
 #include <cmath>
 #include <cstring>
@@ -9,51 +9,15 @@
 namespace baton {
 namespace {
 
-TEST(DtypeTest, Sizes) {
-  EXPECT_EQ(DataTypeSize(DataType::kF32), 4u);
-  EXPECT_EQ(DataTypeSize(DataType::kBF16), 2u);
-  EXPECT_EQ(DataTypeSize(DataType::kF16), 2u);
-  EXPECT_EQ(DataTypeSize(DataType::kI32), 4u);
-}
-
-TEST(DtypeTest, ParseNamesAndRejectsUnknown) {
-  EXPECT_EQ(*ParseDataType("float"), DataType::kF32);
-  EXPECT_EQ(*ParseDataType("bf16"), DataType::kBF16);
-  EXPECT_EQ(*ParseDataType("half"), DataType::kF16);
-  EXPECT_EQ(*ParseDataType("int32"), DataType::kI32);
-  auto bad = ParseDataType("float8");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("float8"), std::string::npos);
+TEST(ReduceTest, ParseReduceOpNamesAndRejectsUnknown) {
+  EXPECT_EQ(*ParseReduceOp("sum"), ReduceOp::kSum);
   EXPECT_EQ(*ParseReduceOp("avg"), ReduceOp::kAvg);
-  EXPECT_FALSE(ParseReduceOp("max").ok());
+  auto bad = ParseReduceOp("max");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max"), std::string::npos);
 }
 
-TEST(DtypeTest, Bf16RoundsToNearestEven) {
-  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
-  EXPECT_EQ(Bf16ToFloat(0x3f80), 1.0f);
-  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0).
-  EXPECT_EQ(FloatToBf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
-  // 1 + 3*2^-8 is halfway between 1+2^-7 (odd) and 1+2^-6: rounds up.
-  EXPECT_EQ(FloatToBf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
-  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(NAN))));
-}
-
-TEST(DtypeTest, F16MatchesExactValuesAndRounding) {
-  EXPECT_EQ(FloatToF16(1.0f), 0x3c00);
-  EXPECT_EQ(FloatToF16(-2.0f), 0xc000);
-  EXPECT_EQ(FloatToF16(65504.0f), 0x7bff);
-  EXPECT_EQ(FloatToF16(1e6f), 0x7c00);               // overflow -> inf
-  EXPECT_EQ(FloatToF16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
-  EXPECT_EQ(FloatToF16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie, even
-  // Every f16 bit pattern (finite) survives a round trip through float.
-  for (uint32_t b = 0; b < 0x10000; ++b) {
-    const uint16_t h = static_cast<uint16_t>(b);
-    if (((h >> 10) & 0x1f) == 0x1f) continue;
-    ASSERT_EQ(FloatToF16(F16ToFloat(h)), h) << std::hex << b;
-  }
-}
-
-TEST(DtypeTest, ReduceSourcesSumsAvgAndAliases) {
+TEST(ReduceTest, ReduceSourcesSumsAvgAndAliases) {
   for (DataType t : {DataType::kF32, DataType::kBF16, DataType::kF16,
                      DataType::kI32}) {
     for (bool acc : {false, true}) {
@@ -84,7 +48,7 @@ TEST(DtypeTest, ReduceSourcesSumsAvgAndAliases) {
   }
 }
 
-TEST(DtypeTest, Fp32AccumulationKeepsSmallAddends) {
+TEST(ReduceTest, Fp32AccumulationKeepsSmallAddends) {
   // 256 + 1 + 1 in bf16: rounding after each add loses both ones (ties to
   // even), fp32 accumulation keeps them (258 is representable).
   uint16_t big = FloatToBf16(256.0f), one = FloatToBf16(1.0f), out;
@@ -98,7 +62,7 @@ TEST(DtypeTest, Fp32AccumulationKeepsSmallAddends) {
 // The fused fp32 path (>= 1 MiB) gives the same bits as adding in order,
 // out of place (streamed stores) and in place, for sum and avg, with a
 // tail that is not a multiple of the vector width.
-TEST(DtypeTest, LargeFloatReductionsMatchTheOrderedSum) {
+TEST(ReduceTest, LargeFloatReductionsMatchTheOrderedSum) {
   const size_t n = (size_t{1} << 18) + 5;
   for (int nsrc : {1, 2, 3, 5}) {
     for (int divisor : {1, 3}) {
@@ -123,7 +87,7 @@ TEST(DtypeTest, LargeFloatReductionsMatchTheOrderedSum) {
   }
 }
 
-TEST(DtypeTest, CopyBytesCopiesLargeUnalignedAndOverlapping) {
+TEST(ReduceTest, CopyBytesCopiesLargeUnalignedAndOverlapping) {
   const size_t n = (size_t{3} << 20) + 7;
   std::vector<unsigned char> src(n + 64), dst(n + 64, 0);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);

@@ -7,15 +7,15 @@
 // launcher (PR_SET_PDEATHSIG).
 //
 // Used by the `launch` tool, the multi-process tests and the benchmarks.
-#ifndef BATON_COMM_LAUNCHER_H_
-#define BATON_COMM_LAUNCHER_H_
+#ifndef BATON_COMM_BOOTSTRAP_LAUNCHER_H_
+#define BATON_COMM_BOOTSTRAP_LAUNCHER_H_
 
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
-#include "runtime/status.h"
+#include "baton/runtime/status.h"
 
 namespace baton {
 
@@ -50,4 +50,4 @@ StatusOr<LaunchResult> LaunchLocal(const LaunchOptions& options);
 
 }  // namespace baton
 
-#endif  // BATON_COMM_LAUNCHER_H_
+#endif  // BATON_COMM_BOOTSTRAP_LAUNCHER_H_

@@ -1,4 +1,4 @@
-#include "comm/collective_check.h"
+#include "baton/comm/testing/collective_check.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "comm/store.h"
+#include "baton/comm/bootstrap/store.h"
 
 #include <sys/socket.h>
 #include <netinet/in.h>

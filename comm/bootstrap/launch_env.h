@@ -12,14 +12,14 @@
 // integer; a rank without a size or the other way round; rank outside
 // [0, size); local rank outside [0, local size); a port outside 1..65535.
 // No variable at all gives NotFound (a caller may then assume one rank).
-#ifndef BATON_COMM_LAUNCH_ENV_H_
-#define BATON_COMM_LAUNCH_ENV_H_
+#ifndef BATON_COMM_BOOTSTRAP_LAUNCH_ENV_H_
+#define BATON_COMM_BOOTSTRAP_LAUNCH_ENV_H_
 
 #include <functional>
 #include <optional>
 #include <string>
 
-#include "runtime/status.h"
+#include "baton/runtime/status.h"
 
 namespace baton {
 
@@ -45,4 +45,4 @@ StatusOr<LaunchInfo> LaunchInfoFromEnv(const EnvLookup& env = ProcessEnv());
 
 }  // namespace baton
 
-#endif  // BATON_COMM_LAUNCH_ENV_H_
+#endif  // BATON_COMM_BOOTSTRAP_LAUNCH_ENV_H_

@@ -1,4 +1,4 @@
-#include "comm/launch_env.h"
+#include "baton/comm/bootstrap/launch_env.h"
 
 #include <map>
 #include <string>

@@ -2,15 +2,15 @@
 // small integer, so every reduction order gives the same bits and results
 // are compared exactly (avg: to within one rounding of the division).
 // Used by the collective tests and by //bench:collectives (#wrong).
-#ifndef BATON_COMM_COLLECTIVE_CHECK_H_
-#define BATON_COMM_COLLECTIVE_CHECK_H_
+#ifndef BATON_COMM_TESTING_COLLECTIVE_CHECK_H_
+#define BATON_COMM_TESTING_COLLECTIVE_CHECK_H_
 
 #include <cstddef>
 
-#include "comm/communicator.h"
-#include "comm/dtype.h"
-#include "runtime/device.h"
-#include "runtime/status.h"
+#include "baton/comm/communicator.h"
+#include "baton/comm/reduce.h"
+#include "baton/runtime/device.h"
+#include "baton/runtime/status.h"
 
 namespace baton {
 
@@ -59,4 +59,4 @@ Status IssueCollective(Communicator& comm, Stream& stream, const CheckCase& c,
 
 }  // namespace baton
 
-#endif  // BATON_COMM_COLLECTIVE_CHECK_H_
+#endif  // BATON_COMM_TESTING_COLLECTIVE_CHECK_H_

@@ -1,4 +1,4 @@
-#include "comm/launcher.h"
+#include "baton/comm/bootstrap/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "comm/store.h"
+#include "baton/comm/bootstrap/store.h"
 
 namespace baton {
 namespace {

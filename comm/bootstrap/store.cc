@@ -1,4 +1,4 @@
-#include "comm/store.h"
+#include "baton/comm/bootstrap/store.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "comm/launcher.h"
+#include "baton/comm/bootstrap/launcher.h"
 
 namespace {
 int Usage(const char* why) {

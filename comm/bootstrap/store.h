@@ -21,8 +21,8 @@
 // client are serialized. Lifetime: destroying rank 0's store waits (up to
 // TcpStoreOptions::linger) until the other ranks have disconnected, so a final Barrier is safe;
 // ranks still using the store after that get Unavailable.
-#ifndef BATON_COMM_STORE_H_
-#define BATON_COMM_STORE_H_
+#ifndef BATON_COMM_BOOTSTRAP_STORE_H_
+#define BATON_COMM_BOOTSTRAP_STORE_H_
 
 #include <cstdint>
 #include <map>
@@ -33,8 +33,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "comm/launch_env.h"
-#include "runtime/status.h"
+#include "baton/comm/bootstrap/launch_env.h"
+#include "baton/runtime/status.h"
 
 namespace baton {
 
@@ -101,4 +101,4 @@ StatusOr<int> PickFreePort();
 
 }  // namespace baton
 
-#endif  // BATON_COMM_STORE_H_
+#endif  // BATON_COMM_BOOTSTRAP_STORE_H_
