@@ -215,11 +215,11 @@ Status TrainRank(const Job& job, const scheduler::StepGraph& graph, const Corpus
     BATON_RETURN_IF_ERROR(executor->Step(callbacks));
     BATON_RETURN_IF_ERROR(executor->Synchronize());
     BATON_ASSIGN_OR_RETURN(double local, model->LossSum(executor->compute_stream()));
-    // The global mean: sum the ranks' loss sums (tag 3: the executor uses 1, 2).
+    // The global mean: sum the ranks' loss sums (a tag the step never uses).
     float sum = static_cast<float>(local);
     BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(scalar.data(), &sum, sizeof(float)));
     CollectiveOptions opts;
-    opts.tag = 3;
+    opts.tag = scheduler::kFirstTrainerTag;
     BATON_RETURN_IF_ERROR(comm.AllReduce(scalar.data(), scalar.data(), 1, DataType::kF32,
                                          ReduceOp::kSum, *loss_stream, opts));
     BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(&sum, scalar.data(), sizeof(float)));

@@ -75,7 +75,7 @@ Status Executor::Init() {
   const std::vector<std::string> names = graph_.stream_names();
   for (int s = 0; s < graph_.num_streams; ++s) {
     StreamOptions so;
-    so.priority = s == 0 ? 0 : -1;
+    so.priority = StreamId(s).is_compute() ? 0 : -1;
     so.name = absl::StrCat(names[s], ".r", comm_.rank());
     BATON_ASSIGN_OR_RETURN(auto stream, device_.CreateStream(so));
     streams_.push_back(std::move(stream));
@@ -116,8 +116,8 @@ Status Executor::Init() {
     total = AlignUp(total + graph_.buffers[b].bytes(), kStateAlign);
   }
   BATON_ASSIGN_OR_RETURN(state_, device_.Allocate(std::max<size_t>(total, 1)));
-  BATON_RETURN_IF_ERROR(streams_[0]->MemsetAsync(state_.data(), 0, total));
-  BATON_RETURN_IF_ERROR(streams_[0]->Synchronize());
+  BATON_RETURN_IF_ERROR(compute_stream().MemsetAsync(state_.data(), 0, total));
+  BATON_RETURN_IF_ERROR(compute_stream().Synchronize());
   // Gradient gaps per bucket.
   for (const Bucket& bk : graph_.layout.buckets) {
     std::vector<std::pair<int64_t, int64_t>> gaps;
@@ -149,7 +149,7 @@ void* Executor::BufferData(int buffer) {
 Status Executor::InitParameters(
     const std::function<void(const ParamSlot&, float*)>& init) {
   const int rank = comm_.rank();
-  Stream& s = *streams_[0];
+  Stream& s = compute_stream();
   BATON_RETURN_IF_ERROR(s.Synchronize());
   for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
     const GraphBuffer& buf = graph_.buffers[b];
@@ -214,7 +214,7 @@ Status Executor::Trace(int i, bool start) {
     rec->node = i;
     rec->step = step;
     pending_trace_ = rec;
-    return streams_[graph_.nodes[i].stream]->Enqueue([seq, rec]() {
+    return stream(graph_.nodes[i].stream).Enqueue([seq, rec]() {
       rec->start = seq->fetch_add(1);
       return absl::OkStatus();
     });
@@ -222,7 +222,7 @@ Status Executor::Trace(int i, bool start) {
   auto rec = std::move(pending_trace_);
   auto out = trace_;
   auto mu = trace_mu_;
-  return streams_[graph_.nodes[i].stream]->Enqueue([seq, rec, out, mu]() {
+  return stream(graph_.nodes[i].stream).Enqueue([seq, rec, out, mu]() {
     rec->end = seq->fetch_add(1);
     std::lock_guard<std::mutex> lock(*mu);
     out->push_back(*rec);
@@ -240,7 +240,7 @@ std::vector<TraceRecord> Executor::TakeTrace() {
 Status Executor::PreNode(int i) {
   if (!in_step_) return absl::FailedPreconditionError("executor: no open step");
   const Node& n = graph_.nodes[i];
-  Stream& s = *streams_[n.stream];
+  Stream& s = stream(n.stream);
   if (n.host_wait >= 0) {
     BATON_RETURN_IF_ERROR(node_events_[n.host_wait]->Synchronize());
   }
@@ -279,7 +279,7 @@ Status Executor::PreNode(int i) {
 
 Status Executor::PostNode(int i) {
   const Node& n = graph_.nodes[i];
-  Stream& s = *streams_[n.stream];
+  Stream& s = stream(n.stream);
   for (int w : n.writes) {
     if (!graph_.buffers[w].persistent) {
       BATON_RETURN_IF_ERROR(arena_->MarkWritten(graph_.buffers[w].plan_id, s));
@@ -314,7 +314,7 @@ ComputeContext Executor::MakeComputeContext(int i) {
   ctx.micro_step = n.micro_step;
   ctx.step = step_;
   ctx.rank = comm_.rank();
-  ctx.stream = streams_[n.stream].get();
+  ctx.stream = &stream(n.stream);
   auto find = [&](const std::vector<int>& bufs, int bucket) {
     for (int b : bufs) {
       if (graph_.buffers[b].bucket == bucket) return b;
@@ -344,11 +344,11 @@ ComputeContext Executor::MakeComputeContext(int i) {
 
 Status Executor::RunWork(int i, const StepCallbacks& cb) {
   const Node& n = graph_.nodes[i];
-  Stream& s = *streams_[n.stream];
+  Stream& s = stream(n.stream);
   const ModelLayout& layout = graph_.layout;
   const Policy& p = graph_.policy;
   CollectiveOptions co;
-  co.tag = n.stream == 1 ? 1 : 2;
+  co.tag = CollectiveTag(n.stream);
   switch (n.kind) {
     case NodeKind::kForward:
     case NodeKind::kRecompute:
@@ -445,7 +445,7 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   ctx.spec = &bk;
   ctx.step = step_;
   ctx.rank = comm_.rank();
-  ctx.stream = streams_[n.stream].get();
+  ctx.stream = &stream(n.stream);
   ctx.master = static_cast<float*>(BufferData(n.writes[0]));
   ctx.grad = BufferData(n.reads[0]);
   ctx.grad_dtype = graph_.buffers[n.reads[0]].dtype;
@@ -505,8 +505,8 @@ StatusOr<std::vector<float>> Executor::ReadMaster(int bucket) {
     if (buf.role != BufferRole::kMaster || buf.bucket != bucket) continue;
     std::vector<float> out(buf.numel);
     BATON_RETURN_IF_ERROR(
-        streams_[0]->MemcpyAsync(out.data(), BufferData(b), buf.bytes()));
-    BATON_RETURN_IF_ERROR(streams_[0]->Synchronize());
+        compute_stream().MemcpyAsync(out.data(), BufferData(b), buf.bytes()));
+    BATON_RETURN_IF_ERROR(compute_stream().Synchronize());
     return out;
   }
   return absl::OutOfRangeError(absl::StrCat("executor: no bucket ", bucket));

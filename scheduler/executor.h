@@ -12,8 +12,9 @@
 //     so step k+1 never touches bytes step k still uses. No host blocking.
 //   - The host blocks only for Node::host_wait (peer emulation of FSDP1's
 //     and DeepSpeed's limiters; baton's own presets never set it).
-//   - Collectives use tag 1 on the all-gather stream and tag 2 on the
-//     reduce-scatter stream (the graph's order is the same on every rank).
+//   - Collectives use CollectiveTag(their stream) (scheduler/streams.h: one
+//     tag per comm stream; the graph's order is the same on every rank). A
+//     trainer's own collectives on `comm` use kFirstTrainerTag and above.
 //
 // Callbacks run on the issuing thread at issue time and must only ENQUEUE
 // work on ctx.stream (host work on a host stream, kernels on a CUDA stream);
@@ -150,8 +151,8 @@ class Executor {
   Status ReplayStep();
 
   const StepGraph& graph() const { return graph_; }
-  Stream& stream(int i) { return *streams_[i]; }
-  Stream& compute_stream() { return *streams_[0]; }
+  Stream& stream(StreamId s) { return *streams_[s.index()]; }
+  Stream& compute_stream() { return stream(kComputeStream); }
   memory::Arena& arena() { return *arena_; }
   int64_t steps_issued() const { return step_; }
   int rank() const { return comm_.rank(); }

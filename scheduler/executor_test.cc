@@ -181,7 +181,7 @@ TEST(ExecutorTest, ExecutedOrderRespectsEveryEdge) {
         }
         std::vector<int> last(graph->num_streams, -1);
         for (int i = 0; i < static_cast<int>(graph->nodes.size()); ++i) {
-          int& l = last[graph->nodes[i].stream];
+          int& l = last[graph->nodes[i].stream.index()];
           if (l >= 0) {
             EXPECT_LT(at[s][l].end, at[s][i].start);
           }

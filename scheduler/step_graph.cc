@@ -54,7 +54,7 @@ std::string StepGraph::ToText() const {
   std::string out;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
-    absl::StrAppend(&out, i, "\t", streams[n.stream], "\t", n.name);
+    absl::StrAppend(&out, i, "\t", streams[n.stream.index()], "\t", n.name);
     if (!n.waits.empty()) {
       absl::StrAppend(&out, "\twaits");
       for (int w : n.waits) absl::StrAppend(&out, " ", w);
@@ -90,7 +90,7 @@ class Builder {
     g_.buffers.push_back(std::move(b));
     return static_cast<int>(g_.buffers.size()) - 1;
   }
-  int AddNode(NodeKind kind, int stream, int unit, int bucket, int micro,
+  int AddNode(NodeKind kind, StreamId stream, int unit, int bucket, int micro,
               std::vector<int> reads, std::vector<int> writes,
               std::string name) {
     Node n;
@@ -127,7 +127,7 @@ class Builder {
   const ModelLayout& layout_;
   const Policy& p_;
   StepGraph g_;
-  int ag_ = 1, rs_ = 2;
+  StreamId ag_, rs_;  // the all-gather and reduce-scatter streams
   std::vector<int> shard_, master_, gshard_, m1_, m2_;
   std::vector<int> fwd_order_;  // non-resident buckets, forward order
   std::vector<int> pos_;        // bucket -> index in fwd_order_
@@ -194,7 +194,7 @@ int Builder::CopyOut(int b, int gathered, Phase phase, int m) {
       absl::StrCat(B(b).name, phase == kFwd ? " fwd" : " bwd", Tag(m));
   const int out = AddBuffer(absl::StrCat("params.", suffix), BufferRole::kCopy,
                             b, B(b).padded_numel, p_.param_dtype, false);
-  AddNode(NodeKind::kCopy, 0, -1, b, m, {gathered}, {out},
+  AddNode(NodeKind::kCopy, kComputeStream, -1, b, m, {gathered}, {out},
           absl::StrCat("COPY-OUT ", suffix));
   return out;
 }
@@ -252,7 +252,7 @@ void Builder::Forward(int m) {
       GatherAhead(kFwd, m, k, issued);
       if (B(b).units.front() == u) view_[b] = CopyOut(b, view_[b], kFwd, m);
     }
-    const int node = AddNode(NodeKind::kForward, 0, u, -1, m, ParamReads(u, view_),
+    const int node = AddNode(NodeKind::kForward, kComputeStream, u, -1, m, ParamReads(u, view_),
                              {}, absl::StrCat("F ", layout_.units[u].name, Tag(m)));
     if (b >= 0) last_consumer_[b] = node;
   }
@@ -284,7 +284,7 @@ void Builder::Backward(int m) {
         unit.kind == UnitKind::kBlock &&
         (p_.recompute_blocks < 0 || unit.block < p_.recompute_blocks);
     if (recompute) {
-      AddNode(NodeKind::kRecompute, 0, u, -1, m, reads, {},
+      AddNode(NodeKind::kRecompute, kComputeStream, u, -1, m, reads, {},
               absl::StrCat("R ", unit.name, Tag(m)));
     }
     // Gradient buffers this backward writes, and accumulate flags.
@@ -306,7 +306,7 @@ void Builder::Backward(int m) {
         writes.push_back(gb);
       }
     }
-    const int node = AddNode(NodeKind::kBackward, 0, u, -1, m, reads, writes,
+    const int node = AddNode(NodeKind::kBackward, kComputeStream, u, -1, m, reads, writes,
                              absl::StrCat("B ", unit.name, Tag(m)));
     g_.nodes[node].grad_accumulate = std::move(acc);
     if (b >= 0) {
@@ -363,10 +363,10 @@ void Builder::Optimizer() {
   if (layout_.resident_bucket >= 0) order.push_back(layout_.resident_bucket);
   for (int b : order) {
     if (final_reduce_[b] < 0) continue;  // a bucket no unit reads
-    AddNode(NodeKind::kOptimizer, 0, -1, b, p_.micro_steps - 1,
+    AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, p_.micro_steps - 1,
             {gshard_[b], master_[b], m1_[b], m2_[b]},
             {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", B(b).name));
-    AddNode(NodeKind::kCast, 0, -1, b, p_.micro_steps - 1, {master_[b]},
+    AddNode(NodeKind::kCast, kComputeStream, -1, b, p_.micro_steps - 1, {master_[b]},
             {shard_[b]}, absl::StrCat("CAST ", B(b).name));
   }
 }
@@ -415,7 +415,7 @@ void Builder::DeriveDataEdges() {
 Status Builder::Plan(const GraphOptions& options) {
   memory::PlanInput& in = g_.plan_input;
   in.dag.nodes.reserve(g_.nodes.size());
-  for (const Node& n : g_.nodes) in.dag.AddNode(n.name, n.stream);
+  for (const Node& n : g_.nodes) in.dag.AddNode(n.name, n.stream.index());
   for (const GraphEdge& e : g_.edges) in.dag.AddEdge(e.from, e.to);
   // Writer and users of each transient buffer.
   const int nbuf = static_cast<int>(g_.buffers.size());
@@ -451,9 +451,10 @@ Status Builder::Plan(const GraphOptions& options) {
   po.allow_reuse_edges = p_.reuse_edges;
   const std::vector<Node>& nodes = g_.nodes;
   po.edge_filter = [&nodes](memory::NodeId from, memory::NodeId to) {
-    if (nodes[to].stream == 0) return false;  // never delay compute
+    if (nodes[to].stream.is_compute()) return false;  // never delay compute
     // Never delay a gather behind compute: the prefetch window governs.
-    if (nodes[from].stream == 0 && nodes[to].kind != NodeKind::kReduceScatter &&
+    if (nodes[from].stream.is_compute() &&
+        nodes[to].kind != NodeKind::kReduceScatter &&
         nodes[to].kind != NodeKind::kAllReduce &&
         nodes[to].kind != NodeKind::kAccumulate) {
       return false;
@@ -470,7 +471,7 @@ Status Builder::Plan(const GraphOptions& options) {
 Status Builder::DeriveWaits() {
   memory::StepDag dag;
   dag.nodes.reserve(g_.nodes.size());
-  for (const Node& n : g_.nodes) dag.AddNode(std::string(), n.stream);
+  for (const Node& n : g_.nodes) dag.AddNode(std::string(), n.stream.index());
   for (const GraphEdge& e : g_.edges) dag.AddEdge(e.from, e.to);
   BATON_ASSIGN_OR_RETURN(memory::HappensBefore hb,
                          memory::HappensBefore::Build(dag));
@@ -489,7 +490,7 @@ Status Builder::DeriveWaits() {
   std::vector<int> prev_on_stream(g_.num_streams, -1);
   std::vector<int> prev_of(nn, -1);
   for (int v = 0; v < nn; ++v) {
-    const int s = g_.nodes[v].stream;
+    const int s = g_.nodes[v].stream.index();
     prev_of[v] = prev_on_stream[s];
     prev_on_stream[s] = v;
   }
@@ -519,9 +520,9 @@ StatusOr<StepGraph> Builder::Build(const GraphOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   g_.layout = layout_;
   g_.policy = p_;
-  ag_ = 1;
-  rs_ = p_.shared_comm_stream ? 1 : 2;
-  g_.num_streams = p_.shared_comm_stream ? 2 : 3;
+  ag_ = StreamFor(StreamClass::kAllGather, p_.shared_comm_stream);
+  rs_ = StreamFor(StreamClass::kReduceScatter, p_.shared_comm_stream);
+  g_.num_streams = NumStreams(p_.shared_comm_stream);
   const int nb = static_cast<int>(layout_.buckets.size());
   pos_.assign(nb, -1);
   for (int u = 0; u < static_cast<int>(layout_.units.size()); ++u) {
@@ -606,7 +607,7 @@ Status VerifyStepGraph(const StepGraph& g) {
   }
   // Happens-before as the executor will enforce it: waits + FIFO only.
   memory::StepDag dag;
-  for (const Node& n : g.nodes) dag.AddNode(n.name, n.stream);
+  for (const Node& n : g.nodes) dag.AddNode(n.name, n.stream.index());
   for (int v = 0; v < nn; ++v) {
     for (int w : g.nodes[v].waits) dag.AddEdge(w, v);
   }

@@ -41,10 +41,9 @@
 #include "baton/runtime/status.h"
 #include "baton/scheduler/layout.h"
 #include "baton/scheduler/policy.h"
+#include "baton/scheduler/streams.h"
 
 namespace baton::scheduler {
-
-enum class StreamClass : int { kCompute = 0, kAllGather = 1, kReduceScatter = 2 };
 
 enum class NodeKind {
   kForward,
@@ -87,7 +86,7 @@ struct GraphBuffer {
 
 struct Node {
   NodeKind kind = NodeKind::kForward;
-  int stream = 0;  // dense stream index: 0 compute, 1 AG, 2 RS (or 1)
+  StreamId stream;  // StreamFor(its class, policy.shared_comm_stream)
   int unit = -1;   // compute nodes
   int bucket = -1;  // comm, copy, accumulate, optimizer, cast nodes
   int micro_step = 0;
@@ -132,6 +131,10 @@ struct StepGraph {
   size_t persistent_bytes = 0;  // sum of persistent buffers
   double build_ms = 0;          // graph construction, plan excluded
 
+  // The stream of class `c` in this graph.
+  StreamId stream_for(StreamClass c) const {
+    return StreamFor(c, policy.shared_comm_stream);
+  }
   // Names of each stream class present, e.g. {"compute", "allgather", "reducescatter"}.
   std::vector<std::string> stream_names() const;
   // One line per node: index, stream, name, waits.

@@ -1,5 +1,6 @@
 #include "baton/scheduler/step_graph.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "gtest/gtest.h"
@@ -73,6 +74,19 @@ TEST_P(EveryPresetTest, GraphHoldsItsInvariantsAndPlanIsValid) {
   EXPECT_EQ(reduce, own * reduces_per_bucket + (g->layout.resident_bucket >= 0));
   for (const Node& n : g->nodes) {
     EXPECT_EQ(n.host_wait >= 0 && p.host_limit == 0, false) << n.name;
+  }
+  // Every node runs on the stream of its class.
+  EXPECT_EQ(g->num_streams, NumStreams(p.shared_comm_stream));
+  for (const Node& n : g->nodes) {
+    ASSERT_LT(n.stream.index(), g->num_streams) << n.name;
+    if (IsCompute(n.kind) || n.kind == NodeKind::kOptimizer ||
+        n.kind == NodeKind::kCast) {
+      EXPECT_EQ(n.stream, kComputeStream) << n.name;
+    } else if (n.kind == NodeKind::kAllGather) {
+      EXPECT_EQ(n.stream, g->stream_for(StreamClass::kAllGather)) << n.name;
+    } else if (n.kind != NodeKind::kCopy) {
+      EXPECT_EQ(n.stream, g->stream_for(StreamClass::kReduceScatter)) << n.name;
+    }
   }
 }
 
@@ -178,6 +192,23 @@ TEST(StepGraphTest, IssueOrderIsTheSameForEveryWorldRank) {
   for (size_t i = 0; i < a->nodes.size(); ++i) {
     EXPECT_EQ(a->nodes[i].name, b->nodes[i].name);
   }
+}
+
+TEST(StreamsTest, CommStreamsHaveTheirOwnTagsBelowTheTrainers) {
+  for (bool shared : {false, true}) {
+    const StreamId ag = StreamFor(StreamClass::kAllGather, shared);
+    const StreamId rs = StreamFor(StreamClass::kReduceScatter, shared);
+    EXPECT_FALSE(ag.is_compute());
+    EXPECT_FALSE(rs.is_compute());
+    EXPECT_EQ(ag == rs, shared);
+    EXPECT_EQ(CollectiveTag(ag) == CollectiveTag(rs), shared);
+    EXPECT_EQ(std::max(ag.index(), rs.index()) + 1, NumStreams(shared));
+    for (StreamId s : {ag, rs}) {
+      EXPECT_GT(CollectiveTag(s), 0u);
+      EXPECT_LT(CollectiveTag(s), kFirstTrainerTag);
+    }
+  }
+  EXPECT_EQ(StreamFor(StreamClass::kCompute, true), kComputeStream);
 }
 
 TEST(StepGraphTest, BadPolicyIsRefused) {

@@ -53,7 +53,7 @@ std::string TraceJson(const scheduler::StepGraph& g, const SimResult& r) {
   }
   for (const Interval& iv : r.timeline) {
     const scheduler::Node& n = g.nodes[iv.node];
-    events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", iv.stream},
+    events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", iv.stream.index()},
                       {"name", n.name}, {"cat", scheduler::NodeKindName(n.kind)},
                       {"ts", iv.start_s * 1e6},
                       {"dur", (iv.end_s - iv.start_s) * 1e6}});
@@ -125,8 +125,8 @@ std::string StepSvg(const scheduler::StepGraph& g, const SimResult& r,
   double last_compute = 0;
   for (const Interval& iv : tl) {
     const scheduler::Node& n = g.nodes[iv.node];
-    const double y = top + iv.stream * lane;
-    if (iv.stream == 0 && iv.start_s > last_compute + span * 1e-4) {
+    const double y = top + iv.stream.index() * lane;
+    if (iv.stream.is_compute() && iv.start_s > last_compute + span * 1e-4) {
       absl::StrAppendFormat(
           &svg,
           "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%.0f\" "
@@ -134,7 +134,7 @@ std::string StepSvg(const scheduler::StepGraph& g, const SimResult& r,
           x(last_compute), y + 8, std::max(0.5, x(iv.start_s) - x(last_compute)),
           lane - 16, iv.start_s - last_compute);
     }
-    if (iv.stream == 0) last_compute = std::max(last_compute, iv.end_s);
+    if (iv.stream.is_compute()) last_compute = std::max(last_compute, iv.end_s);
     absl::StrAppendFormat(
         &svg,
         "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%.0f\" "

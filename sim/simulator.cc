@@ -15,6 +15,8 @@ using scheduler::ModelSpec;
 using scheduler::Node;
 using scheduler::NodeKind;
 using scheduler::StepGraph;
+using scheduler::StreamClass;
+using scheduler::StreamId;
 using scheduler::UnitKind;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -133,7 +135,7 @@ class Model {
     std::vector<Cost> cost(nn);
     for (int i = 0; i < nn; ++i) cost[i] = NodeCost(g_.nodes[i]);
     std::vector<std::vector<int>> queue(ns);
-    for (int i = 0; i < nn; ++i) queue[g_.nodes[i].stream].push_back(i);
+    for (int i = 0; i < nn; ++i) queue[g_.nodes[i].stream.index()].push_back(i);
     std::vector<size_t> head(ns, 0);
     std::vector<double> start(nn, kInf), finish(nn, kInf), issue(nn, kInf);
     const double issue_s = c_.host_issue_us * 1e-6;
@@ -184,7 +186,7 @@ class Model {
         } else {
           compute_end[s] = t + cost[v].latency_s;
         }
-        if (s == 0) {
+        if (StreamId(s).is_compute()) {
           // Blame the idle gap before this compute-stream node.
           const double gap = t - last_compute_end;
           if (gap > 0) {
@@ -198,7 +200,8 @@ class Model {
             }
             if (issue[v] >= latest || blame < 0) {
               r.exposed_host_s += gap;
-            } else if (g_.nodes[blame].stream == 1 &&
+            } else if (g_.nodes[blame].stream ==
+                           g_.stream_for(StreamClass::kAllGather) &&
                        g_.nodes[blame].kind != NodeKind::kReduceScatter &&
                        g_.nodes[blame].kind != NodeKind::kAllReduce &&
                        g_.nodes[blame].kind != NodeKind::kAccumulate) {
@@ -251,7 +254,7 @@ class Model {
         if (compute_end[s] <= t) {
           const int v = running[s];
           finish[v] = compute_end[s];
-          if (s == 0) {
+          if (StreamId(s).is_compute()) {
             compute_busy += finish[v] - start[v];
             last_compute_end = finish[v];
           }
@@ -264,7 +267,7 @@ class Model {
         Active& a = comm[k];
         if (a.latency_left <= 0 && a.work_left <= 0) {
           finish[a.node] = t;
-          running[g_.nodes[a.node].stream] = -1;
+          running[g_.nodes[a.node].stream.index()] = -1;
           ++done;
           comm[k] = comm.back();
           comm.pop_back();

@@ -64,7 +64,7 @@ struct SimOptions {
 
 struct Interval {
   int node = 0;
-  int stream = 0;
+  scheduler::StreamId stream;
   double start_s = 0;
   double end_s = 0;
 };

@@ -1,0 +1,74 @@
+// The streams of a step graph and the collective tags used on them.
+//
+// A step runs on up to three streams, one per StreamClass: compute (the
+// trainer's), all-gather and reduce-scatter. Under Policy::shared_comm_stream
+// the two comm classes share one stream. A node names its stream by StreamId,
+// a dense index 0..StepGraph::num_streams-1 that the executor uses for its
+// runtime streams and the simulator for its lanes; a StreamId comes from
+// StreamFor (or from an index when iterating over a graph's streams), so no
+// code spells an index or compares with a bare number.
+//
+// Collective tags (CollectiveOptions::tag, comm/communicator.h): the step's
+// collectives are matched per comm stream, so each comm stream has its own
+// tag (CollectiveTag). A trainer that issues collectives of its own on the
+// executor's communicator uses kFirstTrainerTag and above.
+//
+// Plain values; thread-safe.
+#ifndef BATON_SCHEDULER_STREAMS_H_
+#define BATON_SCHEDULER_STREAMS_H_
+
+#include <cstdint>
+
+namespace baton::scheduler {
+
+enum class StreamClass : uint8_t { kCompute, kAllGather, kReduceScatter };
+
+class StreamId {
+ public:
+  constexpr StreamId() = default;  // the compute stream
+  // Index `i` of a graph's streams (0 <= i < StepGraph::num_streams).
+  constexpr explicit StreamId(int i) : index_(i) {}
+
+  constexpr int index() const { return index_; }
+  constexpr bool is_compute() const { return index_ == 0; }
+
+  friend constexpr bool operator==(StreamId a, StreamId b) {
+    return a.index_ == b.index_;
+  }
+  friend constexpr bool operator!=(StreamId a, StreamId b) {
+    return a.index_ != b.index_;
+  }
+
+ private:
+  int index_ = 0;
+};
+
+inline constexpr StreamId kComputeStream{};
+
+// The stream that runs nodes of class `c`: compute 0, all-gather 1,
+// reduce-scatter 2, or 1 when the comm classes share a stream.
+constexpr StreamId StreamFor(StreamClass c, bool shared_comm_stream) {
+  switch (c) {
+    case StreamClass::kCompute: return kComputeStream;
+    case StreamClass::kAllGather: return StreamId(1);
+    case StreamClass::kReduceScatter: return StreamId(shared_comm_stream ? 1 : 2);
+  }
+  return kComputeStream;
+}
+
+// How many streams a step uses.
+constexpr int NumStreams(bool shared_comm_stream) {
+  return shared_comm_stream ? 2 : 3;
+}
+
+// Tag of the collectives issued on comm stream `s` (1 on the all-gather or
+// shared comm stream, 2 on the reduce-scatter stream).
+constexpr uint32_t CollectiveTag(StreamId s) {
+  return static_cast<uint32_t>(s.index());
+}
+// The first tag the step's own collectives never use.
+inline constexpr uint32_t kFirstTrainerTag = 3;
+
+}  // namespace baton::scheduler
+
+#endif  // BATON_SCHEDULER_STREAMS_H_
