@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
@@ -129,45 +131,99 @@ class Model {
     return RingCost(c_, w_.gpus, bytes, all_reduce, o_.bandwidth_scale);
   }
 
+  // Simulated time is integer nanoseconds, so that it always advances (on
+  // doubles a step of 1 ns vanishes once t passes ~8e6 s) and a step beyond
+  // kMaxStepNs is refused rather than simulated. Remaining bandwidth work of
+  // a collective is counted in 1/share_units_ ns at full link bandwidth:
+  // with k collectives sharing the links each advances by dt * units / k,
+  // an exact integer because share_units_ = lcm(1..comm streams).
+  static constexpr int64_t kMaxStepNs = 1'000'000'000'000'000;  // 1e6 s
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+  // `seconds` as whole nanoseconds; InvalidArgument naming `node` when it is
+  // not finite, negative, or beyond kMaxStepNs.
+  StatusOr<int64_t> ToNs(double seconds, const std::string& node) const {
+    if (!(seconds >= 0) || !(seconds * 1e9 <= static_cast<double>(kMaxStepNs))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "simulator: ", node, " would take ", seconds,
+          " s, outside the simulated range 0..", kMaxStepNs / 1e9,
+          " s per step (check the cluster's rates and the workload)"));
+    }
+    return static_cast<int64_t>(std::llround(seconds * 1e9));
+  }
+
+  Status PastRange(int64_t t, int node) const {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "simulator: the step passes ", kMaxStepNs / 1e9,
+        " s of simulated time", node >= 0 ? " at " : "",
+        node >= 0 ? g_.nodes[node].name : "",
+        " (check the cluster's rates and the workload)"));
+  }
+
   StatusOr<SimResult> Run() {
     const int nn = static_cast<int>(g_.nodes.size());
     const int ns = g_.num_streams;
     std::vector<Cost> cost(nn);
-    for (int i = 0; i < nn; ++i) cost[i] = NodeCost(g_.nodes[i]);
+    std::vector<bool> is_comm(nn);
+    std::vector<int64_t> latency_ns(nn), work_units(nn);
+    std::vector<bool> comm_stream(ns, false);
+    for (int i = 0; i < nn; ++i) {
+      cost[i] = NodeCost(g_.nodes[i]);
+      is_comm[i] = cost[i].comm;
+      if (cost[i].comm) comm_stream[g_.nodes[i].stream.index()] = true;
+    }
+    int64_t units = 1;  // lcm(1..number of comm streams)
+    for (int k = 2, n = static_cast<int>(std::count(comm_stream.begin(),
+                                                     comm_stream.end(), true));
+         k <= n; ++k) {
+      units = std::lcm(units, static_cast<int64_t>(k));
+    }
+    if (units > kNever / kMaxStepNs) {
+      return absl::InternalError(absl::StrCat(
+          "simulator: too many communication streams to share links exactly (",
+          ns, " streams)"));
+    }
+    for (int i = 0; i < nn; ++i) {
+      BATON_ASSIGN_OR_RETURN(latency_ns[i], ToNs(cost[i].latency_s, g_.nodes[i].name));
+      BATON_ASSIGN_OR_RETURN(const int64_t work, ToNs(cost[i].work_s, g_.nodes[i].name));
+      work_units[i] = work * units;
+    }
+    BATON_ASSIGN_OR_RETURN(const int64_t issue_ns,
+                           ToNs(c_.host_issue_us * 1e-6, "issuing a node"));
     std::vector<std::vector<int>> queue(ns);
     for (int i = 0; i < nn; ++i) queue[g_.nodes[i].stream.index()].push_back(i);
     std::vector<size_t> head(ns, 0);
-    std::vector<double> start(nn, kInf), finish(nn, kInf), issue(nn, kInf);
-    const double issue_s = c_.host_issue_us * 1e-6;
+    std::vector<int64_t> start(nn, kNever), finish(nn, kNever), issue(nn, kNever);
     int issued = 0;
-    double host_t = 0;
-    // Issue nodes whose host wait has finished (by time `t`).
-    auto advance_host = [&](double t) {
+    int64_t host_t = 0;
+    // Issue nodes whose host wait has finished (by time `t`). Issue times
+    // saturate just past the range, which the loop below then refuses.
+    auto advance_host = [&](int64_t t) {
       while (issued < nn) {
         const int hw = g_.nodes[issued].host_wait;
-        double at = host_t;
+        int64_t at = host_t;
         if (hw >= 0) {
           if (finish[hw] > t) break;
           at = std::max(at, finish[hw]);
         }
         issue[issued] = at;
-        host_t = at + issue_s;
+        host_t = std::min(at + issue_ns, kMaxStepNs + 1);
         ++issued;
       }
     };
     struct Active {
       int node;
-      double latency_left;
-      double work_left;
+      int64_t latency_left;  // ns
+      int64_t work_left;     // 1/units ns at full bandwidth
     };
     std::vector<int> running(ns, -1);
-    std::vector<double> compute_end(ns, kInf);
+    std::vector<int64_t> compute_end(ns, kNever);
     std::vector<Active> comm;
-    double t = 0;
+    int64_t t = 0;
     int done = 0;
-    SimResult r;
-    double last_compute_end = 0;
-    double compute_busy = 0;
+    int64_t last_compute_end = 0;
+    int64_t compute_busy = 0;
+    int64_t exposed_ag = 0, exposed_rs = 0, exposed_host = 0;
     while (done < nn) {
       advance_host(t);
       // Start what can start now.
@@ -181,17 +237,17 @@ class Model {
         running[s] = v;
         start[v] = t;
         ++head[s];
-        if (cost[v].comm) {
-          comm.push_back({v, cost[v].latency_s, cost[v].work_s});
+        if (is_comm[v]) {
+          comm.push_back({v, latency_ns[v], work_units[v]});
         } else {
-          compute_end[s] = t + cost[v].latency_s;
+          compute_end[s] = t + latency_ns[v];
         }
         if (StreamId(s).is_compute()) {
           // Blame the idle gap before this compute-stream node.
-          const double gap = t - last_compute_end;
+          const int64_t gap = t - last_compute_end;
           if (gap > 0) {
             int blame = -1;
-            double latest = -1;
+            int64_t latest = -1;
             for (int w : g_.nodes[v].waits) {
               if (finish[w] > latest) {
                 latest = finish[w];
@@ -199,53 +255,61 @@ class Model {
               }
             }
             if (issue[v] >= latest || blame < 0) {
-              r.exposed_host_s += gap;
+              exposed_host += gap;
             } else if (g_.nodes[blame].stream ==
                            g_.stream_for(StreamClass::kAllGather) &&
                        g_.nodes[blame].kind != NodeKind::kReduceScatter &&
                        g_.nodes[blame].kind != NodeKind::kAllReduce &&
                        g_.nodes[blame].kind != NodeKind::kAccumulate) {
-              r.exposed_ag_s += gap;
+              exposed_ag += gap;
             } else {
-              r.exposed_rs_s += gap;
+              exposed_rs += gap;
             }
           }
         }
       }
-      // Next event.
-      int sharing = 0;
-      for (const Active& a : comm) sharing += a.latency_left <= 0 && a.work_left > 0;
-      const double rate = sharing > 0 ? 1.0 / sharing : 1.0;
-      double next = kInf;
+      // Next event. Every candidate is > t unless something completes at t,
+      // so each pass completes a node or advances time.
+      int64_t sharing = 0;
+      for (const Active& a : comm) sharing += a.latency_left == 0 && a.work_left > 0;
+      const int64_t per_ns = sharing > 0 ? units / sharing : units;  // exact
+      int64_t next = kNever;
       for (int s = 0; s < ns; ++s) next = std::min(next, compute_end[s]);
       for (const Active& a : comm) {
-        next = std::min(next, a.latency_left > 0 ? t + a.latency_left
-                                                 : t + a.work_left / rate);
+        next = std::min(next, a.latency_left > 0
+                                  ? t + a.latency_left
+                                  : t + (a.work_left + per_ns - 1) / per_ns);
       }
       if (issued < nn) {
         const int hw = g_.nodes[issued].host_wait;
         if (hw < 0 || finish[hw] <= t) next = std::min(next, std::max(t, host_t));
       }
+      int pending = -1;  // a node waiting for its issue time, for messages
       for (int s = 0; s < ns; ++s) {
         if (running[s] < 0 && head[s] < queue[s].size()) {
           const int v = queue[s][head[s]];
-          if (issue[v] > t && issue[v] < kInf) next = std::min(next, issue[v]);
+          if (issue[v] > t && issue[v] < kNever && issue[v] < next) {
+            next = issue[v];
+            pending = v;
+          }
         }
       }
-      if (next == kInf) {
+      if (next == kNever) {
         return absl::InternalError(absl::StrCat(
-            "simulator: deadlock at t=", t, " with ", nn - done,
+            "simulator: deadlock at t=", t * 1e-9, " s with ", nn - done,
             " nodes left (policy ", g_.policy.name, ")"));
       }
-      const double dt = next - t;
-      constexpr double kTol = 1e-9;  // 1 ns: below any modelled cost
+      if (next > kMaxStepNs) {
+        int at = pending;
+        for (int s = 0; s < ns && at < 0; ++s) at = running[s];
+        return PastRange(next, at);
+      }
+      const int64_t dt = next - t;
       for (Active& a : comm) {
         if (a.latency_left > 0) {
-          a.latency_left -= dt;
-          if (a.latency_left <= kTol) a.latency_left = 0;
+          a.latency_left = std::max<int64_t>(0, a.latency_left - dt);
         } else {
-          a.work_left -= dt * rate;
-          if (a.work_left <= kTol) a.work_left = 0;
+          a.work_left = std::max<int64_t>(0, a.work_left - dt * per_ns);
         }
       }
       t = next;
@@ -258,14 +322,14 @@ class Model {
             compute_busy += finish[v] - start[v];
             last_compute_end = finish[v];
           }
-          compute_end[s] = kInf;
+          compute_end[s] = kNever;
           running[s] = -1;
           ++done;
         }
       }
       for (size_t k = 0; k < comm.size();) {
         Active& a = comm[k];
-        if (a.latency_left <= 0 && a.work_left <= 0) {
+        if (a.latency_left == 0 && a.work_left == 0) {
           finish[a.node] = t;
           running[g_.nodes[a.node].stream.index()] = -1;
           ++done;
@@ -276,15 +340,20 @@ class Model {
         }
       }
     }
-    double step = 0;
+    int64_t step = 0;
     for (int i = 0; i < nn; ++i) step = std::max(step, finish[i]);
     // The tail after the last compute-stream node waits on reductions.
-    r.exposed_rs_s += std::max(0.0, step - last_compute_end);
-    r.step_s = step;
-    r.compute_s = compute_busy;
+    exposed_rs += std::max<int64_t>(0, step - last_compute_end);
+    SimResult r;
+    r.step_s = step * 1e-9;
+    r.compute_s = compute_busy * 1e-9;
+    r.exposed_ag_s = exposed_ag * 1e-9;
+    r.exposed_rs_s = exposed_rs * 1e-9;
+    r.exposed_host_s = exposed_host * 1e-9;
     if (o_.timeline) {
       for (int i = 0; i < nn; ++i) {
-        r.timeline.push_back({i, g_.nodes[i].stream, start[i], finish[i]});
+        r.timeline.push_back(
+            {i, g_.nodes[i].stream, start[i] * 1e-9, finish[i] * 1e-9});
       }
     }
     return r;

@@ -22,6 +22,10 @@
 //              (Node::host_wait) stalls it until that node finishes.
 //   order      each stream runs its nodes in issue order; a node also waits
 //              for its Node::waits (the executor's events).
+//   clock      integer nanoseconds (each node's cost rounded to 1 ns), so
+//              time always advances and long steps are as exact as short
+//              ones; a node cost that is not finite or a step longer than
+//              1e6 s is refused (InvalidArgument naming the node).
 // Memory: persistent state (shards, master, gradient shard, moments) + the
 // planned arena + activations + logits + the cluster's reserve. Activations
 // per block and sequence: 34 s h bytes (Korthikanti et al., with flash
