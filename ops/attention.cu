@@ -10,6 +10,14 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxPerThread = 4;  // head_dim <= kThreads * kMaxPerThread
 
+// Floats of one shared row of `seq` scores, rounded up to 16 bytes. ptxas
+// unrolls the loops over a row by 4 and loads the 1-3 leftover scores with
+// one speculative vector load (LDS.64 / LDS.96) before it tests how many
+// are left, so a row must be readable up to its next 16-byte boundary: with
+// exactly `seq` floats, seq = 1 read 12 bytes past a 4-byte allocation
+// (compute-sanitizer memcheck, issue 13).
+__host__ __device__ inline int64_t PaddedRow(int64_t seq) { return (seq + 3) / 4 * 4; }
+
 struct Dims {
   int64_t seq, heads, kv_heads, head_dim;
   int dtype;
@@ -96,8 +104,8 @@ __global__ void BackwardKV(const void* dout, const void* q, const void* k,
                            const void* v, const float* lse, const float* dd,
                            void* dk, void* dv, Dims m) {
   extern __shared__ float smem[];
-  float* ps = smem;            // p_ij for i in [j, seq)
-  float* ds = smem + m.seq;    // ds_ij
+  float* ps = smem;                          // p_ij for i in [j, seq)
+  float* ds = smem + PaddedRow(m.seq);       // ds_ij
   const int64_t j = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
   const int64_t group = m.heads / m.kv_heads;
   const float c = rsqrtf(static_cast<float>(m.head_dim));
@@ -140,7 +148,8 @@ int LaunchAttentionForward(const void* q, const void* k, const void* v,
   const Dims m{seq, heads, kv_heads, head_dim, dtype};
   const dim3 grid(static_cast<unsigned>(seq), static_cast<unsigned>(heads),
                   static_cast<unsigned>(batch));
-  Forward<<<grid, kThreads, seq * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
+  Forward<<<grid, kThreads, PaddedRow(seq) * sizeof(float),
+            static_cast<cudaStream_t>(stream)>>>(
       q, k, v, out, lse, m);
   return static_cast<int>(cudaGetLastError());
 }
@@ -162,10 +171,10 @@ int LaunchAttentionBackward(const void* dout, const void* q, const void* k,
   RowDot<<<Blocks(rows * heads, kThreads), kThreads, 0, s>>>(dout, out, dd, rows, m);
   BackwardQ<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(heads),
                    static_cast<unsigned>(batch)),
-              kThreads, seq * sizeof(float), s>>>(dout, q, k, v, lse, dd, dq, m);
+              kThreads, PaddedRow(seq) * sizeof(float), s>>>(dout, q, k, v, lse, dd, dq, m);
   BackwardKV<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(kv_heads),
                     static_cast<unsigned>(batch)),
-               kThreads, 2 * seq * sizeof(float), s>>>(dout, q, k, v, lse, dd,
+               kThreads, 2 * PaddedRow(seq) * sizeof(float), s>>>(dout, q, k, v, lse, dd,
                                                        dk, dv, m);
   cudaFreeAsync(dd, s);
   return static_cast<int>(cudaGetLastError());
