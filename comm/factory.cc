@@ -4,19 +4,28 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "baton/comm/backend_registry.h"
 #include "baton/comm/inproc/inproc.h"
-#include "baton/comm/ucx/ucx.h"
-#if defined(BATON_HAVE_NCCL)
-#include "baton/comm/nccl/nccl.h"
-#endif
 
 namespace baton {
+namespace {
+
+// The backends that live in their own library: what to link to get them.
+const char* LinkHint(const std::string& backend) {
+  if (backend == "ucx") {
+    return "link //:baton_ucx (Bazel), baton::ucx (CMake) or -lbaton_ucx";
+  }
+  if (backend == "nccl") {
+    return "link //:baton_nccl (Bazel), baton::nccl (CMake) or -lbaton_nccl";
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 std::vector<std::string> BuiltBackends() {
-  std::vector<std::string> out = {"inproc", "ucx"};
-#if defined(BATON_HAVE_NCCL)
-  out.push_back("nccl");
-#endif
+  std::vector<std::string> out = {"inproc"};
+  for (auto& name : internal::RegisteredBackends()) out.push_back(name);
   return out;
 }
 
@@ -34,15 +43,13 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     return absl::InvalidArgumentError("communicator: device is null");
   }
   if (config.backend == "inproc") return CreateInprocCommunicator(config);
-  if (config.backend == "ucx") return CreateUcxCommunicator(config);
-  if (config.backend == "nccl") {
-#if defined(BATON_HAVE_NCCL)
-    return CreateNcclCommunicator(config);
-#else
+  if (auto factory = internal::FindBackend(config.backend)) {
+    return factory(config);
+  }
+  if (const char* hint = LinkHint(config.backend)) {
     return absl::UnavailableError(
-        "communicator: backend 'nccl' is not built in (no CUDA toolkit with "
-        "NCCL was found at build time)");
-#endif
+        absl::StrCat("communicator: backend '", config.backend,
+                     "' is not linked into this program (", hint, ")"));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "communicator: unknown backend '", config.backend,

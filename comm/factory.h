@@ -9,8 +9,11 @@
 //
 // CreateCommunicator is collective: every rank of the group calls it, and it
 // returns once all ranks have joined, or DeadlineExceeded naming the ranks
-// that did not within `timeout`. Unavailable when the backend was not built
-// in (nccl without a CUDA toolkit) or cannot run here (no GPU).
+// that did not within `timeout`. Unavailable when the backend was not linked
+// into the program (the message names the target: ucx and nccl each live in
+// their own library, //:baton_ucx and //:baton_nccl; inproc is always
+// there), was not built (nccl without a CUDA toolkit) or cannot run here
+// (no GPU).
 #ifndef BATON_COMM_FACTORY_H_
 #define BATON_COMM_FACTORY_H_
 
@@ -38,7 +41,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
 StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateInprocGroup(
     int n, const CommConfig& base);
 
-// The backends this build includes, e.g. {"inproc", "ucx", "nccl"}.
+// The backends linked into this program, inproc first, e.g.
+// {"inproc", "nccl", "ucx"}.
 std::vector<std::string> BuiltBackends();
 
 }  // namespace baton
