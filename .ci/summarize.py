@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts test cases from Bazel build-event JSON files (one per bazel run).
 
-Usage: summarize.py BEP.json [BEP.json ...]
+Usage: summarize.py BEP.json [BEP.json ...] [--result NAME=EXIT_CODE ...]
 
 For every test target it reads the target's test.xml (GoogleTest or Bazel's
 own) and counts test cases passed, failed and skipped. A target that failed
@@ -9,6 +9,8 @@ without any failing case in its XML (crash, timeout, sanitizer report) counts
 as one failed case; a test target that failed to build counts as one failed
 case. Prints one line per run, then the plain line
 `N passed, M failed[, K skipped]`, and exits 1 if anything failed.
+Each --result (a check run outside Bazel, e.g. a consumer build) counts as
+one case: passed when its exit code is 0.
 """
 import json
 import sys
@@ -85,12 +87,27 @@ def summarize(bep_path):
 
 def main(argv):
     total = [0, 0, 0]
-    for path in argv[1:]:
+    paths, results = [], []
+    args = argv[1:]
+    while args:
+        a = args.pop(0)
+        if a == "--result" and args:
+            results.append(args.pop(0))
+        elif a.startswith("--result="):
+            results.append(a[len("--result="):])
+        else:
+            paths.append(a)
+    for path in paths:
         p, fl, s, bad = summarize(path)
         print("# %s: %d passed, %d failed, %d skipped" % (path, p, fl, s))
         for b in bad:
             print("#   failed: %s" % b)
         total = [total[0] + p, total[1] + fl, total[2] + s]
+    for r in results:
+        name, _, code = r.rpartition("=")
+        ok = code.strip() == "0"
+        print("# %s: %s (exit %s)" % (name, "passed" if ok else "failed", code))
+        total[0 if ok else 1] += 1
     line = "%d passed, %d failed" % (total[0], total[1])
     if total[2]:
         line += ", %d skipped" % total[2]

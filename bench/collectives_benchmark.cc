@@ -34,6 +34,7 @@
 #include "baton/comm/bootstrap/store.h"
 #include "nlohmann/json.hpp"
 #include "baton/runtime/device.h"
+#include "baton/runtime/version.h"
 
 namespace baton {
 namespace {
@@ -95,6 +96,10 @@ bool ParseSize(const std::string& s, size_t* out) {
 int Parse(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--version") {
+      std::printf("collectives (baton %s)\n", BATON_VERSION);
+      std::exit(0);
+    }
     std::string key, val;
     if (absl::StartsWith(a, "--")) {
       const size_t eq = a.find('=');

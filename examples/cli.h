@@ -12,12 +12,20 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "baton/runtime/version.h"
 
 namespace baton::examples {
 
 [[noreturn]] inline void FailUsage(const char* program, const std::string& message) {
   std::fprintf(stderr, "%s: %s\n", program, message.c_str());
   std::exit(2);
+}
+
+// "--version": prints "<program> (baton <version>)" and exits 0.
+inline void VersionFlag(const char* program, const std::string& arg) {
+  if (arg != "--version") return;
+  std::printf("%s (baton %s)\n", program, BATON_VERSION);
+  std::exit(0);
 }
 
 inline int64_t PositiveFlag(const char* program, const std::string& flag,

@@ -65,6 +65,7 @@ Flags Parse(int argc, char** argv) {
   f.workload.micro_batch = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    examples::VersionFlag("simulate", a);
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);

@@ -79,6 +79,7 @@ Flags Parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    examples::VersionFlag("train_tiny", a);
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "baton/comm/bootstrap/launcher.h"
+#include "baton/runtime/version.h"
 
 namespace {
 int Usage(const char* why) {
@@ -27,6 +28,10 @@ int main(int argc, char** argv) {
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--version") {
+      std::printf("launch (baton %s)\n", BATON_VERSION);
+      return 0;
+    }
     if (a == "--") {
       ++i;
       break;

@@ -19,6 +19,7 @@ for a in "$@"; do
   esac
 done
 cd "$here"
+trap '"$bazel" shutdown >/dev/null 2>&1 || true' EXIT
 start=$(date +%s)
 # --symlink_prefix=/ : no bazel-* links inside baton's tree.
 "$bazel" --max_idle_secs=60 build --symlink_prefix=/ "${extra[@]}" \
