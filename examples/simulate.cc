@@ -55,13 +55,18 @@ const char kUsage[] =
     "  [--calibration=FILE[,FILE...]] (nccl-tests output or bench -J JSON)\n"
     "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n"
     "Limits: --gpus <= 2^20, --seq <= 2^24, batches <= 2^30, at most 4096\n"
-    "micro-steps (global batch / gpus / micro-batch). A flag may be given once.\n";
+    "micro-steps (global batch / gpus / micro-batch) and 32768 micro-steps x\n"
+    "(layers + 3). A flag may be given once.\n";
 
 // Flag bounds, documented in --help: past them a run is not a plausible
 // training job and would only burn time and memory.
 constexpr int64_t kMaxGpus = int64_t{1} << 20;
 constexpr int64_t kMaxSeq = int64_t{1} << 24;
 constexpr int64_t kMaxBatch = int64_t{1} << 30;
+// Micro-steps x units (layers + 3) of one simulated step: the step graph
+// and the event loop grow with it (llama3-405b at 256 micro-steps is
+// ~33k and takes seconds per policy).
+constexpr int64_t kMaxStepUnits = int64_t{1} << 15;
 
 int64_t Positive(const std::string& flag, const std::string& value, int64_t hi) {
   return examples::PositiveFlag("simulate", flag, value, hi);
@@ -144,6 +149,14 @@ int Main(int argc, char** argv) {
   }
   if (Status s = sim::ValidateWorkload(f.workload); !s.ok()) {
     Fail(std::string(s.message()));
+  }
+  const int64_t micro_steps =
+      f.workload.global_batch / f.workload.gpus / f.workload.micro_batch;
+  if (micro_steps * (model->layers + 3) > kMaxStepUnits) {
+    Fail(absl::StrCat("the step would run ", micro_steps, " micro-steps of ",
+                      model->layers + 3, " units (", micro_steps * (model->layers + 3),
+                      "); the limit is ", kMaxStepUnits,
+                      " unit-micro-steps: raise --micro-batch or --gpus"));
   }
   int recompute = sim::kAutoRecompute;
   if (f.recompute == "all") {

@@ -54,7 +54,8 @@ StatusOr<int64_t> GetInt(const nlohmann::json& j, const char* field,
     return fallback;
   }
   return JsonInt(*it, absl::StrCat("config.json: field \"", field, "\""), 1,
-                 kMaxModelDim);
+                 std::string(field) == "num_hidden_layers" ? kMaxModelLayers
+                                                           : kMaxModelDim);
 }
 
 // An optional finite number in [lo, hi]; absent or null keeps `value`.
@@ -106,6 +107,11 @@ Status ValidateModelSpec(const ModelSpec& s) {
       {"layers", s.layers},         {"heads", s.heads},
       {"kv_heads", s.kv_heads},     {"head_dim", s.head_dim},
       {"vocab", s.vocab}};
+  if (s.layers > kMaxModelLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", s.name, ": layers = ", s.layers,
+                     " is over the limit of ", kMaxModelLayers));
+  }
   for (const auto& [field, value] : sizes) {
     if (value <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -285,9 +291,7 @@ std::vector<UnitSpec> BuildUnits(const ModelSpec& s) {
 }
 
 int64_t ParameterCount(const ModelSpec& spec) {
-  int64_t n = 0;
-  for (const UnitSpec& u : BuildUnits(spec)) n += u.numel();
-  return n;
+  return CheckedParameterCount(spec).value_or(-1);
 }
 
 double TrainingFlopsPerSequence(const ModelSpec& m, int64_t seq) {

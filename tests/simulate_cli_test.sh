@@ -115,6 +115,7 @@ elif [[ $rc -ne 2 ]] || ! grep -q 'positive, finite time' "$t/err"; then
 fi
 echo "ok   fast-cluster: exit $rc $(head -c 120 "$t/err")"
 check_msg micro-steps-cap 'the limit is 4096' --model=tiny --gpus=1 --global-batch=1000000
+check_msg step-units-cap 'unit-micro-steps' --model=llama3-405b --gpus=8 --global-batch=8192
 check_msg gpus-over '--gpus needs an integer in [1, 1048576], got "99999999999"' --gpus=99999999999
 check_msg batch-float '--global-batch needs a positive integer, got "1e12"' --global-batch=1e12
 check_msg batch-over '--global-batch needs an integer in [1, 1073741824]' --global-batch=1000000000000
