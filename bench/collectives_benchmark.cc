@@ -19,7 +19,9 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -71,29 +73,56 @@ int Usage(const std::string& why) {
                " [-n ITERS] [-w WARMUP] [-m AGG]\n"
                "  [-c CHECK] [-o sum|avg] [-d float|half|bfloat16|int32] "
                "[-z 0|1] [-T SECONDS] [-G 0] [-J FILE] [-a 0|1|2|3] [-r ROOT]\n"
-               "Sizes take K/M/G suffixes (binary).\n",
+               "Sizes take K/M/G suffixes (binary), up to 64G; -f is in [1, 1024];\n"
+               "a flag may be given once.\n",
                why.c_str());
   return 2;
 }
 
+// The largest -b / -e / -i: past it a buffer cannot be allocated on any
+// one device we run on, and the arithmetic stays far from overflow.
+constexpr size_t kMaxBytes = size_t{64} << 30;
+constexpr double kMaxStepFactor = 1024;
+
+// "8M" -> 8 << 20. False for anything that is not a number with an
+// optional K/M/G suffix or that exceeds kMaxBytes (checked before the
+// multiply, so 17179869184G is refused, not wrapped to 0).
 bool ParseSize(const std::string& s, size_t* out) {
   if (s.empty()) return false;
-  size_t mult = 1;
+  uint64_t mult = 1;
   std::string num = s;
   const char last = s.back();
-  if (last == 'K' || last == 'k') mult = size_t{1} << 10;
-  if (last == 'M' || last == 'm') mult = size_t{1} << 20;
-  if (last == 'G' || last == 'g') mult = size_t{1} << 30;
+  if (last == 'K' || last == 'k') mult = uint64_t{1} << 10;
+  if (last == 'M' || last == 'm') mult = uint64_t{1} << 20;
+  if (last == 'G' || last == 'g') mult = uint64_t{1} << 30;
   if (mult != 1) num.pop_back();
   uint64_t v;
-  if (!absl::SimpleAtoi(num, &v)) return false;
-  *out = v * mult;
+  if (!absl::SimpleAtoi(num, &v) || v > kMaxBytes / mult) return false;
+  *out = static_cast<size_t>(v * mult);
   return true;
 }
 
+// The long name of a flag given by its one-letter nccl-tests form, so a
+// flag given twice under either name is caught.
+std::string LongName(const std::string& key) {
+  static const std::pair<const char*, const char*> kShort[] = {
+      {"b", "minbytes"},     {"e", "maxbytes"},     {"i", "stepbytes"},
+      {"f", "stepfactor"},   {"n", "iters"},        {"w", "warmup_iters"},
+      {"m", "agg_iters"},    {"c", "check"},        {"o", "op"},
+      {"d", "datatype"},     {"z", "blocking"},     {"T", "timeout"},
+      {"G", "cudagraph"},    {"J", "output_file"},  {"a", "average"},
+      {"r", "root"}};
+  for (const auto& [short_name, long_name] : kShort) {
+    if (key == short_name) return long_name;
+  }
+  return key;
+}
+
 // Parses argv (both "-b 8M" and "--minbytes=8M" forms). Returns 0 or the
-// exit code for bad usage.
+// exit code for bad usage: an unknown flag, a flag given twice (under
+// either name), a missing or empty value, or a value out of its range.
 int Parse(int argc, char** argv, Options* o) {
+  std::set<std::string> seen;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--version") {
@@ -119,10 +148,14 @@ int Parse(int argc, char** argv, Options* o) {
     } else {
       return Usage("unexpected argument '" + a + "'");
     }
+    if (val.empty()) return Usage(absl::StrCat("'", a, "' needs a value"));
+    if (!seen.insert(LongName(key)).second) {
+      return Usage(absl::StrCat("--", LongName(key), " is given more than once"));
+    }
     auto int_flag = [&](int* dst, int lo, int hi) {
       int v;
       if (!absl::SimpleAtoi(val, &v) || v < lo || v > hi) {
-        return Usage(absl::StrCat("--", key, " needs an integer in [", lo,
+        return Usage(absl::StrCat("--", LongName(key), " needs an integer in [", lo,
                                   ", ", hi, "], got '", val, "'"));
       }
       *dst = v;
@@ -130,7 +163,8 @@ int Parse(int argc, char** argv, Options* o) {
     };
     auto size_flag = [&](size_t* dst) {
       if (!ParseSize(val, dst)) {
-        return Usage(absl::StrCat("--", key, " needs a size, got '", val, "'"));
+        return Usage(absl::StrCat("--", LongName(key), " needs a size up to ",
+                                  kMaxBytes >> 30, "G, got '", val, "'"));
       }
       return 0;
     };
@@ -160,8 +194,11 @@ int Parse(int argc, char** argv, Options* o) {
     } else if (key == "i" || key == "stepbytes") {
       rc = size_flag(&o->step_bytes);
     } else if (key == "f" || key == "stepfactor") {
-      if (!absl::SimpleAtod(val, &o->step_factor) || o->step_factor < 1) {
-        return Usage("--stepfactor needs a number >= 1");
+      // Written so that nan fails too.
+      if (!absl::SimpleAtod(val, &o->step_factor) ||
+          !(o->step_factor >= 1 && o->step_factor <= kMaxStepFactor)) {
+        return Usage(absl::StrCat("--stepfactor needs a number in [1, ", kMaxStepFactor,
+                                  "], got '", val, "'"));
       }
     } else if (key == "n" || key == "iters") {
       rc = int_flag(&o->iters, 1, 1 << 24);

@@ -13,6 +13,7 @@
 #include "baton/ops/rmsnorm.h"
 #include "baton/ops/rotary.h"
 #include "baton/ops/swiglu.h"
+#include "baton/runtime/input_file.h"
 
 namespace baton::examples {
 namespace {
@@ -59,12 +60,11 @@ StatusOr<Corpus> Corpus::FromFile(const std::string& path, int64_t vocab, uint64
     return absl::InvalidArgumentError(absl::StrCat(
         "--data uses byte tokens, which need vocab >= 256; the model has ", vocab));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("--data: cannot read '", path, "'"));
+  BATON_ASSIGN_OR_RETURN(std::string text, ReadInputFile(path, "--data", kMaxCorpusBytes));
   Corpus c;
   c.seed_ = seed;
   c.vocab_ = vocab;
-  c.text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  c.text_.assign(text.begin(), text.end());
   return c;
 }
 

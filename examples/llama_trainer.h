@@ -49,7 +49,10 @@ class Corpus {
                                     int phrases = 8);
   // A text file as bytes (tokens 0..255; vocab must be >= 256); sequence n
   // starts at a deterministic pseudo-random offset. InvalidArgument if the
-  // file is shorter than seq + 1 bytes (checked by Sequence) or vocab < 256.
+  // file is shorter than seq + 1 bytes (checked by Sequence) or vocab < 256;
+  // NotFound for a path that cannot be opened; InvalidArgument for a
+  // directory or other non-regular file, or one over kMaxCorpusBytes.
+  static constexpr size_t kMaxCorpusBytes = size_t{1} << 30;
   static StatusOr<Corpus> FromFile(const std::string& path, int64_t vocab,
                                    uint64_t seed);
 

@@ -1,6 +1,8 @@
 #include "baton/examples/llama_trainer.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -115,8 +117,19 @@ TEST(CorpusTest, SequencesAreDeterministicAndInRange) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(Corpus::FromFile("/dev/null", 100, 1).status().code(),
             absl::StatusCode::kInvalidArgument);
-  auto empty = *Corpus::FromFile("/dev/null", 512, 1);
-  EXPECT_EQ(empty.Sequence(0, 4, a.data()).code(), absl::StatusCode::kInvalidArgument);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/empty.txt";
+  std::fclose(std::fopen(path.c_str(), "w"));
+  auto empty = Corpus::FromFile(path, 512, 1);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->Sequence(0, 4, a.data()).code(), absl::StatusCode::kInvalidArgument);
+  // A directory or a device is refused naming it (was an uncaught
+  // std::ios_failure for a directory).
+  for (const char* bad : {"/tmp", "/dev/null"}) {
+    auto r = Corpus::FromFile(bad, 512, 1);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status();
+  }
 }
 
 }  // namespace

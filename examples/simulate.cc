@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "baton/examples/cli.h"
+#include "baton/runtime/input_file.h"
+#include "baton/runtime/json_input.h"
 #include "nlohmann/json.hpp"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
@@ -31,10 +32,11 @@ namespace {
 
 struct Flags {
   std::string model = "llama3-70b";
+  bool model_given = false;
   std::string hf_config;
   std::string cluster = "h100";
   std::string cluster_file;
-  std::string calibration;
+  std::vector<std::string> calibration;
   sim::Workload workload;
   std::string recompute = "auto";
   std::vector<std::string> policies;
@@ -51,10 +53,23 @@ const char kUsage[] =
     "  [--cluster-file=JSON] [--gpus=N] [--seq=N] [--global-batch=N]\n"
     "  [--micro-batch=N] [--recompute-layers=N|all|auto]\n"
     "  [--calibration=FILE[,FILE...]] (nccl-tests output or bench -J JSON)\n"
-    "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n";
+    "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n"
+    "Limits: --gpus <= 2^20, --seq <= 2^24, batches <= 2^30, at most 4096\n"
+    "micro-steps (global batch / gpus / micro-batch) and 32768 micro-steps x\n"
+    "(layers + 3). A flag may be given once.\n";
 
-int64_t Positive(const std::string& flag, const std::string& value) {
-  return examples::PositiveFlag("simulate", flag, value);
+// Flag bounds, documented in --help: past them a run is not a plausible
+// training job and would only burn time and memory.
+constexpr int64_t kMaxGpus = int64_t{1} << 20;
+constexpr int64_t kMaxSeq = int64_t{1} << 24;
+constexpr int64_t kMaxBatch = int64_t{1} << 30;
+// Micro-steps x units (layers + 3) of one simulated step: the step graph
+// and the event loop grow with it (llama3-405b at 256 micro-steps is
+// ~33k and takes seconds per policy).
+constexpr int64_t kMaxStepUnits = int64_t{1} << 15;
+
+int64_t Positive(const std::string& flag, const std::string& value, int64_t hi) {
+  return examples::PositiveFlag("simulate", flag, value, hi);
 }
 
 Flags Parse(int argc, char** argv) {
@@ -63,6 +78,7 @@ Flags Parse(int argc, char** argv) {
   f.workload.seq = 8192;
   f.workload.global_batch = 256;
   f.workload.micro_batch = 1;
+  examples::FlagReader flags("simulate");
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     examples::VersionFlag("simulate", a);
@@ -71,36 +87,41 @@ Flags Parse(int argc, char** argv) {
       std::exit(0);
     }
     if (a == "--json") {
+      flags.Switch(a);
       f.json = true;
       continue;
     }
-    const auto [key, v] = examples::SplitFlag("simulate", a);
-    if (key == "--model") f.model = v;
+    const auto [key, v] = flags.Split(a);
+    if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
     else if (key == "--cluster") f.cluster = v;
     else if (key == "--cluster-file") f.cluster_file = v;
-    else if (key == "--calibration") f.calibration = v;
-    else if (key == "--gpus") f.workload.gpus = static_cast<int>(std::min<int64_t>(Positive(key, v), 1 << 30));
-    else if (key == "--seq") f.workload.seq = Positive(key, v);
-    else if (key == "--global-batch") f.workload.global_batch = Positive(key, v);
-    else if (key == "--micro-batch") f.workload.micro_batch = Positive(key, v);
+    else if (key == "--calibration") f.calibration = examples::ListFlag("simulate", key, v);
+    else if (key == "--gpus") f.workload.gpus = static_cast<int>(Positive(key, v, kMaxGpus));
+    else if (key == "--seq") f.workload.seq = Positive(key, v, kMaxSeq);
+    else if (key == "--global-batch") f.workload.global_batch = Positive(key, v, kMaxBatch);
+    else if (key == "--micro-batch") f.workload.micro_batch = Positive(key, v, kMaxBatch);
     else if (key == "--recompute-layers") f.recompute = v;
-    else if (key == "--policy") f.policies = {v};
-    else if (key == "--compare") f.policies = absl::StrSplit(v, ',', absl::SkipEmpty());
+    else if (key == "--policy" || key == "--compare") {
+      if (!f.policies.empty()) Fail("--policy and --compare both choose the policies; give one");
+      f.policies = key == "--policy" ? std::vector<std::string>{v}
+                                     : examples::ListFlag("simulate", key, v);
+    }
     else if (key == "--trace") f.trace = v;
     else if (key == "--svg") f.svg = v;
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
+  }
+  if (!f.hf_config.empty() && f.model_given) {
+    Fail("--model and --hf-config name two models; give one");
   }
   if (f.policies.empty()) f.policies = scheduler::PolicyPresetNames();
   return f;
 }
 
 std::string ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) Fail(absl::StrCat("cannot read ", what, " ", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  auto text = ReadInputFile(path, what, kMaxJsonInputBytes);
+  if (!text.ok()) Fail(std::string(text.status().message()));
+  return *std::move(text);
 }
 
 void WriteFile(const std::string& path, const std::string& text) {
@@ -112,8 +133,7 @@ void WriteFile(const std::string& path, const std::string& text) {
 int Main(int argc, char** argv) {
   const Flags f = Parse(argc, argv);
   sim::Calibration calibration;
-  for (absl::string_view path : absl::StrSplit(f.calibration, ',', absl::SkipEmpty())) {
-    const std::string p(path);
+  for (const std::string& p : f.calibration) {
     const Status s = sim::AddCalibration(ReadFile(p, "calibration file"), p,
                                          calibration);
     if (!s.ok()) Fail(std::string(s.message()));
@@ -130,6 +150,14 @@ int Main(int argc, char** argv) {
   }
   if (Status s = sim::ValidateWorkload(f.workload); !s.ok()) {
     Fail(std::string(s.message()));
+  }
+  const int64_t micro_steps =
+      f.workload.global_batch / f.workload.gpus / f.workload.micro_batch;
+  if (micro_steps * (model->layers + 3) > kMaxStepUnits) {
+    Fail(absl::StrCat("the step would run ", micro_steps, " micro-steps of ",
+                      model->layers + 3, " units (", micro_steps * (model->layers + 3),
+                      "); the limit is ", kMaxStepUnits,
+                      " unit-micro-steps: raise --micro-batch or --gpus"));
   }
   int recompute = sim::kAutoRecompute;
   if (f.recompute == "all") {
@@ -177,6 +205,7 @@ int Main(int argc, char** argv) {
     scheduler::StepGraph graph;
     auto r = sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);
     if (!r.ok()) Fail(absl::StrCat(name, ": ", r.status().message()));
+    if (Status s = sim::ValidateResult(*r); !s.ok()) Fail(std::string(s.message()));
     const sim::MemoryBreakdown& m = r->memory;
     const std::string parts = absl::StrFormat(
         "(%.1f+%.1f+%.1f+%.1f+%.1f)", m.states / gib, m.arena / gib,
@@ -215,7 +244,10 @@ int Main(int argc, char** argv) {
   out["policies"] = rows;
   std::printf("# exp_AG / exp_RS: compute-stream idle time waiting on all-gathers"
               " / reductions; a/lb: arena over its lower bound\n");
-  if (f.json) std::printf("%s\n", out.dump().c_str());
+  if (f.json) {
+    std::printf("%s\n",
+                out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
   return 0;
 }
 

@@ -48,6 +48,7 @@ using examples::TrainConfig;
 
 struct Flags {
   std::string model = "tiny", hf_config;
+  bool model_given = false;
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
   int64_t seq = 128, batch = 2, micro_steps = 0, steps = 20;
   double lr = 1e-3;
@@ -69,14 +70,29 @@ const char kUsage[] =
     "  [--micro-steps=N] [--steps=20] [--lr=1e-3] [--seed=1] [--policy=NAME]\n"
     "  [--backend=inproc|ucx|nccl] [--nranks=N] [--device=cpu|cuda]\n"
     "  [--dtype=f32|bf16] [--data=PATH] [--check-reference] [--json]\n"
-    "  [--timeout=SECONDS]\n";
+    "  [--timeout=SECONDS]\n"
+    "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
+    "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
+    "A flag may be given once.\n";
 
-int64_t Positive(const std::string& flag, const std::string& value) {
-  return examples::PositiveFlag("train_tiny", flag, value);
+// Flag bounds (stated in --help); the model sizes are bounded again by
+// ValidateModelSpec and the 2^31-parameter check below.
+constexpr int64_t kMaxRanks = 4096;
+constexpr int64_t kMaxSeq = 1 << 16;
+constexpr int64_t kMaxBatch = 1 << 16;
+constexpr int64_t kMaxMicroSteps = 4096;
+constexpr int64_t kMaxSteps = int64_t{1} << 30;
+constexpr int64_t kMaxTimeoutS = 7 * 86400;
+constexpr double kMaxLr = 10;
+
+int64_t Positive(const std::string& flag, const std::string& value, int64_t hi) {
+  return examples::PositiveFlag("train_tiny", flag, value, hi);
 }
 
 Flags Parse(int argc, char** argv) {
   Flags f;
+  examples::FlagReader flags("train_tiny");
+  const int64_t dim = scheduler::kMaxModelDim;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     examples::VersionFlag("train_tiny", a);
@@ -84,27 +100,28 @@ Flags Parse(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     }
-    if (a == "--json") { f.json = true; continue; }
-    if (a == "--check-reference") { f.check_reference = true; continue; }
-    const auto [key, v] = examples::SplitFlag("train_tiny", a);
-    if (key == "--model") f.model = v;
+    if (a == "--json") { flags.Switch(a); f.json = true; continue; }
+    if (a == "--check-reference") { flags.Switch(a); f.check_reference = true; continue; }
+    const auto [key, v] = flags.Split(a);
+    if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
-    else if (key == "--layers") f.layers = Positive(key, v);
-    else if (key == "--hidden") f.hidden = Positive(key, v);
-    else if (key == "--heads") f.heads = Positive(key, v);
-    else if (key == "--kv-heads") f.kv_heads = Positive(key, v);
-    else if (key == "--ffn") f.ffn = Positive(key, v);
-    else if (key == "--vocab") f.vocab = Positive(key, v);
-    else if (key == "--seq") f.seq = Positive(key, v);
-    else if (key == "--batch") f.batch = Positive(key, v);
-    else if (key == "--micro-steps") f.micro_steps = Positive(key, v);
-    else if (key == "--steps") f.steps = Positive(key, v);
-    else if (key == "--seed") f.seed = static_cast<uint64_t>(Positive(key, v));
-    else if (key == "--nranks") f.nranks = static_cast<int>(std::min<int64_t>(Positive(key, v), 4096));
-    else if (key == "--timeout") f.timeout_s = Positive(key, v);
+    else if (key == "--layers") f.layers = Positive(key, v, dim);
+    else if (key == "--hidden") f.hidden = Positive(key, v, dim);
+    else if (key == "--heads") f.heads = Positive(key, v, dim);
+    else if (key == "--kv-heads") f.kv_heads = Positive(key, v, dim);
+    else if (key == "--ffn") f.ffn = Positive(key, v, dim);
+    else if (key == "--vocab") f.vocab = Positive(key, v, dim);
+    else if (key == "--seq") f.seq = Positive(key, v, kMaxSeq);
+    else if (key == "--batch") f.batch = Positive(key, v, kMaxBatch);
+    else if (key == "--micro-steps") f.micro_steps = Positive(key, v, kMaxMicroSteps);
+    else if (key == "--steps") f.steps = Positive(key, v, kMaxSteps);
+    else if (key == "--seed") f.seed = static_cast<uint64_t>(Positive(key, v, INT64_MAX));
+    else if (key == "--nranks") f.nranks = static_cast<int>(Positive(key, v, kMaxRanks));
+    else if (key == "--timeout") f.timeout_s = Positive(key, v, kMaxTimeoutS);
     else if (key == "--lr") {
-      if (!absl::SimpleAtod(v, &f.lr) || !(f.lr > 0) || !std::isfinite(f.lr)) {
-        Fail(absl::StrCat("--lr needs a positive number, got \"", v, "\""));
+      if (!absl::SimpleAtod(v, &f.lr) || !(f.lr > 0) || !(f.lr <= kMaxLr)) {
+        Fail(absl::StrCat("--lr needs a positive number at most ", kMaxLr, ", got \"", v,
+                          "\""));
       }
     }
     else if (key == "--policy") f.policy = v;
@@ -113,6 +130,9 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--dtype") f.dtype = v;
     else if (key == "--data") f.data = v;
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
+  }
+  if (f.model_given && !f.hf_config.empty()) {
+    Fail("--model and --hf-config name two models; give one");
   }
   if (f.backend != "inproc" && f.backend != "ucx" && f.backend != "nccl") {
     Fail(absl::StrCat("--backend must be inproc, ucx or nccl, got \"", f.backend, "\""));
@@ -430,7 +450,8 @@ int Main(int argc, char** argv) {
     j["persistent_bytes"] = res.persistent_bytes;
     j["ms_per_step"] = res.ms_per_step;
     j["tokens_per_s"] = res.tokens_per_s;
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n",
+                j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   return 0;
 }

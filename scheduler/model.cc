@@ -1,11 +1,13 @@
 #include "baton/scheduler/model.h"
 
-#include <fstream>
+#include <cmath>
 #include <limits>
-#include <sstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "baton/runtime/input_file.h"
+#include "baton/runtime/json_input.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::scheduler {
@@ -51,12 +53,50 @@ StatusOr<int64_t> GetInt(const nlohmann::json& j, const char* field,
     }
     return fallback;
   }
-  if (!it->is_number_integer()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: field \"", field, "\" must be an integer, got ",
-        it->dump()));
+  return JsonInt(*it, absl::StrCat("config.json: field \"", field, "\""), 1,
+                 std::string(field) == "num_hidden_layers" ? kMaxModelLayers
+                                                           : kMaxModelDim);
+}
+
+// An optional finite number in [lo, hi]; absent or null keeps `value`.
+Status GetNumber(const nlohmann::json& j, const char* field, double lo,
+                 double hi, double& value) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  BATON_ASSIGN_OR_RETURN(
+      value, JsonNumber(*it, absl::StrCat("config.json: field \"", field, "\""),
+                        lo, hi));
+  return absl::OkStatus();
+}
+
+// a * b + c, or nullopt when it leaves [0, kMaxModelParameters].
+std::optional<int64_t> MulAdd(int64_t a, int64_t b, int64_t c) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r) ||
+      r < 0 || r > kMaxModelParameters) {
+    return std::nullopt;
   }
-  return it->get<int64_t>();
+  return r;
+}
+
+// The parameter count of a spec whose sizes are positive, computed with
+// every step checked; nullopt past kMaxModelParameters.
+std::optional<int64_t> CheckedParameterCount(const ModelSpec& s) {
+  const int64_t h = s.hidden, f = s.intermediate;
+  std::optional<int64_t> q = MulAdd(s.heads, s.head_dim, 0);
+  std::optional<int64_t> kv = MulAdd(s.kv_heads, s.head_dim, 0);
+  if (!q || !kv) return std::nullopt;
+  // A block: two norms, wq + wo (q x h each), wk + wv (kv x h each), three
+  // MLP matrices (f x h each).
+  std::optional<int64_t> block = MulAdd(2, h, 0);
+  if (block) block = MulAdd(2 * *q, h, *block);      // 2q <= 2^49: no wrap
+  if (block) block = MulAdd(2 * *kv, h, *block);
+  if (block) block = MulAdd(3 * f, h, *block);       // f <= 2^24
+  if (!block) return std::nullopt;
+  std::optional<int64_t> total = MulAdd(s.layers, *block, h);  // + final norm
+  const int64_t embeddings = s.tie_embeddings ? 1 : 2;
+  if (total) total = MulAdd(embeddings * s.vocab, h, *total);
+  return total;
 }
 
 }  // namespace
@@ -67,14 +107,20 @@ Status ValidateModelSpec(const ModelSpec& s) {
       {"layers", s.layers},         {"heads", s.heads},
       {"kv_heads", s.kv_heads},     {"head_dim", s.head_dim},
       {"vocab", s.vocab}};
+  if (s.layers > kMaxModelLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", s.name, ": layers = ", s.layers,
+                     " is over the limit of ", kMaxModelLayers));
+  }
   for (const auto& [field, value] : sizes) {
     if (value <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model ", s.name, ": ", field, " must be positive, got ", value));
     }
-    if (value > (int64_t{1} << 24)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model ", s.name, ": ", field, " = ", value, " is implausibly large"));
+    if (value > kMaxModelDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ", s.name, ": ", field, " = ", value,
+                       " is over the limit of ", kMaxModelDim));
     }
   }
   if (s.heads % s.kv_heads != 0) {
@@ -82,12 +128,22 @@ Status ValidateModelSpec(const ModelSpec& s) {
         absl::StrCat("model ", s.name, ": kv_heads (", s.kv_heads,
                      ") must divide heads (", s.heads, ")"));
   }
-  if (!(s.norm_eps > 0)) {
+  if (!(s.norm_eps > 0) || !std::isfinite(s.norm_eps)) {
     return absl::InvalidArgumentError(
         absl::StrCat("model ", s.name, ": norm_eps must be positive"));
   }
-  // Largest product below: intermediate * hidden or vocab * hidden, each
-  // < 2^48, summed over < 2^24 layers: fits in int64.
+  if (!(s.rope_theta > 0) || !std::isfinite(s.rope_theta)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", s.name, ": rope_theta must be positive"));
+  }
+  // Every size is in [1, 2^24], so each product below fits; the sums are
+  // checked as they go.
+  if (!CheckedParameterCount(s).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", s.name, ": more than ", kMaxModelParameters,
+        " parameters (layers ", s.layers, ", hidden ", s.hidden,
+        ", intermediate ", s.intermediate, ", vocab ", s.vocab, ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -121,23 +177,25 @@ std::vector<std::string> ModelPresetNames() {
 
 StatusOr<ModelSpec> ModelFromHfConfig(absl::string_view json_text,
                                       absl::string_view name) {
-  nlohmann::json j = nlohmann::json::parse(json_text.begin(), json_text.end(),
-                                           nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(
-        "config.json: not a JSON object (parse error)");
+  BATON_ASSIGN_OR_RETURN(const nlohmann::json j,
+                         ParseJsonInput(json_text, "config.json"));
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError("config.json: not a JSON object");
   }
   bool llama = false;
   std::string arch_seen = "(none)";
   if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
-    arch_seen = it->dump();
+    std::vector<std::string> seen;
     for (const auto& a : *it) {
+      if (seen.size() < 4) seen.push_back(JsonBrief(a));
       if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") {
         llama = true;
       }
     }
+    if (it->size() > seen.size()) seen.push_back("...");
+    arch_seen = absl::StrCat("[", absl::StrJoin(seen, ", "), "]");
   } else if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) {
-    arch_seen = absl::StrCat("model_type ", mt->dump());
+    arch_seen = absl::StrCat("model_type ", JsonBrief(*mt));
     llama = mt->get<std::string>() == "llama";
   }
   if (!llama) {
@@ -155,10 +213,6 @@ StatusOr<ModelSpec> ModelFromHfConfig(absl::string_view json_text,
   BATON_ASSIGN_OR_RETURN(s.vocab, GetInt(j, "vocab_size", true, 0));
   BATON_ASSIGN_OR_RETURN(s.kv_heads,
                          GetInt(j, "num_key_value_heads", false, s.heads));
-  if (s.heads <= 0) {
-    return absl::InvalidArgumentError(
-        "config.json: num_attention_heads must be positive");
-  }
   BATON_ASSIGN_OR_RETURN(s.head_dim,
                          GetInt(j, "head_dim", false, s.hidden / s.heads));
   if (auto it = j.find("tie_word_embeddings"); it != j.end()) {
@@ -168,23 +222,15 @@ StatusOr<ModelSpec> ModelFromHfConfig(absl::string_view json_text,
     }
     s.tie_embeddings = it->get<bool>();
   }
-  if (auto it = j.find("rms_norm_eps"); it != j.end() && it->is_number()) {
-    s.norm_eps = it->get<double>();
-  }
-  if (auto it = j.find("rope_theta"); it != j.end() && it->is_number()) {
-    s.rope_theta = it->get<double>();
-  }
+  BATON_RETURN_IF_ERROR(GetNumber(j, "rms_norm_eps", 1e-12, 1, s.norm_eps));
+  BATON_RETURN_IF_ERROR(GetNumber(j, "rope_theta", 1, 1e12, s.rope_theta));
   BATON_RETURN_IF_ERROR(ValidateModelSpec(s));
   return s;
 }
 
 StatusOr<ModelSpec> ModelFromHfConfigFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
+  BATON_ASSIGN_OR_RETURN(const std::string text,
+                         ReadInputFile(path, "config file", kMaxJsonInputBytes));
   std::string name = path;
   if (auto slash = name.find_last_of('/'); slash != std::string::npos) {
     name = name.substr(0, slash);
@@ -193,7 +239,7 @@ StatusOr<ModelSpec> ModelFromHfConfigFile(const std::string& path) {
     }
   }
   if (name.empty() || name == path) name = "hf";
-  return ModelFromHfConfig(text.str(), name);
+  return ModelFromHfConfig(text, name);
 }
 
 const char* UnitKindName(UnitKind kind) {
@@ -245,9 +291,7 @@ std::vector<UnitSpec> BuildUnits(const ModelSpec& s) {
 }
 
 int64_t ParameterCount(const ModelSpec& spec) {
-  int64_t n = 0;
-  for (const UnitSpec& u : BuildUnits(spec)) n += u.numel();
-  return n;
+  return CheckedParameterCount(spec).value_or(-1);
 }
 
 double TrainingFlopsPerSequence(const ModelSpec& m, int64_t seq) {

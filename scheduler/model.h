@@ -44,8 +44,17 @@ struct ModelSpec {
   double rope_theta = 10000.0;
 };
 
-// InvalidArgument naming the field for a non-positive size, kv_heads not
-// dividing heads, or an overflow of the parameter count.
+// Bounds that ValidateModelSpec enforces, so every size product and the
+// parameter count fit in int64 with room to spare.
+inline constexpr int64_t kMaxModelDim = int64_t{1} << 24;  // any one size
+inline constexpr int64_t kMaxModelLayers = int64_t{1} << 14;  // 130x llama3-405b
+inline constexpr int64_t kMaxModelParameters = int64_t{1} << 50;  // ~1.1e15
+
+// InvalidArgument naming the field for a size outside [1, kMaxModelDim]
+// (layers: [1, kMaxModelLayers]),
+// kv_heads not dividing heads, a non-positive or non-finite norm_eps or
+// rope_theta, or more than kMaxModelParameters parameters (counted with
+// checked arithmetic, so an overflow is refused, never wrapped).
 Status ValidateModelSpec(const ModelSpec& spec);
 
 // llama2-7b, llama2-13b, llama2-34b, llama2-70b, llama3-8b, llama3-70b,
@@ -59,11 +68,16 @@ std::vector<std::string> ModelPresetNames();
 // LlamaForCausalLM (or model_type "llama"). Required: hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads, vocab_size.
 // Optional: num_key_value_heads (= heads), head_dim (= hidden / heads),
-// tie_word_embeddings (false), rms_norm_eps, rope_theta. InvalidArgument
-// naming the field or the architecture otherwise; `name` labels the model.
+// tie_word_embeddings (false), rms_norm_eps (in [1e-12, 1]), rope_theta (in
+// [1, 1e12]). Sizes must be integers in [1, kMaxModelDim] (layers in
+// [1, kMaxModelLayers]); the text is
+// parsed with runtime/json_input.h's bounds (size, nesting depth).
+// InvalidArgument naming the field or the architecture otherwise; `name`
+// labels the model. Never throws.
 StatusOr<ModelSpec> ModelFromHfConfig(absl::string_view json_text,
                                       absl::string_view name = "hf");
-// Reads the file, then as above; NotFound naming an unreadable path.
+// Reads the file, then as above; NotFound naming an unreadable path,
+// InvalidArgument for a directory or other non-regular file.
 StatusOr<ModelSpec> ModelFromHfConfigFile(const std::string& path);
 
 enum class UnitKind { kEmbedding, kBlock, kFinalNorm, kLmHead };
@@ -87,7 +101,9 @@ struct UnitSpec {
 // The units of a (valid) spec in forward order, as in the table above.
 std::vector<UnitSpec> BuildUnits(const ModelSpec& spec);
 
-// Total parameter count (tied embeddings counted once).
+// Total parameter count (tied embeddings counted once) of a spec that
+// passes ValidateModelSpec, computed without building the units; -1 for a
+// spec whose count would pass kMaxModelParameters.
 int64_t ParameterCount(const ModelSpec& spec);
 
 // Training FLOPs of one sequence of `seq` tokens, forward + backward, by

@@ -84,6 +84,60 @@ TEST(ModelTest, HfConfigErrorsNameTheProblem) {
             absl::StatusCode::kNotFound);
 }
 
+// Issue 16: sizes within the per-field bound whose product overflowed
+// int64 ("-8594556771.09B parameters") are refused, as are wrapped, typed
+// wrongly and non-finite fields, each naming the field; deep nesting is
+// refused before anything walks it recursively.
+TEST(ModelTest, HostileConfigsAreRefusedNamingTheField) {
+  const std::string base = R"("model_type": "llama", "num_attention_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 10, )";
+  auto overflow = ModelFromHfConfig(R"({"model_type": "llama",
+    "hidden_size": 16777216, "intermediate_size": 16777216,
+    "vocab_size": 16777216, "num_attention_heads": 4096,
+    "num_hidden_layers": 5000})");
+  ASSERT_EQ(overflow.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(overflow.status().message().find("parameters"), std::string::npos)
+      << overflow.status();
+  ModelSpec big = *ModelPreset("tiny");
+  big.heads = big.kv_heads = kMaxModelDim;
+  big.head_dim = kMaxModelDim;  // heads * head_dim = 2^48 per projection
+  EXPECT_FALSE(ValidateModelSpec(big).ok());
+  big = *ModelPreset("llama3-405b");
+  big.layers = kMaxModelDim;
+  EXPECT_FALSE(ValidateModelSpec(big).ok());
+  EXPECT_TRUE(ValidateModelSpec(*ModelPreset("llama3-405b")).ok());
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("hidden_size": 4294967360, "intermediate_size": 8)", "hidden_size"},
+      {R"("hidden_size": 64.0, "intermediate_size": 8)", "hidden_size"},
+      {R"("hidden_size": "64", "intermediate_size": 8)", "hidden_size"},
+      {R"("hidden_size": 64, "intermediate_size": [8])", "intermediate_size"},
+      {R"("hidden_size": 64, "intermediate_size": 8, "rms_norm_eps": "x")",
+       "rms_norm_eps"},
+      {R"("hidden_size": 64, "intermediate_size": 8, "rope_theta": 1e300)",
+       "rope_theta"},
+      {R"("hidden_size": 64, "intermediate_size": 8, "head_dim": 1e3)",
+       "head_dim"},
+  };
+  for (const auto& [fields, want] : cases) {
+    auto r = ModelFromHfConfig("{" + base + fields + "}");
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << fields;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status();
+  }
+  const std::string deep = "{" + base + R"("hidden_size": )" +
+                           std::string(60000, '[') + std::string(60000, ']') + "}";
+  auto nested = ModelFromHfConfig(deep);
+  ASSERT_EQ(nested.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(nested.status().message().find("nested deeper"), std::string::npos);
+  // 30 levels parse; the message describes the array, it does not dump it.
+  const std::string shallow = "{" + base + R"("hidden_size": )" +
+                              std::string(30, '[') + std::string(30, ']') +
+                              R"(, "intermediate_size": 8})";
+  auto typed = ModelFromHfConfig(shallow);
+  ASSERT_EQ(typed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(typed.status().message().find("got an array"), std::string::npos)
+      << typed.status();
+}
+
 // Every parameter appears exactly once, shards are equal, 16-byte aligned
 // and cover the padded buffer; parameters do not overlap.
 void CheckLayout(const ModelLayout& l, int64_t granule_bytes) {

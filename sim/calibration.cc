@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "baton/runtime/json_input.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::sim {
@@ -27,11 +28,19 @@ Status Finish(const std::string& source, const std::string& collective,
     return absl::InvalidArgumentError(
         absl::StrCat("calibration ", source, ": no data rows"));
   }
+  if (table.points.size() > kMaxCalibrationRows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration ", source, ": more than ", kMaxCalibrationRows, " rows"));
+  }
   for (const auto& [bytes, bw] : table.points) {
-    if (!(bytes > 0) || !(bw > 0)) {
+    // Written so that NaN fails too.
+    if (!(bytes >= 1 && bytes <= kMaxCalibrationBytes) ||
+        !(bw >= kMinBusbwGbps && bw <= kMaxBusbwGbps)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "calibration ", source, ": size ", bytes, " has busbw ", bw,
-          "; sizes and bandwidths must be positive"));
+          "; sizes must be in [1, ", kMaxCalibrationBytes,
+          "] bytes and bandwidths in [", kMinBusbwGbps, ", ", kMaxBusbwGbps,
+          "] GB/s"));
     }
   }
   std::sort(table.points.begin(), table.points.end());
@@ -57,22 +66,46 @@ Status AddCalibration(absl::string_view text, const std::string& source,
                       Calibration& c) {
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != absl::string_view::npos && text[first] == '{') {
-    nlohmann::json j =
-        nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-    if (j.is_discarded() || !j.contains("collective") ||
-        !j["collective"].is_string() || !j.contains("results") ||
-        !j["results"].is_array()) {
+    BATON_ASSIGN_OR_RETURN(const nlohmann::json j,
+                           ParseJsonInput(text, absl::StrCat("calibration ", source)));
+    auto collective = j.find("collective");
+    auto results = j.find("results");
+    if (!j.is_object() || collective == j.end() || !collective->is_string() ||
+        results == j.end() || !results->is_array()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "calibration ", source,
           ": not a //bench:collectives -J file (collective, results)"));
     }
-    BusbwTable t;
-    for (const auto& row : j["results"]) {
-      if (!row.contains("size") || !row.contains("out_of_place")) continue;
-      t.points.push_back({row["size"].get<double>(),
-                          row["out_of_place"].value("busbw_gbps", 0.0)});
+    if (results->size() > kMaxCalibrationRows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration ", source, ": more than ",
+                       kMaxCalibrationRows, " results"));
     }
-    return Finish(source, j["collective"].get<std::string>(), std::move(t), c);
+    BusbwTable t;
+    for (size_t i = 0; i < results->size(); ++i) {
+      const nlohmann::json& row = (*results)[i];
+      const std::string where = absl::StrCat("calibration ", source, ": results[", i, "]");
+      if (!row.is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " must be an object"));
+      }
+      auto size = row.find("size");
+      auto oop = row.find("out_of_place");
+      if (size == row.end() || oop == row.end()) continue;  // not a data row
+      if (!oop->is_object() || !oop->contains("busbw_gbps")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".out_of_place must be an object with busbw_gbps"));
+      }
+      BATON_ASSIGN_OR_RETURN(
+          const double bytes,
+          JsonNumber(*size, absl::StrCat(where, ".size"), 1, kMaxCalibrationBytes));
+      BATON_ASSIGN_OR_RETURN(
+          const double busbw,
+          JsonNumber((*oop)["busbw_gbps"],
+                     absl::StrCat(where, ".out_of_place.busbw_gbps"),
+                     kMinBusbwGbps, kMaxBusbwGbps));
+      t.points.push_back({bytes, busbw});
+    }
+    return Finish(source, collective->get<std::string>(), std::move(t), c);
   }
   std::string collective;
   BusbwTable t;

@@ -13,6 +13,7 @@
 #ifndef BATON_SIM_CALIBRATION_H_
 #define BATON_SIM_CALIBRATION_H_
 
+#include <cstddef>
 #include <map>
 #include <string>
 #include <utility>
@@ -33,10 +34,19 @@ struct Calibration {
   std::map<std::string, BusbwTable> tables;
 };
 
-// Adds the tables found in `text` (one nccl-tests log or one baton JSON).
-// InvalidArgument naming the problem: no data rows, an unknown collective,
-// a non-positive bandwidth, or nccl-tests output that does not say which
-// collective it measured ("# Collective test starting: <name>_perf").
+// What a calibration may hold: every size and busbw finite and in range.
+inline constexpr double kMaxCalibrationBytes = 1e15;
+inline constexpr double kMinBusbwGbps = 1e-6;
+inline constexpr double kMaxBusbwGbps = 1e6;
+inline constexpr size_t kMaxCalibrationRows = 100000;
+
+// Adds the tables found in `text` (one nccl-tests log or one baton JSON;
+// JSON under runtime/json_input.h's bounds). InvalidArgument naming the
+// problem: no data rows, an unknown collective, a size or bandwidth that is
+// not a finite number in the range above (naming the row, e.g.
+// "results[3].size"), an out_of_place that is not an object, or nccl-tests
+// output that does not say which collective it measured ("# Collective
+// test starting: <name>_perf"). Never throws.
 Status AddCalibration(absl::string_view text, const std::string& source,
                       Calibration& calibration);
 

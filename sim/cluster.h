@@ -41,10 +41,20 @@ struct ClusterSpec {
 StatusOr<ClusterSpec> ClusterPreset(absl::string_view name);
 std::vector<std::string> ClusterPresetNames();
 
-// Overrides fields from a JSON object. InvalidArgument naming an unknown
-// field, a non-number, or a non-positive value.
+inline constexpr int kMaxGpusPerNode = 4096;
+
+// Overrides fields from a JSON object (bounded as runtime/json_input.h
+// says), each within its range: gpus_per_node an integer in [1, 4096];
+// matmul_efficiency in [1e-3, 1]; rates and sizes (peak_tflops, *_gbps,
+// memory_gib) in [1e-3, 1e6], reserved_gib in [0, 1e6]; latencies (*_us)
+// in [0, 1e6]. InvalidArgument naming an unknown field, a non-number, a
+// non-integer gpus_per_node or a value outside its range (with the range);
+// then ValidateCluster. Never throws.
 Status ApplyClusterJson(absl::string_view json_text, ClusterSpec& spec);
 
+// Every field finite and positive (reserved_gib and latencies may be 0),
+// matmul_efficiency at most 1, gpus_per_node at most kMaxGpusPerNode.
+// InvalidArgument naming the field otherwise.
 Status ValidateCluster(const ClusterSpec& spec);
 
 }  // namespace baton::sim

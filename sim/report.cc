@@ -42,6 +42,32 @@ std::string Escape(const std::string& s) {
 
 }  // namespace
 
+Status ValidateResult(const SimResult& r) {
+  if (!(r.step_s > 0) || !std::isfinite(r.step_s)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", r.policy, ": the simulated step takes ", r.step_s,
+        " s; a step must take a positive, finite time (check the cluster's "
+        "rates: a step shorter than 1 ns cannot be resolved)"));
+  }
+  const std::pair<const char*, double> figures[] = {
+      {"compute_s", r.compute_s},
+      {"exposed_ag_s", r.exposed_ag_s},
+      {"exposed_rs_s", r.exposed_rs_s},
+      {"exposed_host_s", r.exposed_host_s},
+      {"mfu", r.mfu},
+      {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
+      {"peak_memory_bytes", r.memory.peak()},
+  };
+  for (const auto& [name, value] : figures) {
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", r.policy, ": ", name, " is ", value,
+          "; refusing to report a non-finite result"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string TraceJson(const scheduler::StepGraph& g, const SimResult& r) {
   nlohmann::json events = nlohmann::json::array();
   const std::vector<std::string> streams = g.stream_names();
@@ -83,7 +109,7 @@ std::string TraceJson(const scheduler::StepGraph& g, const SimResult& r) {
   nlohmann::json out;
   out["traceEvents"] = events;
   out["displayTimeUnit"] = "ms";
-  return out.dump();
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string StepSvg(const scheduler::StepGraph& g, const SimResult& r,

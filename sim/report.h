@@ -10,6 +10,12 @@
 
 namespace baton::sim {
 
+// OK when every figure of `result` is finite and the step time positive;
+// InvalidArgument naming the first that is not (a step that rounds to 0 ns
+// on an absurdly fast cluster would print "inf% MFU"). Callers that print
+// or serialize a result check it first.
+Status ValidateResult(const SimResult& result);
+
 // {"traceEvents": [...]}: process 0 is the simulated rank (all ranks are
 // the same), one thread (track) per stream with one complete event ("X")
 // per node, and a counter track "memory" with the bytes of live arena

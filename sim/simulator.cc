@@ -397,6 +397,12 @@ Status ValidateWorkload(const Workload& w) {
                      " / ", w.gpus, " GPUs) does not divide into micro-batches of ",
                      w.micro_batch));
   }
+  if (local / w.micro_batch > kMaxMicroSteps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the step would take ", local / w.micro_batch, " micro-steps (global batch ",
+        w.global_batch, " / ", w.gpus, " GPUs / micro-batch ", w.micro_batch,
+        "); the limit is ", kMaxMicroSteps, ": raise --micro-batch or --gpus"));
+  }
   return absl::OkStatus();
 }
 

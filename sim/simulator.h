@@ -54,8 +54,13 @@ struct Workload {
   int64_t micro_batch = 1;     // sequences per micro-step per GPU
 };
 
-// InvalidArgument naming the problem for non-positive sizes or a batch that
-// does not divide (global_batch over gpus, local batch over micro_batch).
+// The most micro-steps one simulated step may take (global_batch / gpus /
+// micro_batch): the step graph and the event loop grow with it.
+inline constexpr int64_t kMaxMicroSteps = 4096;
+
+// InvalidArgument naming the problem for non-positive sizes, a batch that
+// does not divide (global_batch over gpus, local batch over micro_batch),
+// or more than kMaxMicroSteps micro-steps.
 Status ValidateWorkload(const Workload& w);
 
 struct SimOptions {

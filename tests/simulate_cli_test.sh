@@ -59,4 +59,72 @@ check calibration 0 --model=llama3-8b --gpus=64 --global-batch=64 --policy=baton
 grep -q '^# calibration: all_gather from 2 measured sizes' "$TEST_TMPDIR/out" || { echo "FAIL calibration header"; fail=1; }
 echo 'nothing here' >"$TEST_TMPDIR/bad.txt"
 check calibration-bad 2 --calibration="$TEST_TMPDIR/bad.txt"
+# Issue 16: hostile input ends with one line and exit 2, naming the problem.
+check_msg() {  # check_msg NAME SUBSTRING ARGS...: exit 2 and SUBSTRING on stderr
+  local name="$1" want="$2"
+  shift 2
+  check "$name" 2 "$@"
+  grep -qF -- "$want" "$TEST_TMPDIR/err" || { echo "FAIL $name: stderr lacks \"$want\""; fail=1; }
+}
+t="$TEST_TMPDIR"
+printf '{"collective": "all_gather", "results": [{"size": "1048576", "out_of_place": {"busbw_gbps": 30}}]}' >"$t/c1.json"
+check_msg calib-size-string 'results[0].size' --calibration="$t/c1.json"
+printf '{"collective": "all_gather", "results": [{"size": 1, "out_of_place": {"busbw_gbps": 30}}, {"size": null, "out_of_place": {"busbw_gbps": 30}}]}' >"$t/c2.json"
+check_msg calib-size-null 'results[1].size' --calibration="$t/c2.json"
+printf '{"collective": "all_gather", "results": [{"size": 1048576, "out_of_place": 7}]}' >"$t/c3.json"
+check_msg calib-oop 'results[0].out_of_place' --calibration="$t/c3.json"
+printf '# Collective test starting: all_gather_perf\n  1048576 32768 float none -1 30.1 34.8 inf 0 29.8 35.2 30.8 0\n' >"$t/c4.txt"
+check_msg calib-inf 'busbw inf' --calibration="$t/c4.txt"
+python3 -c 'import sys; sys.stdout.write("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": " + "["*60000 + "]"*60000 + "}")' >"$t/deep.json"
+check_msg config-deep 'nested deeper than 64' --hf-config="$t/deep.json"
+echo '{"architectures": ["LlamaForCausalLM"], "hidden_size": 16777216, "intermediate_size": 16777216, "vocab_size": 16777216, "num_attention_heads": 4096, "num_hidden_layers": 5000}' >"$t/huge.json"
+check_msg config-overflow 'parameters' --hf-config="$t/huge.json"
+echo '{"gpus_per_node": 4294967304}' >"$t/gpn.json"
+check_msg cluster-wrap 'gpus_per_node" must be an integer in [1, 4096]' --cluster-file="$t/gpn.json"
+echo '{"gpus_per_node": 8.5}' >"$t/gpn2.json"
+check_msg cluster-fraction 'gpus_per_node' --cluster-file="$t/gpn2.json"
+echo '{"nic_gbps": 1e-300}' >"$t/slow.json"
+check_msg cluster-slow-nic 'nic_gbps" must be a number in' --cluster-file="$t/slow.json"
+check_msg cluster-dir 'not a regular file' --cluster-file="$t"
+# The slowest NIC a file may set still ends at once: a result or the
+# simulator's refusal, never a hang.
+echo '{"nic_gbps": 0.001}' >"$t/slow2.json"
+timeout 60 "$bin" --model=llama3-8b --gpus=64 --global-batch=64 --policy=baton --cluster-file="$t/slow2.json" >/dev/null 2>"$t/err"
+rc=$?
+[[ $rc -eq 0 || $rc -eq 2 ]] || { echo "FAIL slowest-nic: exit $rc"; fail=1; }
+echo "ok   slowest-nic: exit $rc $(head -c 120 "$t/err")"
+# The longest --seq the flag takes passes the simulated range and is refused.
+check_msg seq-long 'simulated' --seq=16777216 --policy=baton
+check_msg seq-over-limit '--seq needs an integer in [1, 16777216]' --seq=50000000
+# Fast enough that a step rounds to 0 ns: refused, never "inf% MFU".
+echo '{"peak_tflops": 1e6, "hbm_gbps": 1e6, "nvlink_gbps": 1e6, "nic_gbps": 1e6, "base_latency_us": 0, "nvlink_hop_us": 0, "net_hop_us": 0, "host_issue_us": 0}' >"$t/fast.json"
+"$bin" --model=tiny --gpus=8 --global-batch=8 --seq=1 --cluster-file="$t/fast.json" --json >"$t/out" 2>"$t/err"
+rc=$?
+if [[ $rc -eq 0 ]]; then
+  tail -n 1 "$t/out" | python3 -c '
+import json, math, sys
+d = json.loads(sys.stdin.read())
+for p in d["policies"]:
+    for k, v in p.items():
+        assert not isinstance(v, float) or math.isfinite(v), (k, v)
+        assert v is not None, k
+' || { echo "FAIL fast-cluster: non-finite figure"; fail=1; }
+  grep -q 'inf%' "$t/out" && { echo "FAIL fast-cluster: inf% MFU"; fail=1; }
+elif [[ $rc -ne 2 ]] || ! grep -q 'positive, finite time' "$t/err"; then
+  echo "FAIL fast-cluster: exit $rc"; cat "$t/err"; fail=1
+fi
+echo "ok   fast-cluster: exit $rc $(head -c 120 "$t/err")"
+check_msg micro-steps-cap 'the limit is 4096' --model=tiny --gpus=1 --global-batch=1000000
+check_msg step-units-cap 'unit-micro-steps' --model=llama3-405b --gpus=8 --global-batch=8192
+check_msg gpus-over '--gpus needs an integer in [1, 1048576], got "99999999999"' --gpus=99999999999
+check_msg batch-float '--global-batch needs a positive integer, got "1e12"' --global-batch=1e12
+check_msg batch-over '--global-batch needs an integer in [1, 1073741824]' --global-batch=1000000000000
+check_msg dup-flag '--gpus is given more than once' --gpus=8 --gpus=16
+check_msg dup-switch '--json is given more than once' --json --json
+check_msg compare-empty '--compare has an empty item' --compare=,
+check_msg compare-hole '--compare has an empty item' --compare=baton,,ddp
+check_msg policy-and-compare '--policy and --compare' --policy=baton --compare=ddp
+check_msg trace-empty '--trace needs a value' --trace=
+check_msg calib-empty '--calibration has an empty item' --calibration=,
+check_msg model-and-hf '--model and --hf-config' --model=tiny --hf-config="$t/huge.json"
 exit $fail

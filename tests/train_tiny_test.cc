@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -119,25 +120,46 @@ TEST(TrainTinyTest, MicroStepsAndBf16) {
 
 // Bad input: exit code 2 and one line that names the problem.
 TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string empty = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/empty_corpus.txt");
+  std::fclose(std::fopen(empty.c_str(), "w"));
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--backend=mpi", "--backend must be inproc, ucx or nccl"},
       {"--policy=nope", "nope"},
-      {"--steps=0", "--steps needs a positive integer"},
       {"--lr=-1", "--lr needs a positive number"},
       {"--heads=3", "--heads 3 does not divide --hidden"},
       {"--model=nope", "nope"},
       {"--data=/nonexistent/corpus.txt", "cannot read"},
-      {"--data=/dev/null", "fewer than seq + 1"},
-      {"--vocab=100 --data=/dev/null", "vocab >= 256"},
+      {"--data=" + empty, "fewer than seq + 1"},
+      {"--vocab=100 --data=" + empty, "vocab >= 256"},
+      {"--data=/dev/null", "--data /dev/null is not a regular file"},
       {"--backend=ucx --device=cuda", "--device=cpu"},
       {"--dtype=f16", "--dtype must be f32 or bf16"},
       {"--bogus=1", "unknown flag --bogus"},
+      // Issue 16: a directory, a limit never clamped silently, duplicates,
+      // empty values, non-finite and wrapped numbers.
+      {"--data=/tmp", "--data /tmp is not a regular file"},
+      {"--nranks=5000", "--nranks needs an integer in [1, 4096], got \"5000\""},
+      {"--nranks=99999999999999999999", "--nranks needs a positive integer"},
+      {"--seq=2 --seq=4", "--seq is given more than once"},
+      {"--json --json", "--json is given more than once"},
+      {"--data=", "--data needs a value"},
+      {"--lr=nan", "--lr needs a positive number"},
+      {"--lr=inf", "--lr needs a positive number"},
+      {"--micro-steps=100000", "--micro-steps needs an integer in [1, 4096]"},
+      {"--hidden=4294967360", "--hidden needs an integer in [1, 16777216]"},
+      {"--model=tiny --hf-config=/nonexistent/config.json", "--model and --hf-config"},
   };
   for (const auto& [args, want] : cases) {
     const Outcome r = Execute(absl::StrCat("--steps=1 ", args));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find(want), std::string::npos) << args << ": " << r.out;
     EXPECT_EQ(r.out.find("train_tiny: "), 0u) << args << ": " << r.out;
+  }
+  for (const char* args : {"--steps=0", "--steps=1 --steps=1"}) {
+    const Outcome r = Execute(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_EQ(r.out.find("train_tiny: --steps "), 0u) << args << ": " << r.out;
   }
 }
 

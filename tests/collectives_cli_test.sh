@@ -1,0 +1,35 @@
+#!/bin/bash
+# //bench:collectives' command line (issue 16): sizes that would wrap, a
+# non-finite step factor, duplicate and empty flags are refused with exit
+# code 2 and a line naming the flag; a small valid run still works.
+set -u
+bin="$1"
+fail=0
+check() {  # check NAME SUBSTRING ARGS...: exit 2 and SUBSTRING on stderr
+  local name="$1" want="$2"
+  shift 2
+  timeout 60 "$bin" "$@" >"$TEST_TMPDIR/out" 2>"$TEST_TMPDIR/err"
+  local rc=$?
+  if [[ $rc -ne 2 ]]; then
+    echo "FAIL $name: exit $rc, want 2"; cat "$TEST_TMPDIR/err"; fail=1; return
+  fi
+  if ! head -n 1 "$TEST_TMPDIR/err" | grep -qF -- "$want"; then
+    echo "FAIL $name: first stderr line lacks \"$want\":"; cat "$TEST_TMPDIR/err"; fail=1; return
+  fi
+  echo "ok   $name: $(head -n 1 "$TEST_TMPDIR/err")"
+}
+check size-wraps "--minbytes needs a size up to 64G, got '17179869184G'" -b 17179869184G
+check size-u64 "--maxbytes needs a size" -e 99999999999999999999
+check size-over "--maxbytes needs a size up to 64G" --maxbytes=65G
+check factor-nan "--stepfactor needs a number in [1, 1024], got 'nan'" -f nan
+check factor-inf "--stepfactor needs a number in [1, 1024]" --stepfactor=inf
+check factor-big "--stepfactor needs a number in [1, 1024]" -f 1e300
+check dup-short "--iters is given more than once" -n 5 -n 6
+check dup-mixed "--minbytes is given more than once" -b 1K --minbytes=2K
+check empty "'--output_file=' needs a value" --output_file=
+check missing "'-b' needs a value" -b
+check nranks "--nranks needs an integer in [1, 4096], got '5000'" --nranks=5000
+timeout 120 "$bin" --collective=all_reduce --backend=inproc --nranks=2 -b 1K -e 4K -f 2 -n 2 \
+  >"$TEST_TMPDIR/out" 2>&1 || { echo "FAIL valid run"; cat "$TEST_TMPDIR/out"; fail=1; }
+grep -q '^ *4096 ' "$TEST_TMPDIR/out" || { echo "FAIL valid run: no 4096-byte row"; cat "$TEST_TMPDIR/out"; fail=1; }
+exit $fail
