@@ -16,7 +16,6 @@ struct Field {
 constexpr Field kFields[] = {
     {"gpus_per_node", nullptr, &ClusterSpec::gpus_per_node},
     {"peak_tflops", &ClusterSpec::peak_tflops, nullptr},
-    {"matmul_efficiency", &ClusterSpec::matmul_efficiency, nullptr},
     {"hbm_gbps", &ClusterSpec::hbm_gbps, nullptr},
     {"memory_gib", &ClusterSpec::memory_gib, nullptr},
     {"reserved_gib", &ClusterSpec::reserved_gib, nullptr},
@@ -59,10 +58,6 @@ Status ValidateCluster(const ClusterSpec& c) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cluster ", c.name, ": ", f.name, " must be positive, got ", v));
     }
-  }
-  if (c.matmul_efficiency > 1) {
-    return absl::InvalidArgumentError(
-        "cluster: matmul_efficiency must be at most 1");
   }
   return absl::OkStatus();
 }

@@ -20,10 +20,9 @@ namespace baton::sim {
 struct ClusterSpec {
   std::string name;
   int gpus_per_node = 8;
-  double peak_tflops = 989;     // dense bf16 per GPU
-  // Fraction of peak a large GEMM-dominated transformer block sustains
-  // (measured-kernel level, not MFU): the one compute calibration constant.
-  double matmul_efficiency = 0.7;
+  // Dense bf16 per GPU and device-copy bandwidth: the kernel table's times
+  // scale by the table GPU's figures over these (sim/compute_model.h).
+  double peak_tflops = 989;
   double hbm_gbps = 3000;       // measured device-copy bandwidth, GB/s
   double memory_gib = 80;       // device memory
   double reserved_gib = 4;      // context, NCCL buffers, fragmentation

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "baton/sim/compute_model.h"
 
 namespace baton::sim {
 namespace {
@@ -55,17 +56,13 @@ Cost RingCost(const ClusterSpec& c, int n, double bytes, bool all_reduce,
 class Model {
  public:
   Model(const StepGraph& g, const ClusterSpec& c, const Workload& w,
-        const SimOptions& o)
-      : g_(g), c_(c), w_(w), o_(o) {}
+        const SimOptions& o, const ComputeModel& k)
+      : g_(g), c_(c), w_(w), o_(o), k_(k) {}
 
   Cost NodeCost(const Node& n) const {
-    const ModelSpec& m = g_.layout.spec;
-    const double tokens = static_cast<double>(w_.seq * w_.micro_batch);
-    const double flops_rate = c_.peak_tflops * 1e12 * c_.matmul_efficiency;
-    const double hbm = c_.hbm_gbps * 1e9;
-    auto bound = [&](double flops, double bytes) {
+    auto time = [](const KernelSum& k) {
       Cost cost;
-      cost.latency_s = std::max(flops / flops_rate, bytes / hbm);
+      cost.latency_s = k.seconds;
       return cost;
     };
     auto buffer_bytes = [&](int b) { return static_cast<double>(g_.buffers[b].bytes()); };
@@ -73,24 +70,19 @@ class Model {
       case NodeKind::kForward:
       case NodeKind::kRecompute:
       case NodeKind::kBackward: {
-        const double mult = n.kind == NodeKind::kBackward ? 2.0 : 1.0;
-        const scheduler::UnitSpec& u = g_.layout.units[n.unit];
-        const double weights = static_cast<double>(u.numel()) * 2;
-        switch (u.kind) {
-          case UnitKind::kBlock:
-            return bound(mult * scheduler::BlockForwardFlops(m, w_.seq) *
-                             static_cast<double>(w_.micro_batch),
-                         mult * weights + tokens * m.hidden * 34 * mult);
+        const bool bwd = n.kind == NodeKind::kBackward;
+        switch (g_.layout.units[n.unit].kind) {
+          case UnitKind::kBlock: {
+            bool acc = false;
+            for (bool a : n.grad_accumulate) acc |= a;
+            return time(bwd ? k_.BlockBackward(acc) : k_.BlockForward());
+          }
           case UnitKind::kLmHead:
-            return bound(mult * 2.0 * tokens * m.hidden * m.vocab,
-                         mult * m.vocab * m.hidden * 2.0 + tokens * m.vocab * 6);
+            return time(bwd ? k_.LmHeadBackward() : k_.LmHeadForward());
           case UnitKind::kEmbedding:
-            return bound(0, tokens * m.hidden * 4 +
-                                (n.kind == NodeKind::kBackward
-                                     ? m.vocab * m.hidden * 4.0
-                                     : 0));
+            return time(bwd ? k_.EmbeddingBackward() : k_.EmbeddingForward());
           case UnitKind::kFinalNorm:
-            return bound(0, tokens * m.hidden * 6 * mult);
+            return time(bwd ? k_.FinalNormBackward() : k_.FinalNormForward());
         }
         return Cost{};
       }
@@ -101,15 +93,14 @@ class Model {
       case NodeKind::kAllReduce:
         return Collective("all_reduce", buffer_bytes(n.reads[0]), true);
       case NodeKind::kCopy:
-        return bound(0, 2 * buffer_bytes(n.writes[0]));
+        return time(k_.CopyBytes(2 * buffer_bytes(n.writes[0])));
       case NodeKind::kAccumulate:
-        return bound(0, 3 * buffer_bytes(n.writes[0]));
-      case NodeKind::kOptimizer: {
-        const double e = static_cast<double>(g_.layout.buckets[n.bucket].shard_numel);
-        return bound(0, e * 28);  // read grad, master, m, v; write three
-      }
-      case NodeKind::kCast:
-        return bound(0, buffer_bytes(n.writes[0]) * 3);
+        return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
+      case NodeKind::kOptimizer:
+        return time(k_.Optimizer(
+            static_cast<double>(g_.layout.buckets[n.bucket].shard_numel)));
+      case NodeKind::kCast:  // read fp32, write the parameter dtype
+        return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
     }
     return Cost{};
   }
@@ -364,6 +355,7 @@ class Model {
   const ClusterSpec& c_;
   const Workload& w_;
   const SimOptions& o_;
+  const ComputeModel& k_;
 };
 
 }  // namespace
@@ -433,7 +425,18 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
         "simulator: graph built for ", graph.layout.options.world_size,
         " ranks, workload has ", workload.gpus, " GPUs"));
   }
-  Model model(graph, cluster, workload, options);
+  const KernelTable* table = options.kernels;
+  if (table == nullptr) {
+    const StatusOr<KernelTable>& preset = H100KernelTable();
+    BATON_RETURN_IF_ERROR(preset.status());
+    table = &*preset;
+  }
+  BATON_ASSIGN_OR_RETURN(
+      const ComputeModel kernels,
+      ComputeModel::Create(*table, cluster, graph.layout.spec,
+                           workload.seq * workload.micro_batch,
+                           workload.micro_batch, workload.seq));
+  Model model(graph, cluster, workload, options, kernels);
   BATON_ASSIGN_OR_RETURN(SimResult r, model.Run());
   const ModelSpec& m = graph.layout.spec;
   r.policy = graph.policy.name;

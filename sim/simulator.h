@@ -9,10 +9,10 @@
 // the graph's size, independent of the number of GPUs.
 //
 // Model, per node of the graph:
-//   compute    max(FLOPs / (peak x matmul_efficiency), bytes / HBM); a
-//              block's backward is twice its forward; a recompute is one
-//              forward. Embedding, norm, optimizer, cast, copies and
-//              accumulation are bandwidth-bound.
+//   compute    the sum of the node's kernels, each looked up by shape in a
+//              measured kernel table and scaled to the cluster's GPU
+//              (sim/compute_model.h lists every kernel of the step); a
+//              recompute is one forward.
 //   collective NCCL-style ring alpha-beta over the two-level cluster:
 //              latency base + (g-1) NVLink hops + (m-1) network hops, and
 //              (g-1)/g S / B_nvlink + (m-1)/m S / (g B_nic) for g GPUs per
@@ -44,6 +44,7 @@
 #include "baton/scheduler/step_graph.h"
 #include "baton/sim/calibration.h"
 #include "baton/sim/cluster.h"
+#include "baton/sim/kernel_table.h"
 
 namespace baton::sim {
 
@@ -64,6 +65,9 @@ struct SimOptions {
   bool timeline = false;        // keep every node's interval
   // Measured busbw tables (sim/calibration.h); not owned; may be null.
   const Calibration* calibration = nullptr;
+  // Measured kernel times (sim/kernel_table.h); not owned; null: the
+  // shipped H100 table scaled to the cluster's GPU.
+  const KernelTable* kernels = nullptr;
 };
 
 struct Interval {
