@@ -59,6 +59,10 @@ Status AddCalibration(absl::string_view text, const std::string& source,
   if (first != absl::string_view::npos && text[first] == '{') {
     nlohmann::json j =
         nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+    if (j.is_object() && j.contains("gemm")) {
+      BATON_ASSIGN_OR_RETURN(c.kernels, ParseKernelTable(text, source));
+      return absl::OkStatus();
+    }
     if (j.is_discarded() || !j.contains("collective") ||
         !j["collective"].is_string() || !j.contains("results") ||
         !j["results"].is_array()) {

@@ -14,12 +14,14 @@
 #define BATON_SIM_CALIBRATION_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
 #include "baton/runtime/status.h"
+#include "baton/sim/kernel_table.h"
 
 namespace baton::sim {
 
@@ -31,9 +33,12 @@ struct BusbwTable {
 struct Calibration {
   // "all_gather", "reduce_scatter", "all_reduce".
   std::map<std::string, BusbwTable> tables;
+  // A measured kernel table (a JSON object with "gemm"), when one was given.
+  std::optional<KernelTable> kernels;
 };
 
-// Adds the tables found in `text` (one nccl-tests log or one baton JSON).
+// Adds the tables found in `text` (one nccl-tests log, one baton JSON, or
+// one kernel table: a JSON object with a "gemm" field, ParseKernelTable).
 // InvalidArgument naming the problem: no data rows, an unknown collective,
 // a non-positive bandwidth, or nccl-tests output that does not say which
 // collective it measured ("# Collective test starting: <name>_perf").

@@ -213,7 +213,7 @@ StatusOr<double> KernelTable::ElementwiseSeconds(const std::string& op,
   if (it == elementwise.end()) {
     std::vector<std::string> names;
     for (const auto& [name, curves] : elementwise) names.push_back(name);
-    return absl::NotFoundError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "kernel table ", gpu, " has no \"", op, "\" rows (it has ",
         absl::StrJoin(names, ", "), ")"));
   }

@@ -78,7 +78,7 @@ struct KernelTable {
   double GemmSeconds(double m, double n, double k) const;
   double AttentionSeconds(double batch, double heads, double kv_heads,
                           double seq, double head_dim, bool backward) const;
-  // NotFound naming the op and the ops the table has.
+  // InvalidArgument naming the op and the ops the table has.
   StatusOr<double> ElementwiseSeconds(const std::string& op, double bytes,
                                       bool backward) const;
   double AdamwSeconds(double params) const { return adamw.Seconds(params); }
