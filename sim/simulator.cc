@@ -360,6 +360,26 @@ class Model {
 
 }  // namespace
 
+double StateBytes(const StepGraph& g) {
+  // FSDP1 keeps the fp32 flat-parameter shard as the parameter itself and
+  // casts it into a low-precision shard only for the all-gather, freeing
+  // that right after (torch/distributed/fsdp/_flat_param.py:
+  // _use_low_precision_shard / _free_low_precision_sharded_param); FSDP2's
+  // sharded DTensor parameters are fp32 and the all-gather input is a
+  // copy-in made per gather (torch/distributed/_composable/fsdp/
+  // _fsdp_collectives.py: foreach_all_gather). Neither keeps a persistent
+  // bf16 shard: 16 bytes per parameter under mixed precision (fp32 param,
+  // fp32 gradient, two fp32 moments) where baton, YaFSDP and ZeRO-3 keep 18.
+  const bool fp32_shard_only = g.policy.name == "fsdp1" || g.policy.name == "fsdp2";
+  double bytes = 0;
+  for (const GraphBuffer& b : g.buffers) {
+    if (!b.persistent) continue;
+    if (fp32_shard_only && b.role == scheduler::BufferRole::kShard) continue;
+    bytes += static_cast<double>(b.bytes());
+  }
+  return bytes;
+}
+
 Status ValidateWorkload(const Workload& w) {
   if (w.gpus < 1) {
     return absl::InvalidArgumentError(
@@ -448,7 +468,7 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
           (r.step_s * cluster.peak_tflops * 1e12);
   r.tokens_per_s_per_gpu = local * workload.seq / r.step_s;
   r.memory = ActivationMemory(m, workload, graph.policy.recompute_blocks);
-  r.memory.states = static_cast<double>(graph.persistent_bytes);
+  r.memory.states = StateBytes(graph);
   r.memory.arena = static_cast<double>(graph.plan.arena_bytes);
   r.memory.reserved = cluster.reserved_gib * 1073741824.0;
   r.fits = r.memory.peak() <= cluster.memory_gib * 1073741824.0;
@@ -470,7 +490,7 @@ StatusOr<SimResult> Simulate(const ModelSpec& model, const ClusterSpec& cluster,
     policy.recompute_blocks = 0;
     BATON_ASSIGN_OR_RETURN(StepGraph g0,
                            scheduler::BuildStepGraph(model, policy, workload.gpus));
-    const double fixed = static_cast<double>(g0.persistent_bytes) +
+    const double fixed = StateBytes(g0) +
                          static_cast<double>(g0.plan.arena_bytes) +
                          cluster.reserved_gib * 1073741824.0;
     int chosen = -1;

@@ -26,7 +26,7 @@
 //              time always advances and long steps are as exact as short
 //              ones; a node cost that is not finite or a step longer than
 //              1e6 s is refused (InvalidArgument naming the node).
-// Memory: persistent state (shards, master, gradient shard, moments) + the
+// Memory: persistent state as the framework keeps it (StateBytes) + the
 // planned arena + activations + logits + the cluster's reserve. Activations
 // per block and sequence: 34 s h bytes (Korthikanti et al., with flash
 // attention, which does not keep the s^2 scores), or 2 s h for a block that
@@ -108,6 +108,12 @@ struct SimResult {
 // = local batch / micro_batch, reducing every micro-step.
 StatusOr<scheduler::Policy> SimPolicy(const std::string& policy_name,
                                       const Workload& workload);
+
+// Persistent bytes per GPU as the graph's framework keeps them: the graph's
+// persistent buffers (parameter-dtype shard, fp32 master, gradient shard,
+// two moments), less the parameter-dtype shard for fsdp1 and fsdp2, which
+// keep only the fp32 shard and cast it per all-gather (sources in the .cc).
+double StateBytes(const scheduler::StepGraph& graph);
 
 // Activation + logits bytes per GPU at the peak with the first
 // `recompute_blocks` blocks recomputed (-1: all).

@@ -102,8 +102,25 @@ TEST(ConsistencyTest, PeakMemoryIsPlanPlusStatesPlusActivations) {
   const MemoryBreakdown act = ActivationMemory(graph->layout.spec, w, 10);
   EXPECT_DOUBLE_EQ(r->memory.peak(),
                    static_cast<double>(graph->plan.arena_bytes) +
-                       static_cast<double>(graph->persistent_bytes) +
+                       StateBytes(*graph) +
                        act.activations + act.logits + c.reserved_gib * 1073741824.0);
+}
+
+TEST(ConsistencyTest, Fsdp1AndFsdp2KeepNoPersistentBf16Shard) {
+  const Workload w = Small();
+  for (const char* name : {"baton", "fsdp1", "fsdp2", "zero3"}) {
+    auto policy = SimPolicy(name, w);
+    ASSERT_TRUE(policy.ok());
+    auto graph = scheduler::BuildStepGraph(*ModelPreset("llama3-8b"), *policy, w.gpus);
+    ASSERT_TRUE(graph.ok());
+    const double params = static_cast<double>(
+        scheduler::ParameterCount(graph->layout.spec));
+    // Bytes per parameter of persistent state (sharded over 64 ranks; the
+    // shards are padded, hence the tolerance).
+    const double per_param = StateBytes(*graph) * w.gpus / params;
+    const bool fsdp = std::string(name) == "fsdp1" || std::string(name) == "fsdp2";
+    EXPECT_NEAR(per_param, fsdp ? 16 : 18, 0.05) << name;
+  }
 }
 
 TEST(ConsistencyTest, DeeperPrefetchDoesNotExposeMoreCommunication) {
