@@ -75,12 +75,15 @@ class Model {
           case UnitKind::kBlock: {
             bool acc = false;
             for (bool a : n.grad_accumulate) acc |= a;
-            return time(bwd ? k_.BlockBackward(acc) : k_.BlockForward());
+            if (!bwd) return time(k_.BlockForward());
+            return time(WithGradientCopy(k_.BlockBackward(acc), n.unit));
           }
           case UnitKind::kLmHead:
-            return time(bwd ? k_.LmHeadBackward() : k_.LmHeadForward());
+            return time(bwd ? WithGradientCopy(k_.LmHeadBackward(), n.unit)
+                            : k_.LmHeadForward());
           case UnitKind::kEmbedding:
-            return time(bwd ? k_.EmbeddingBackward() : k_.EmbeddingForward());
+            return time(bwd ? WithGradientCopy(k_.EmbeddingBackward(), n.unit)
+                            : k_.EmbeddingForward());
           case UnitKind::kFinalNorm:
             return time(bwd ? k_.FinalNormBackward() : k_.FinalNormForward());
         }
@@ -103,6 +106,26 @@ class Model {
         return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
     }
     return Cost{};
+  }
+
+  // The peers' own device copies of a unit's gradient in its backward, on
+  // the compute stream (bf16: read 2 + write 2 bytes per parameter):
+  //   fsdp1  the unit's parameters are views into one FlatParameter
+  //          (torch/distributed/fsdp/_flat_param.py, _unflatten_as_params),
+  //          so autograd concatenates their gradients into the flat gradient.
+  //   zero3  each gradient is copied into the contiguous reduce bucket
+  //          before the reduce-scatter (deepspeed/runtime/zero/stage3.py,
+  //          __add_grad_to_ipg_bucket: new_grad_tensor.copy_(param.grad)).
+  // baton and YaFSDP compute into the gradient buffer that is reduced;
+  // FSDP2's copies are graph nodes (Policy::copy_in_out).
+  KernelSum WithGradientCopy(KernelSum k, int unit) const {
+    const std::string& p = g_.policy.name;
+    if (p == "fsdp1" || p == "zero3") {
+      k.Add(k_.CopyBytes(4.0 * static_cast<double>(g_.layout.units[unit].numel()))
+                .seconds,
+            k_.launch_s());
+    }
+    return k;
   }
 
   Cost Collective(const char* name, double bytes, bool all_reduce) const {
