@@ -37,6 +37,7 @@ struct Flags {
   std::string cluster = "h100";
   std::string cluster_file;
   std::vector<std::string> calibration;
+  std::string kernel_table;
   sim::Workload workload;
   std::string recompute = "auto";
   std::vector<std::string> policies;
@@ -52,7 +53,9 @@ const char kUsage[] =
     "usage: simulate [--model=NAME | --hf-config=PATH] [--cluster=h100|a100]\n"
     "  [--cluster-file=JSON] [--gpus=N] [--seq=N] [--global-batch=N]\n"
     "  [--micro-batch=N] [--recompute-layers=N|all|auto]\n"
-    "  [--calibration=FILE[,FILE...]] (nccl-tests output or bench -J JSON)\n"
+    "  [--calibration=FILE[,FILE...]] (nccl-tests output, bench -J JSON,\n"
+    "   or a kernel table)  [--kernel-table=PATH] (measured kernel times\n"
+    "   replacing the shipped H100 table, sim/kernel_table.h)\n"
     "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n"
     "Limits: --gpus <= 2^20, --seq <= 2^24, batches <= 2^30, at most 4096\n"
     "micro-steps (global batch / gpus / micro-batch) and 32768 micro-steps x\n"
@@ -97,6 +100,7 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--cluster") f.cluster = v;
     else if (key == "--cluster-file") f.cluster_file = v;
     else if (key == "--calibration") f.calibration = examples::ListFlag("simulate", key, v);
+    else if (key == "--kernel-table") f.kernel_table = v;
     else if (key == "--gpus") f.workload.gpus = static_cast<int>(Positive(key, v, kMaxGpus));
     else if (key == "--seq") f.workload.seq = Positive(key, v, kMaxSeq);
     else if (key == "--global-batch") f.workload.global_batch = Positive(key, v, kMaxBatch);
@@ -137,6 +141,12 @@ int Main(int argc, char** argv) {
     const Status s = sim::AddCalibration(ReadFile(p, "calibration file"), p,
                                          calibration);
     if (!s.ok()) Fail(std::string(s.message()));
+  }
+  if (!f.kernel_table.empty()) {
+    auto t = sim::ParseKernelTable(ReadFile(f.kernel_table, "kernel table"),
+                                   f.kernel_table);
+    if (!t.ok()) Fail(std::string(t.status().message()));
+    calibration.kernels = *std::move(t);
   }
   auto model = f.hf_config.empty() ? scheduler::ModelPreset(f.model)
                                    : scheduler::ModelFromHfConfigFile(f.hf_config);
@@ -188,6 +198,11 @@ int Main(int argc, char** argv) {
                 name.c_str(), table.points.size(), table.points.front().second,
                 table.points.back().second);
   }
+  if (calibration.kernels) {
+    std::printf("# kernel table: %s (%zu GEMM shapes, launch %.1f us)\n",
+                calibration.kernels->gpu.c_str(), calibration.kernels->gemm.size(),
+                calibration.kernels->launch_us);
+  }
   std::printf("%-7s %8s %8s %8s %8s %6s %9s %8s %30s %6s %5s\n", "policy",
               "step_s", "compute", "exp_AG", "exp_RS", "MFU", "tok/s/GPU",
               "peak_GiB", "(states+arena+act+logits+rsv)", "a/lb", "fits");
@@ -201,6 +216,7 @@ int Main(int argc, char** argv) {
   for (const std::string& name : f.policies) {
     sim::SimOptions o;
     if (!calibration.tables.empty()) o.calibration = &calibration;
+    if (calibration.kernels) o.kernels = &*calibration.kernels;
     o.timeline = first && (!f.trace.empty() || !f.svg.empty());
     scheduler::StepGraph graph;
     auto r = sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);

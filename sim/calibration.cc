@@ -68,6 +68,10 @@ Status AddCalibration(absl::string_view text, const std::string& source,
   if (first != absl::string_view::npos && text[first] == '{') {
     BATON_ASSIGN_OR_RETURN(const nlohmann::json j,
                            ParseJsonInput(text, absl::StrCat("calibration ", source)));
+    if (j.is_object() && j.contains("gemm")) {
+      BATON_ASSIGN_OR_RETURN(c.kernels, ParseKernelTable(text, source));
+      return absl::OkStatus();
+    }
     auto collective = j.find("collective");
     auto results = j.find("results");
     if (!j.is_object() || collective == j.end() || !collective->is_string() ||

@@ -15,12 +15,14 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
 #include "baton/runtime/status.h"
+#include "baton/sim/kernel_table.h"
 
 namespace baton::sim {
 
@@ -32,6 +34,8 @@ struct BusbwTable {
 struct Calibration {
   // "all_gather", "reduce_scatter", "all_reduce".
   std::map<std::string, BusbwTable> tables;
+  // A measured kernel table (a JSON object with "gemm"), when one was given.
+  std::optional<KernelTable> kernels;
 };
 
 // What a calibration may hold: every size and busbw finite and in range.
@@ -40,7 +44,8 @@ inline constexpr double kMinBusbwGbps = 1e-6;
 inline constexpr double kMaxBusbwGbps = 1e6;
 inline constexpr size_t kMaxCalibrationRows = 100000;
 
-// Adds the tables found in `text` (one nccl-tests log or one baton JSON;
+// Adds the tables found in `text` (one nccl-tests log, one baton JSON, or
+// one kernel table: a JSON object with a "gemm" field, ParseKernelTable;
 // JSON under runtime/json_input.h's bounds). InvalidArgument naming the
 // problem: no data rows, an unknown collective, a size or bandwidth that is
 // not a finite number in the range above (naming the row, e.g.

@@ -23,7 +23,6 @@ constexpr double kMaxUs = 1e6;    // one second of latency per hop or issue
 constexpr Field kFields[] = {
     {"gpus_per_node", nullptr, &ClusterSpec::gpus_per_node, 1, kMaxGpusPerNode},
     {"peak_tflops", &ClusterSpec::peak_tflops, nullptr, 1e-3, kMaxRate},
-    {"matmul_efficiency", &ClusterSpec::matmul_efficiency, nullptr, 1e-3, 1},
     {"hbm_gbps", &ClusterSpec::hbm_gbps, nullptr, 1e-3, kMaxRate},
     {"memory_gib", &ClusterSpec::memory_gib, nullptr, 1e-3, kMaxRate},
     {"reserved_gib", &ClusterSpec::reserved_gib, nullptr, 0, kMaxRate},
@@ -68,10 +67,6 @@ Status ValidateCluster(const ClusterSpec& c) {
           "cluster ", c.name, ": ", f.name, " must be ",
           f.lo == 0 ? "finite and non-negative" : "finite and positive", ", got ", v));
     }
-  }
-  if (c.matmul_efficiency > 1) {
-    return absl::InvalidArgumentError(
-        "cluster: matmul_efficiency must be at most 1");
   }
   if (c.gpus_per_node > kMaxGpusPerNode) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -20,10 +20,9 @@ namespace baton::sim {
 struct ClusterSpec {
   std::string name;
   int gpus_per_node = 8;
-  double peak_tflops = 989;     // dense bf16 per GPU
-  // Fraction of peak a large GEMM-dominated transformer block sustains
-  // (measured-kernel level, not MFU): the one compute calibration constant.
-  double matmul_efficiency = 0.7;
+  // Dense bf16 per GPU and device-copy bandwidth: the kernel table's times
+  // scale by the table GPU's figures over these (sim/compute_model.h).
+  double peak_tflops = 989;
   double hbm_gbps = 3000;       // measured device-copy bandwidth, GB/s
   double memory_gib = 80;       // device memory
   double reserved_gib = 4;      // context, NCCL buffers, fragmentation
@@ -45,7 +44,7 @@ inline constexpr int kMaxGpusPerNode = 4096;
 
 // Overrides fields from a JSON object (bounded as runtime/json_input.h
 // says), each within its range: gpus_per_node an integer in [1, 4096];
-// matmul_efficiency in [1e-3, 1]; rates and sizes (peak_tflops, *_gbps,
+// rates and sizes (peak_tflops, *_gbps,
 // memory_gib) in [1e-3, 1e6], reserved_gib in [0, 1e6]; latencies (*_us)
 // in [0, 1e6]. InvalidArgument naming an unknown field, a non-number, a
 // non-integer gpus_per_node or a value outside its range (with the range);
@@ -53,7 +52,7 @@ inline constexpr int kMaxGpusPerNode = 4096;
 Status ApplyClusterJson(absl::string_view json_text, ClusterSpec& spec);
 
 // Every field finite and positive (reserved_gib and latencies may be 0),
-// matmul_efficiency at most 1, gpus_per_node at most kMaxGpusPerNode.
+// gpus_per_node at most kMaxGpusPerNode.
 // InvalidArgument naming the field otherwise.
 Status ValidateCluster(const ClusterSpec& spec);
 

@@ -69,7 +69,7 @@ TEST(ClusterInputTest, FieldsAreTypedAndRanged) {
       {R"({"gpus_per_node": "8"})", "gpus_per_node"},
       {R"({"nic_gbps": 1e-300})", "nic_gbps\" must be a number in [0.001, 1e+06]"},
       {R"({"peak_tflops": 1e300})", "peak_tflops"},
-      {R"({"matmul_efficiency": 1.5})", "matmul_efficiency"},
+      {R"({"matmul_efficiency": 0.7})", "unknown field \"matmul_efficiency\""},
       {R"({"host_issue_us": -1})", "host_issue_us"},
       {R"({"name": 5})", "\"name\""},
       {R"({"bogus": 1})", "unknown field \"bogus\""},

@@ -20,7 +20,7 @@ constexpr absl::Duration kBudget = absl::Seconds(3);
 TEST(ParsersFuzzTest, ClusterFile) {
   const std::vector<std::string> corpus = {
       R"({"name": "mine", "gpus_per_node": 4, "peak_tflops": 312,
-          "matmul_efficiency": 0.6, "hbm_gbps": 1800, "memory_gib": 40,
+          "hbm_gbps": 1800, "memory_gib": 40,
           "reserved_gib": 0, "nvlink_gbps": 230, "nic_gbps": 25,
           "base_latency_us": 8.4, "nvlink_hop_us": 3.4, "net_hop_us": 14,
           "host_issue_us": 4})",

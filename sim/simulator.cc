@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "baton/sim/compute_model.h"
 
 namespace baton::sim {
 namespace {
@@ -55,17 +56,13 @@ Cost RingCost(const ClusterSpec& c, int n, double bytes, bool all_reduce,
 class Model {
  public:
   Model(const StepGraph& g, const ClusterSpec& c, const Workload& w,
-        const SimOptions& o)
-      : g_(g), c_(c), w_(w), o_(o) {}
+        const SimOptions& o, const ComputeModel& k)
+      : g_(g), c_(c), w_(w), o_(o), k_(k) {}
 
   Cost NodeCost(const Node& n) const {
-    const ModelSpec& m = g_.layout.spec;
-    const double tokens = static_cast<double>(w_.seq * w_.micro_batch);
-    const double flops_rate = c_.peak_tflops * 1e12 * c_.matmul_efficiency;
-    const double hbm = c_.hbm_gbps * 1e9;
-    auto bound = [&](double flops, double bytes) {
+    auto time = [](const KernelSum& k) {
       Cost cost;
-      cost.latency_s = std::max(flops / flops_rate, bytes / hbm);
+      cost.latency_s = k.seconds;
       return cost;
     };
     auto buffer_bytes = [&](int b) { return static_cast<double>(g_.buffers[b].bytes()); };
@@ -73,24 +70,22 @@ class Model {
       case NodeKind::kForward:
       case NodeKind::kRecompute:
       case NodeKind::kBackward: {
-        const double mult = n.kind == NodeKind::kBackward ? 2.0 : 1.0;
-        const scheduler::UnitSpec& u = g_.layout.units[n.unit];
-        const double weights = static_cast<double>(u.numel()) * 2;
-        switch (u.kind) {
-          case UnitKind::kBlock:
-            return bound(mult * scheduler::BlockForwardFlops(m, w_.seq) *
-                             static_cast<double>(w_.micro_batch),
-                         mult * weights + tokens * m.hidden * 34 * mult);
+        const bool bwd = n.kind == NodeKind::kBackward;
+        switch (g_.layout.units[n.unit].kind) {
+          case UnitKind::kBlock: {
+            bool acc = false;
+            for (bool a : n.grad_accumulate) acc |= a;
+            if (!bwd) return time(k_.BlockForward());
+            return time(WithGradientCopy(k_.BlockBackward(acc), n.unit));
+          }
           case UnitKind::kLmHead:
-            return bound(mult * 2.0 * tokens * m.hidden * m.vocab,
-                         mult * m.vocab * m.hidden * 2.0 + tokens * m.vocab * 6);
+            return time(bwd ? WithGradientCopy(k_.LmHeadBackward(), n.unit)
+                            : k_.LmHeadForward());
           case UnitKind::kEmbedding:
-            return bound(0, tokens * m.hidden * 4 +
-                                (n.kind == NodeKind::kBackward
-                                     ? m.vocab * m.hidden * 4.0
-                                     : 0));
+            return time(bwd ? WithGradientCopy(k_.EmbeddingBackward(), n.unit)
+                            : k_.EmbeddingForward());
           case UnitKind::kFinalNorm:
-            return bound(0, tokens * m.hidden * 6 * mult);
+            return time(bwd ? k_.FinalNormBackward() : k_.FinalNormForward());
         }
         return Cost{};
       }
@@ -101,17 +96,36 @@ class Model {
       case NodeKind::kAllReduce:
         return Collective("all_reduce", buffer_bytes(n.reads[0]), true);
       case NodeKind::kCopy:
-        return bound(0, 2 * buffer_bytes(n.writes[0]));
+        return time(k_.CopyBytes(2 * buffer_bytes(n.writes[0])));
       case NodeKind::kAccumulate:
-        return bound(0, 3 * buffer_bytes(n.writes[0]));
-      case NodeKind::kOptimizer: {
-        const double e = static_cast<double>(g_.layout.buckets[n.bucket].shard_numel);
-        return bound(0, e * 28);  // read grad, master, m, v; write three
-      }
-      case NodeKind::kCast:
-        return bound(0, buffer_bytes(n.writes[0]) * 3);
+        return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
+      case NodeKind::kOptimizer:
+        return time(k_.Optimizer(
+            static_cast<double>(g_.layout.buckets[n.bucket].shard_numel)));
+      case NodeKind::kCast:  // read fp32, write the parameter dtype
+        return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
     }
     return Cost{};
+  }
+
+  // The peers' own device copies of a unit's gradient in its backward, on
+  // the compute stream (bf16: read 2 + write 2 bytes per parameter):
+  //   fsdp1  the unit's parameters are views into one FlatParameter
+  //          (torch/distributed/fsdp/_flat_param.py, _unflatten_as_params),
+  //          so autograd concatenates their gradients into the flat gradient.
+  //   zero3  each gradient is copied into the contiguous reduce bucket
+  //          before the reduce-scatter (deepspeed/runtime/zero/stage3.py,
+  //          __add_grad_to_ipg_bucket: new_grad_tensor.copy_(param.grad)).
+  // baton and YaFSDP compute into the gradient buffer that is reduced;
+  // FSDP2's copies are graph nodes (Policy::copy_in_out).
+  KernelSum WithGradientCopy(KernelSum k, int unit) const {
+    const std::string& p = g_.policy.name;
+    if (p == "fsdp1" || p == "zero3") {
+      k.Add(k_.CopyBytes(4.0 * static_cast<double>(g_.layout.units[unit].numel()))
+                .seconds,
+            k_.launch_s());
+    }
+    return k;
   }
 
   Cost Collective(const char* name, double bytes, bool all_reduce) const {
@@ -364,9 +378,30 @@ class Model {
   const ClusterSpec& c_;
   const Workload& w_;
   const SimOptions& o_;
+  const ComputeModel& k_;
 };
 
 }  // namespace
+
+double StateBytes(const StepGraph& g) {
+  // FSDP1 keeps the fp32 flat-parameter shard as the parameter itself and
+  // casts it into a low-precision shard only for the all-gather, freeing
+  // that right after (torch/distributed/fsdp/_flat_param.py:
+  // _use_low_precision_shard / _free_low_precision_sharded_param); FSDP2's
+  // sharded DTensor parameters are fp32 and the all-gather input is a
+  // copy-in made per gather (torch/distributed/_composable/fsdp/
+  // _fsdp_collectives.py: foreach_all_gather). Neither keeps a persistent
+  // bf16 shard: 16 bytes per parameter under mixed precision (fp32 param,
+  // fp32 gradient, two fp32 moments) where baton, YaFSDP and ZeRO-3 keep 18.
+  const bool fp32_shard_only = g.policy.name == "fsdp1" || g.policy.name == "fsdp2";
+  double bytes = 0;
+  for (const GraphBuffer& b : g.buffers) {
+    if (!b.persistent) continue;
+    if (fp32_shard_only && b.role == scheduler::BufferRole::kShard) continue;
+    bytes += static_cast<double>(b.bytes());
+  }
+  return bytes;
+}
 
 Status ValidateWorkload(const Workload& w) {
   if (w.gpus < 1) {
@@ -439,7 +474,18 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
         "simulator: graph built for ", graph.layout.options.world_size,
         " ranks, workload has ", workload.gpus, " GPUs"));
   }
-  Model model(graph, cluster, workload, options);
+  const KernelTable* table = options.kernels;
+  if (table == nullptr) {
+    const StatusOr<KernelTable>& preset = H100KernelTable();
+    BATON_RETURN_IF_ERROR(preset.status());
+    table = &*preset;
+  }
+  BATON_ASSIGN_OR_RETURN(
+      const ComputeModel kernels,
+      ComputeModel::Create(*table, cluster, graph.layout.spec,
+                           workload.seq * workload.micro_batch,
+                           workload.micro_batch, workload.seq));
+  Model model(graph, cluster, workload, options, kernels);
   BATON_ASSIGN_OR_RETURN(SimResult r, model.Run());
   const ModelSpec& m = graph.layout.spec;
   r.policy = graph.policy.name;
@@ -451,7 +497,7 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
           (r.step_s * cluster.peak_tflops * 1e12);
   r.tokens_per_s_per_gpu = local * workload.seq / r.step_s;
   r.memory = ActivationMemory(m, workload, graph.policy.recompute_blocks);
-  r.memory.states = static_cast<double>(graph.persistent_bytes);
+  r.memory.states = StateBytes(graph);
   r.memory.arena = static_cast<double>(graph.plan.arena_bytes);
   r.memory.reserved = cluster.reserved_gib * 1073741824.0;
   r.fits = r.memory.peak() <= cluster.memory_gib * 1073741824.0;
@@ -473,7 +519,7 @@ StatusOr<SimResult> Simulate(const ModelSpec& model, const ClusterSpec& cluster,
     policy.recompute_blocks = 0;
     BATON_ASSIGN_OR_RETURN(StepGraph g0,
                            scheduler::BuildStepGraph(model, policy, workload.gpus));
-    const double fixed = static_cast<double>(g0.persistent_bytes) +
+    const double fixed = StateBytes(g0) +
                          static_cast<double>(g0.plan.arena_bytes) +
                          cluster.reserved_gib * 1073741824.0;
     int chosen = -1;

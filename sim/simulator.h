@@ -9,10 +9,10 @@
 // the graph's size, independent of the number of GPUs.
 //
 // Model, per node of the graph:
-//   compute    max(FLOPs / (peak x matmul_efficiency), bytes / HBM); a
-//              block's backward is twice its forward; a recompute is one
-//              forward. Embedding, norm, optimizer, cast, copies and
-//              accumulation are bandwidth-bound.
+//   compute    the sum of the node's kernels, each looked up by shape in a
+//              measured kernel table and scaled to the cluster's GPU
+//              (sim/compute_model.h lists every kernel of the step); a
+//              recompute is one forward.
 //   collective NCCL-style ring alpha-beta over the two-level cluster:
 //              latency base + (g-1) NVLink hops + (m-1) network hops, and
 //              (g-1)/g S / B_nvlink + (m-1)/m S / (g B_nic) for g GPUs per
@@ -26,7 +26,7 @@
 //              time always advances and long steps are as exact as short
 //              ones; a node cost that is not finite or a step longer than
 //              1e6 s is refused (InvalidArgument naming the node).
-// Memory: persistent state (shards, master, gradient shard, moments) + the
+// Memory: persistent state as the framework keeps it (StateBytes) + the
 // planned arena + activations + logits + the cluster's reserve. Activations
 // per block and sequence: 34 s h bytes (Korthikanti et al., with flash
 // attention, which does not keep the s^2 scores), or 2 s h for a block that
@@ -44,6 +44,7 @@
 #include "baton/scheduler/step_graph.h"
 #include "baton/sim/calibration.h"
 #include "baton/sim/cluster.h"
+#include "baton/sim/kernel_table.h"
 
 namespace baton::sim {
 
@@ -69,6 +70,9 @@ struct SimOptions {
   bool timeline = false;        // keep every node's interval
   // Measured busbw tables (sim/calibration.h); not owned; may be null.
   const Calibration* calibration = nullptr;
+  // Measured kernel times (sim/kernel_table.h); not owned; null: the
+  // shipped H100 table scaled to the cluster's GPU.
+  const KernelTable* kernels = nullptr;
 };
 
 struct Interval {
@@ -109,6 +113,12 @@ struct SimResult {
 // = local batch / micro_batch, reducing every micro-step.
 StatusOr<scheduler::Policy> SimPolicy(const std::string& policy_name,
                                       const Workload& workload);
+
+// Persistent bytes per GPU as the graph's framework keeps them: the graph's
+// persistent buffers (parameter-dtype shard, fp32 master, gradient shard,
+// two moments), less the parameter-dtype shard for fsdp1 and fsdp2, which
+// keep only the fp32 shard and cast it per all-gather (sources in the .cc).
+double StateBytes(const scheduler::StepGraph& graph);
 
 // Activation + logits bytes per GPU at the peak with the first
 // `recompute_blocks` blocks recomputed (-1: all).

@@ -127,4 +127,26 @@ check_msg policy-and-compare '--policy and --compare' --policy=baton --compare=d
 check_msg trace-empty '--trace needs a value' --trace=
 check_msg calib-empty '--calibration has an empty item' --calibration=,
 check_msg model-and-hf '--model and --hf-config' --model=tiny --hf-config="$t/huge.json"
+table='{"gpu": "test", "launch_overhead_us": 5,
+ "gemm": [{"m": 4096, "n": 4096, "k": 4096, "s": 0.0004}],
+ "sdpa": [{"batch": 1, "heads": 32, "kv_heads": 8, "seq": 8192, "head_dim": 128, "fwd_s": 0.004, "bwd_s": 0.01}],
+ "elementwise": [{"op": "rmsnorm", "bytes_fwd": 67108864, "fwd_s": 5e-5, "bwd_s": 1e-4},
+  {"op": "swiglu", "bytes_fwd": 270532608, "fwd_s": 3e-4, "bwd_s": 1e-3},
+  {"op": "cross_entropy", "bytes_fwd": 262144000, "fwd_s": 1e-3, "bwd_s": 1.5e-3}],
+ "adamw": [{"params": 16777216, "s": 3e-4}]}'
+echo "$table" >"$TEST_TMPDIR/kernels.json"
+check kernel-table 0 --model=llama3-8b --gpus=64 --global-batch=64 --policy=baton \
+  --kernel-table="$TEST_TMPDIR/kernels.json"
+grep -q '^# kernel table: test (1 GEMM shapes' "$TEST_TMPDIR/out" || { echo "FAIL kernel-table header"; fail=1; }
+check kernel-table-via-calibration 0 --model=llama3-8b --gpus=64 --global-batch=64 \
+  --policy=baton --calibration="$TEST_TMPDIR/kernels.json"
+grep -q '^# kernel table: test' "$TEST_TMPDIR/out" || { echo "FAIL calibration kernel header"; fail=1; }
+echo "${table/\"s\": 0.0004/\"s\": \"fast\"}" >"$TEST_TMPDIR/kernels_bad.json"
+check kernel-table-type 2 --kernel-table="$TEST_TMPDIR/kernels_bad.json"
+grep -q 'gemm\[0\]."s" must be a number, got string' "$TEST_TMPDIR/err" || { echo "FAIL kernel-table-type message"; fail=1; }
+check kernel-table-type-calibration 2 --calibration="$TEST_TMPDIR/kernels_bad.json"
+echo "${table/\"swiglu\"/\"gelu\"}" >"$TEST_TMPDIR/kernels_noop.json"
+check kernel-table-missing-op 2 --model=llama3-8b --gpus=64 --global-batch=64 \
+  --policy=baton --kernel-table="$TEST_TMPDIR/kernels_noop.json"
+check kernel-table-missing 2 --kernel-table=/nonexistent/kernels.json
 exit $fail

@@ -1,0 +1,134 @@
+#include "baton/sim/compute_model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace baton::sim {
+
+double ComputeModel::Gemm(double m, double n, double k) const {
+  // A GEMM also reads and writes its operands: it is never faster than
+  // that traffic at the device's copy rate (the tiny shapes of test models).
+  const double traffic = 2 * (m * k + k * n + m * n) / copy_Bps_;
+  return std::max(t_->GemmSeconds(m, n, k) * compute_scale_, traffic);
+}
+
+double ComputeModel::Copy(double bytes) const { return bytes / copy_Bps_; }
+
+StatusOr<double> ComputeModel::Op(const char* op, double bytes,
+                                  bool backward) const {
+  BATON_ASSIGN_OR_RETURN(const double s, t_->ElementwiseSeconds(op, bytes, backward));
+  return s * memory_scale_;
+}
+
+KernelSum ComputeModel::Optimizer(double params) const {
+  KernelSum k;
+  k.Add(Copy(params * 4), launch_s_);      // gradient norm: read fp32 grad
+  k.Add(Copy(params * 8), launch_s_);      // clip: scale it in place
+  k.Add(t_->AdamwSeconds(params) * memory_scale_, launch_s_);
+  return k;
+}
+
+KernelSum ComputeModel::CopyBytes(double bytes) const {
+  KernelSum k;
+  k.Add(Copy(bytes), launch_s_);
+  return k;
+}
+
+StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
+                                            const ClusterSpec& cluster,
+                                            const scheduler::ModelSpec& m,
+                                            int64_t tokens_i, int64_t micro_batch,
+                                            int64_t seq) {
+  ComputeModel c(table);
+  c.compute_scale_ = table.peak_tflops > 0 ? table.peak_tflops / cluster.peak_tflops : 1;
+  c.memory_scale_ = table.hbm_gbps > 0 ? table.hbm_gbps / cluster.hbm_gbps : 1;
+  c.launch_s_ = table.launch_us * 1e-6;
+  const double copy_gbps = table.copy_gbps > 0   ? table.copy_gbps
+                           : table.hbm_gbps > 0 ? table.hbm_gbps
+                                                : cluster.hbm_gbps;
+  c.copy_Bps_ = copy_gbps * 1e9 / c.memory_scale_;
+  const double T = static_cast<double>(tokens_i);
+  const double h = static_cast<double>(m.hidden);
+  const double F = static_cast<double>(m.intermediate);
+  const double V = static_cast<double>(m.vocab);
+  const double d = static_cast<double>(m.head_dim);
+  const double H = static_cast<double>(m.heads);
+  const double G = static_cast<double>(m.kv_heads);
+  const double qkv = (H + 2 * G) * d;
+  const double L = c.launch_s_;
+  const double b = static_cast<double>(micro_batch);
+  const double s = static_cast<double>(seq);
+
+  BATON_ASSIGN_OR_RETURN(const double norm_f, c.Op("rmsnorm", T * h * 4, false));
+  BATON_ASSIGN_OR_RETURN(const double norm_b, c.Op("rmsnorm", T * h * 4, true));
+  BATON_ASSIGN_OR_RETURN(const double glu_f, c.Op("swiglu", T * F * 6, false));
+  BATON_ASSIGN_OR_RETURN(const double glu_b, c.Op("swiglu", T * F * 6, true));
+  BATON_ASSIGN_OR_RETURN(const double ce_f, c.Op("cross_entropy", T * V * 2, false));
+  BATON_ASSIGN_OR_RETURN(const double ce_b, c.Op("cross_entropy", T * V * 2, true));
+  const double attn_f =
+      table.AttentionSeconds(b, H, G, s, d, false) * c.compute_scale_;
+  const double attn_b =
+      table.AttentionSeconds(b, H, G, s, d, true) * c.compute_scale_;
+  const double residual = c.Copy(T * h * 6);
+  const double rope_q = c.Copy(T * H * d * 8), rope_k = c.Copy(T * G * d * 8);
+
+  KernelSum& f = c.block_fwd_;
+  f.Add(norm_f, L);
+  f.Add(c.Gemm(T, qkv, h), L);
+  for (int i = 0; i < 3; ++i) {
+    f.Add(rope_q, L);
+    f.Add(rope_k, L);
+  }
+  f.Add(attn_f, L);
+  f.Add(c.Gemm(T, h, H * d), L);
+  f.Add(residual, L);
+  f.Add(norm_f, L);
+  f.Add(c.Gemm(T, 2 * F, h), L);
+  f.Add(glu_f, L);
+  f.Add(c.Gemm(T, h, F), L);
+  f.Add(residual, L);
+
+  KernelSum& g = c.block_bwd_;
+  g.Add(residual, L);
+  g.Add(c.Gemm(T, F, h), L);  // down dgrad
+  g.Add(c.Gemm(F, h, T), L);  // down wgrad
+  g.Add(glu_b, L);
+  g.Add(c.Gemm(T, h, 2 * F), L);
+  g.Add(c.Gemm(h, 2 * F, T), L);
+  g.Add(norm_b, L);
+  g.Add(residual, L);
+  g.Add(c.Gemm(T, H * d, h), L);  // o
+  g.Add(c.Gemm(H * d, h, T), L);
+  g.Add(attn_b, L);
+  for (int i = 0; i < 3; ++i) {
+    g.Add(rope_q, L);
+    g.Add(rope_k, L);
+  }
+  g.Add(c.Gemm(T, h, qkv), L);
+  g.Add(c.Gemm(h, qkv, T), L);
+  g.Add(norm_b, L);
+  c.block_bwd_acc_ = g;
+  // One add per parameter tensor (2 norms + q, k, v, o, gate, up, down)
+  // of bf16 gradients: read both, write one.
+  const double sizes[] = {h, h, H * d * h, G * d * h, G * d * h, H * d * h,
+                          F * h, F * h, F * h};
+  for (double n : sizes) c.block_bwd_acc_.Add(c.Copy(n * 6), L);
+
+  c.emb_fwd_.Add(c.Copy(T * h * 4), L);
+  c.emb_bwd_.Add(c.Copy(V * h * 2), L);  // zero the dense gradient
+  for (int i = 0; i < kEmbeddingSortKernels; ++i) c.emb_bwd_.Add(c.Copy(T * 8), L);
+  c.emb_bwd_.Add(c.Copy(T * h * 8), L);  // segmented sum in fp32, write bf16
+
+  c.norm_fwd_.Add(norm_f, L);
+  c.norm_bwd_.Add(norm_b, L);
+
+  c.head_fwd_.Add(c.Gemm(T, V, h), L);
+  c.head_fwd_.Add(ce_f, L);
+  c.head_bwd_.Add(ce_b, L);
+  c.head_bwd_.Add(c.Gemm(T, h, V), L);
+  c.head_bwd_.Add(c.Gemm(h, V, T), L);
+  return c;
+}
+
+}  // namespace baton::sim

@@ -1,0 +1,114 @@
+// The simulator's compute model: every kernel one rank runs in a training
+// step, each looked up by shape in a measured KernelTable
+// (sim/kernel_table.h), summed per step-graph node.
+//
+// Kernels per node, for T = seq x micro_batch tokens, hidden h, H heads,
+// G KV heads, head dim d, FFN width F, vocabulary V (GEMM shapes m x n x k
+// as the table names them: forward (T, out, in), dgrad (T, in, out),
+// wgrad (in, out, T)):
+//   block forward    RMSNorm; fused QKV GEMM (n = (H + 2G) d); RoPE on q
+//                    and k (eager: 3 passes each, fp32 in and out); flash
+//                    attention; O GEMM; residual add; RMSNorm; fused
+//                    gate/up GEMM (n = 2F); SwiGLU; down GEMM; residual add.
+//   block recompute  the forward again.
+//   block backward   per GEMM a dgrad and a wgrad; attention, SwiGLU and two
+//                    RMSNorm backwards; RoPE backward; two residual-gradient
+//                    adds; with gradient accumulation (a later micro-step or
+//                    a tied weight) one add per parameter into its gradient.
+//   embedding        forward a row gather; backward PyTorch's dense
+//                    embedding backward: zero the V x h gradient, sort the
+//                    token ids (kEmbeddingSortKernels small kernels), then a
+//                    segmented sum of T rows in fp32.
+//   final norm       RMSNorm forward / backward.
+//   LM head + loss   forward: the head GEMM and cross-entropy over V in fp32
+//                    (the table's op includes the cast); backward:
+//                    cross-entropy backward, dgrad and wgrad of the head.
+//   optimizer        per bucket shard of P parameters: gradient-norm
+//                    clipping (a read of the fp32 gradient for the norm, a
+//                    read-write to scale it) and fused AdamW (the table's
+//                    curve by parameters).
+//   cast / copy / accumulate   device copies of 6 / 2 / 3 bytes per element
+//                    byte (fp32 master -> bf16; read + write; a + b -> a).
+// Each kernel costs max(its table time scaled to the GPU, the table's
+// launch cost): an eager framework issues kernels back to back at
+// launch_overhead_us each, so a kernel shorter than that leaves the GPU
+// waiting on the host, and a longer one hides its successor's launch.
+//
+// Other GPUs: the table's curves scaled by published peaks. A
+// compute-bound kernel (GEMM, attention) takes the table time x
+// table.peak_tflops / cluster.peak_tflops; a memory-bound one (norms,
+// SwiGLU, loss, optimizer, copies) x table.hbm_gbps / cluster.hbm_gbps.
+// This keeps each curve's shape (tile quantization, small-shape roll-off)
+// and assumes the same fraction of peak on both GPUs; for the A100 preset
+// the factors are 989/312 and 3000/1800. A table measured on the
+// simulated GPU itself (--kernel-table, or one with no peak_tflops /
+// hbm_gbps fields) is not scaled.
+//
+// Plain data after construction; const methods are thread-safe.
+#ifndef BATON_SIM_COMPUTE_MODEL_H_
+#define BATON_SIM_COMPUTE_MODEL_H_
+
+#include <cstdint>
+
+#include "baton/runtime/status.h"
+#include "baton/scheduler/model.h"
+#include "baton/sim/cluster.h"
+#include "baton/sim/kernel_table.h"
+
+namespace baton::sim {
+
+constexpr int kEmbeddingSortKernels = 6;
+
+// A node's time and how many kernels make it.
+struct KernelSum {
+  double seconds = 0;
+  int kernels = 0;
+  void Add(double kernel_s, double launch_s) {
+    seconds += kernel_s > launch_s ? kernel_s : launch_s;
+    ++kernels;
+  }
+};
+
+class ComputeModel {
+ public:
+  // `table` must outlive the model. InvalidArgument if the table lacks an
+  // op the model needs (rmsnorm, swiglu, cross_entropy).
+  static StatusOr<ComputeModel> Create(const KernelTable& table,
+                                       const ClusterSpec& cluster,
+                                       const scheduler::ModelSpec& model,
+                                       int64_t tokens, int64_t micro_batch,
+                                       int64_t seq);
+
+  KernelSum BlockForward() const { return block_fwd_; }
+  KernelSum BlockBackward(bool accumulate) const {
+    return accumulate ? block_bwd_acc_ : block_bwd_;
+  }
+  KernelSum EmbeddingForward() const { return emb_fwd_; }
+  KernelSum EmbeddingBackward() const { return emb_bwd_; }
+  KernelSum FinalNormForward() const { return norm_fwd_; }
+  KernelSum FinalNormBackward() const { return norm_bwd_; }
+  KernelSum LmHeadForward() const { return head_fwd_; }
+  KernelSum LmHeadBackward() const { return head_bwd_; }
+  KernelSum Optimizer(double params) const;
+  // One device copy kernel moving `bytes` (read + write counted).
+  KernelSum CopyBytes(double bytes) const;
+
+  double compute_scale() const { return compute_scale_; }
+  double memory_scale() const { return memory_scale_; }
+  double launch_s() const { return launch_s_; }
+
+ private:
+  ComputeModel(const KernelTable& t) : t_(&t) {}
+  double Gemm(double m, double n, double k) const;
+  double Copy(double bytes) const;
+  StatusOr<double> Op(const char* op, double bytes, bool backward) const;
+
+  const KernelTable* t_;
+  double compute_scale_ = 1, memory_scale_ = 1, launch_s_ = 0, copy_Bps_ = 1;
+  KernelSum block_fwd_, block_bwd_, block_bwd_acc_, emb_fwd_, emb_bwd_,
+      norm_fwd_, norm_bwd_, head_fwd_, head_bwd_;
+};
+
+}  // namespace baton::sim
+
+#endif  // BATON_SIM_COMPUTE_MODEL_H_

@@ -1,0 +1,128 @@
+#include "baton/sim/kernel_table.h"
+
+#include <string>
+
+#include "baton/sim/compute_model.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace baton::sim {
+namespace {
+
+TEST(KernelTableTest, ShippedTableKeepsItsProvenanceAndMeasurements) {
+  const StatusOr<KernelTable>& t = H100KernelTable();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->gpu, "NVIDIA H100 80GB HBM3");
+  EXPECT_NE(t->provenance.find("PyTorch 2.11"), std::string::npos);
+  EXPECT_EQ(t->gemm.size(), 250u);
+  EXPECT_EQ(t->attention.size(), 20u);
+  EXPECT_NEAR(t->launch_us, 8.93, 0.01);
+  // Exact shapes return their measurement (the first gemm and sdpa rows).
+  EXPECT_NEAR(t->GemmSeconds(2048, 12288, 4096), 0.0002921920120716095, 1e-12);
+  EXPECT_NEAR(t->AttentionSeconds(8, 32, 8, 2048, 128, false),
+              0.0005383679866790772, 1e-12);
+  EXPECT_NEAR(t->AttentionSeconds(8, 32, 8, 2048, 128, true),
+              0.0020110080242156983, 1e-12);
+  EXPECT_NEAR(t->AdamwSeconds(67108864), 0.0009544960260391235, 1e-12);
+  EXPECT_NEAR(*t->ElementwiseSeconds("rmsnorm", 67108864, false),
+              4.4383998960256575e-05, 1e-15);
+}
+
+TEST(KernelTableTest, InterpolatesBetweenAndScalesBeyondMeasuredSizes) {
+  const KernelTable& t = *H100KernelTable();
+  // Between two measured rmsnorm sizes the time lies between theirs.
+  const double lo = *t.ElementwiseSeconds("rmsnorm", 67108864, false);
+  const double hi = *t.ElementwiseSeconds("rmsnorm", 134217728, false);
+  const double mid = *t.ElementwiseSeconds("rmsnorm", 100e6, false);
+  EXPECT_GT(mid, lo);
+  EXPECT_LT(mid, hi);
+  // Beyond the largest, proportional to size.
+  const double top = *t.ElementwiseSeconds("rmsnorm", 1073741824, false);
+  EXPECT_NEAR(*t.ElementwiseSeconds("rmsnorm", 4.0 * 1073741824, false), 4 * top,
+              1e-12);
+  // Monotone: the noisy 4096 x 14336 SwiGLU forward is not slower than a
+  // larger SwiGLU.
+  EXPECT_LE(*t.ElementwiseSeconds("swiglu", 352321536, false),
+            *t.ElementwiseSeconds("swiglu", 704643072, false));
+  // A GEMM between measured shapes runs at a rate within the measured range.
+  const double s = t.GemmSeconds(3000, 9000, 6000);
+  const double rate = 2.0 * 3000 * 9000 * 6000 / s / 1e12;
+  EXPECT_GT(rate, 180);
+  EXPECT_LT(rate, 810);
+  EXPECT_EQ(t.ElementwiseSeconds("layernorm", 1e6, false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+std::string Table(const std::string& gemm_row) {
+  return R"({"gpu": "x", "launch_overhead_us": 5, "gemm": [)" + gemm_row +
+         R"(], "sdpa": [{"batch": 1, "heads": 8, "kv_heads": 8, "seq": 1024,
+         "head_dim": 64, "fwd_s": 1e-4, "bwd_s": 3e-4}],
+         "elementwise": [{"op": "rmsnorm", "bytes_fwd": 1e6, "fwd_s": 1e-5,
+         "bwd_s": 2e-5}], "adamw": [{"params": 1e6, "s": 1e-4}]})";
+}
+
+TEST(KernelTableTest, BadTablesNameTheField) {
+  auto ok = ParseKernelTable(Table(R"({"m": 1, "n": 2, "k": 3, "s": 1e-6})"), "t.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->peak_tflops, 0);  // no reference GPU: not scaled
+  struct Case {
+    std::string text, expect;
+  } cases[] = {
+      {Table(R"({"m": "1", "n": 2, "k": 3, "s": 1e-6})"), "gemm[0].\"m\" must be a number, got string"},
+      {Table(R"({"m": 1, "n": 2, "k": 3})"), "gemm[0].\"s\" is missing"},
+      {Table(R"({"m": 1, "n": 2, "k": 3, "s": -1})"), "gemm[0].\"s\" must be positive"},
+      {Table(R"({"m": 1, "n": 2, "k": 3, "s": 1}, [])"), "gemm[1] must be an object, got array"},
+      {Table(R"({"m": 1, "n": 2, "k": 3, "s": null})"), "must be a number, got null"},
+      {Table(R"({"m": 1, "n": 2, "k": 3, "s": true})"), "must be a number, got boolean"},
+      {Table(""), "\"gemm\" has no rows"},
+      {R"({"gpu": "x", "launch_overhead_us": 1, "gemm": {}})", "\"gemm\" must be an array, got object"},
+      {R"({"gpu": 7})", "\"gpu\" must be a string"},
+      {R"({"gpu": "x"})", "\"launch_overhead_us\" is missing"},
+      {R"([1, 2])", "must be an object, got array"},
+      {R"({"gpu": "x",)", "does not parse"},
+      {"", "does not parse"},
+      {std::string(100000, '[') + std::string(100000, ']'), "nests deeper than 8"},
+      {R"({"gpu": "x", "peak_tflops": "989", "launch_overhead_us": 1})", "\"peak_tflops\" must be a number"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseKernelTable(c.text, "t.json");
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.expect;
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos)
+        << r.status().message() << " / wanted: " << c.expect;
+    EXPECT_NE(r.status().message().find("t.json"), std::string::npos);
+  }
+  // A string holding brackets does not count as nesting.
+  std::string deep_string = Table(R"({"m": 1, "n": 2, "k": 3, "s": 1e-6})");
+  deep_string.insert(1, "\"note\": \"" + std::string(50, '[') + "\", ");
+  EXPECT_TRUE(ParseKernelTable(deep_string, "t.json").ok());
+  EXPECT_EQ(ReadKernelTable("/nonexistent/table.json").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ComputeModelTest, OtherGpusScaleByPeakAndBandwidth) {
+  const KernelTable& t = *H100KernelTable();
+  ClusterSpec h100 = *ClusterPreset("h100");
+  ClusterSpec a100 = *ClusterPreset("a100");
+  const scheduler::ModelSpec m = *scheduler::ModelPreset("llama3-8b");
+  auto kh = ComputeModel::Create(t, h100, m, 8192, 1, 8192);
+  auto ka = ComputeModel::Create(t, a100, m, 8192, 1, 8192);
+  ASSERT_TRUE(kh.ok() && ka.ok());
+  EXPECT_DOUBLE_EQ(kh->compute_scale(), 1);
+  EXPECT_DOUBLE_EQ(ka->compute_scale(), 989.0 / 312);
+  EXPECT_DOUBLE_EQ(ka->memory_scale(), 3000.0 / 1800);
+  // A block is GEMM-bound: the A100 takes between the bandwidth and the
+  // peak ratio longer.
+  const double ratio = ka->BlockForward().seconds / kh->BlockForward().seconds;
+  EXPECT_GT(ratio, 3000.0 / 1800);
+  EXPECT_LE(ratio, 989.0 / 312 + 1e-9);
+  // Every kernel pays at least the launch cost.
+  EXPECT_EQ(kh->EmbeddingBackward().kernels, 2 + kEmbeddingSortKernels);
+  EXPECT_GE(kh->EmbeddingBackward().seconds,
+            kh->EmbeddingBackward().kernels * kh->launch_s());
+  // Accumulating gradients adds one kernel per parameter tensor.
+  EXPECT_EQ(kh->BlockBackward(true).kernels, kh->BlockBackward(false).kernels + 9);
+  EXPECT_GT(kh->BlockBackward(true).seconds, kh->BlockBackward(false).seconds);
+}
+
+}  // namespace
+}  // namespace baton::sim
