@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -210,6 +211,27 @@ TEST(StoreHostileTest, ShutdownWaitsAtMostTheLingerAndSaysForWhom) {
   EXPECT_NE(err.find("rank(s) 2 to disconnect"), std::string::npos) << err;
   auto v = (*s2)->Get("x", absl::Seconds(1));
   EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable) << v.status();
+}
+
+TEST(StoreHostileTest, ClientThatVanishesWithParkedGets) {
+  auto s0 = TcpStore::Create(Opts(0, 0, 3));
+  ASSERT_TRUE(s0.ok());
+  for (int round = 0; round < 20; ++round) {
+    auto bad = std::make_unique<Raw>((*s0)->port());
+    bad->Hello(2, 3, "tok");
+    std::string gets;
+    for (int i = 0; i < 10; ++i) {
+      gets += store_wire::EncodeRequest(store_wire::kGet, "x" + std::to_string(round),
+                                        "", 5000);
+      gets += store_wire::EncodeRequest(store_wire::kGet, "y", "", i * 10);
+    }
+    bad->Send(gets);
+    absl::SleepFor(absl::Milliseconds(5));
+    bad.reset();  // gone while its Gets wait: answering them must not trip
+    ASSERT_TRUE((*s0)->Set("x" + std::to_string(round), "v").ok());
+  }
+  ASSERT_TRUE((*s0)->Set("y", "v").ok());
+  ExpectServing(**s0);
 }
 
 TEST(StoreHostileTest, LimitsOnContentAndTimeouts) {

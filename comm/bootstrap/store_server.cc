@@ -343,14 +343,19 @@ void Server::Hello(Conn& c, const Request& req) {
 }
 
 void Server::Answer(const std::string& key, const std::string& value) {
+  // Take the waiters out first: a reply can drop its connection, which
+  // edits waiters_.
+  std::vector<uint64_t> ready;
   for (auto it = waiters_.begin(); it != waiters_.end();) {
-    if (it->key != key) {
+    if (it->key == key) {
+      ready.push_back(it->conn);
+      it = waiters_.erase(it);
+    } else {
       ++it;
-      continue;
     }
-    Conn* w = Find(it->conn);
-    it = waiters_.erase(it);
-    if (w != nullptr) {
+  }
+  for (uint64_t id : ready) {
+    if (Conn* w = Find(id); w != nullptr) {
       --w->parked;
       Reply(*w, store_wire::kOk, value);
     }
@@ -436,17 +441,19 @@ void Server::Handle(Conn& c, Request& req) {
 }
 
 void Server::ExpireAndCheckStalls(absl::Time now) {
+  std::vector<Waiter> expired;  // replied to after the list is done
   for (auto it = waiters_.begin(); it != waiters_.end();) {
-    if (it->deadline > now) {
+    if (it->deadline <= now) {
+      expired.push_back(std::move(*it));
+      it = waiters_.erase(it);
+    } else {
       ++it;
-      continue;
     }
-    Conn* c = Find(it->conn);
-    const std::string key = std::move(it->key);
-    it = waiters_.erase(it);
-    if (c != nullptr) {
+  }
+  for (const Waiter& w : expired) {
+    if (Conn* c = Find(w.conn); c != nullptr) {
       --c->parked;
-      Reply(*c, store_wire::kTimeout, key);
+      Reply(*c, store_wire::kTimeout, w.key);
     }
   }
   for (Conn& c : conns_) {
