@@ -317,7 +317,8 @@ Status Run(RankCtx& ctx, const Options& o, std::vector<Row>* rows,
   copt.timeout = absl::Seconds(o.timeout_s);
   const bool progress = ctx.rank == 0 && ::isatty(2);
   std::vector<float> all(n);
-  std::vector<int32_t> all_wrong(n);
+  // Wrong counts are 64-bit: gathered as two i32 words each.
+  std::vector<int64_t> all_wrong(n);
 
   for (size_t si = 0; si < sizes.size(); ++si) {
     const size_t count = CountFor(o, n, sizes[si]);
@@ -379,18 +380,19 @@ Status Run(RankCtx& ctx, const Options& o, std::vector<Row>* rows,
       // Check on the timed buffers (staged through host memory).
       long long wrong = 0;
       if (o.check > 0) {
-        int32_t my_wrong = 0;
+        int64_t my_wrong = 0;
         for (int c = 0; c < o.check; ++c) {
           cc.seed = c + 1;
           ptrs(0, &send, &recv);
           BATON_ASSIGN_OR_RETURN(
               size_t w, CheckOnBuffers(*ctx.comm, st, cc, send, recv, copt));
-          my_wrong += static_cast<int32_t>(w);
+          my_wrong += static_cast<int64_t>(w);
         }
+        static_assert(sizeof(int64_t) == 2 * sizeof(int32_t));
         BATON_RETURN_IF_ERROR(ctx.comm->AllGather(
-            &my_wrong, all_wrong.data(), 1, DataType::kI32, st, copt));
+            &my_wrong, all_wrong.data(), 2, DataType::kI32, st, copt));
         BATON_RETURN_IF_ERROR(st.Synchronize());
-        for (int32_t v : all_wrong) wrong += v;
+        for (int64_t v : all_wrong) wrong += v;
       }
       const size_t bytes = (o.kind == CollectiveKind::kAllGather ||
                             o.kind == CollectiveKind::kReduceScatter)
@@ -618,7 +620,7 @@ int RunProcessRank(const Options& o) {
   } else if (absl::IsNotFound(info.status()) && o.nranks == 1) {
     auto port = PickFreePort();
     if (!port.ok()) return Fail(port.status());
-    li.master_port = *port;
+    li.store_port = *port;
   } else {
     return Fail(info.status());
   }

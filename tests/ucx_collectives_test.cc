@@ -322,7 +322,11 @@ TEST(LauncherTest, SetsTheLaunchEnvironment) {
   o.nproc = 2;
   o.argv = {"/bin/sh", "-c",
             "[ \"$WORLD_SIZE\" = 2 ] && [ -n \"$MASTER_PORT\" ] && "
-            "[ \"$RANK\" = \"$LOCAL_RANK\" ]"};
+            "[ \"$RANK\" = \"$LOCAL_RANK\" ] && "
+            // The store has its own port (not torchrun's) and a token.
+            "[ -n \"$BATON_STORE_PORT\" ] && "
+            "[ \"$BATON_STORE_PORT\" != \"$MASTER_PORT\" ] && "
+            "[ ${#BATON_STORE_TOKEN} = 32 ]"};
   auto r = LaunchLocal(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 0) << r->summary;

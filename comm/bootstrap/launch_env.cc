@@ -115,6 +115,29 @@ StatusOr<LaunchInfo> LaunchInfoFromEnv(const EnvLookup& env) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MASTER_PORT=", info.master_port, " is outside 1..65535"));
   }
+  bool has_store_port;
+  BATON_RETURN_IF_ERROR(
+      ReadInt(env, "BATON_STORE_PORT", &info.store_port, &has_store_port));
+  if (!has_store_port) {
+    if (info.master_port == 65535) {
+      return absl::InvalidArgumentError(
+          "MASTER_PORT=65535 leaves no room for the store's default port "
+          "(MASTER_PORT + 1): set BATON_STORE_PORT");
+    }
+    info.store_port = info.master_port + 1;
+  }
+  if (info.store_port < 1 || info.store_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BATON_STORE_PORT=", info.store_port, " is outside 1..65535"));
+  }
+  if (info.store_port == info.master_port) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BATON_STORE_PORT=", info.store_port,
+        " equals MASTER_PORT (torchrun's own store listens there)"));
+  }
+  if (std::optional<std::string> t = env("BATON_STORE_TOKEN"); t.has_value()) {
+    info.store_token = *t;
+  }
   return info;
 }
 

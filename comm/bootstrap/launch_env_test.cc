@@ -37,7 +37,38 @@ TEST(LaunchEnvTest, Torchrun) {
   EXPECT_EQ(r->local_world_size, 2);
   EXPECT_EQ(r->master_addr, "10.0.0.1");
   EXPECT_EQ(r->master_port, 1234);
+  EXPECT_EQ(r->store_port, 1235);  // MASTER_PORT + 1: not torchrun's port
   EXPECT_EQ(r->source, "torchrun");
+}
+
+TEST(LaunchEnvTest, StorePortAndToken) {
+  auto r = LaunchInfoFromEnv(Env({{"RANK", "0"},
+                                  {"WORLD_SIZE", "2"},
+                                  {"MASTER_PORT", "29500"},
+                                  {"BATON_STORE_PORT", "40000"},
+                                  {"BATON_STORE_TOKEN", "s3cret"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->master_port, 29500);
+  EXPECT_EQ(r->store_port, 40000);
+  EXPECT_EQ(r->store_token, "s3cret");
+  ExpectErrorNames(LaunchInfoFromEnv(Env({{"RANK", "0"},
+                                          {"WORLD_SIZE", "1"},
+                                          {"BATON_STORE_PORT", "0"}})),
+                   "BATON_STORE_PORT");
+  ExpectErrorNames(LaunchInfoFromEnv(Env({{"RANK", "0"},
+                                          {"WORLD_SIZE", "1"},
+                                          {"BATON_STORE_PORT", "x"}})),
+                   "BATON_STORE_PORT");
+  // The store never takes torchrun's port.
+  ExpectErrorNames(LaunchInfoFromEnv(Env({{"RANK", "0"},
+                                          {"WORLD_SIZE", "1"},
+                                          {"MASTER_PORT", "29600"},
+                                          {"BATON_STORE_PORT", "29600"}})),
+                   "BATON_STORE_PORT");
+  ExpectErrorNames(LaunchInfoFromEnv(Env({{"RANK", "0"},
+                                          {"WORLD_SIZE", "1"},
+                                          {"MASTER_PORT", "65535"}})),
+                   "BATON_STORE_PORT");
 }
 
 TEST(LaunchEnvTest, DefaultsForAddressAndPort) {
@@ -45,6 +76,8 @@ TEST(LaunchEnvTest, DefaultsForAddressAndPort) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->master_addr, "127.0.0.1");
   EXPECT_EQ(r->master_port, 29500);
+  EXPECT_EQ(r->store_port, 29501);
+  EXPECT_EQ(r->store_token, "");
   EXPECT_EQ(r->local_rank, 0);
 }
 

@@ -1,6 +1,11 @@
 // launch: start N local ranks of a command (like torchrun --standalone).
 //
-//   launch --nproc=N [--master-port=P] [--timeout=SECONDS] -- cmd [args...]
+//   launch --nproc=N [--master-port=P] [--store-port=P] [--timeout=SECONDS]
+//          -- cmd [args...]
+//
+// The ranks get MASTER_PORT (torchrun's variable; free port by default),
+// BATON_STORE_PORT (baton's store; another free port by default) and a
+// fresh BATON_STORE_TOKEN.
 //
 // Exit code: 0 if every rank exited 0, else the first failing rank's code;
 // 2 for bad usage.
@@ -17,7 +22,7 @@ namespace {
 int Usage(const char* why) {
   std::fprintf(stderr,
                "launch: %s\nusage: launch --nproc=N [--master-port=P] "
-               "[--timeout=SECONDS] -- command [args...]\n",
+               "[--store-port=P] [--timeout=SECONDS] -- command [args...]\n",
                why);
   return 2;
 }
@@ -47,6 +52,11 @@ int main(int argc, char** argv) {
         return Usage("--master-port needs 0..65535");
       }
       o.master_port = v;
+    } else if (absl::StartsWith(a, "--store-port=")) {
+      if (!absl::SimpleAtoi(a.substr(13), &v) || v < 0 || v > 65535) {
+        return Usage("--store-port needs 0..65535");
+      }
+      o.store_port = v;
     } else if (absl::StartsWith(a, "--timeout=")) {
       if (!absl::SimpleAtoi(a.substr(10), &v) || v < 0) {
         return Usage("--timeout needs seconds >= 0");

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "baton/comm/bootstrap/store.h"
 
@@ -59,6 +61,23 @@ bool Drain(int fd, std::string* buf) {
   }
 }
 
+// 128 random bits as 32 hex digits.
+StatusOr<std::string> RandomToken() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(
+          absl::StrCat("launch: getrandom: ", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return absl::BytesToHexString(absl::string_view(
+      reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
 }  // namespace
 
 StatusOr<LaunchResult> LaunchLocal(const LaunchOptions& options) {
@@ -72,6 +91,18 @@ StatusOr<LaunchResult> LaunchLocal(const LaunchOptions& options) {
   int port = options.master_port;
   if (port == 0) {
     BATON_ASSIGN_OR_RETURN(port, PickFreePort());
+  }
+  int store_port = options.store_port;
+  for (int tries = 0; store_port == 0 || store_port == port; ++tries) {
+    if (tries == 20 || options.store_port != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "launch: the store port must differ from MASTER_PORT ", port));
+    }
+    BATON_ASSIGN_OR_RETURN(store_port, PickFreePort());
+  }
+  std::string token = options.store_token;
+  if (token.empty()) {
+    BATON_ASSIGN_OR_RETURN(token, RandomToken());
   }
   std::vector<Child> children(options.nproc);
   for (int r = 0; r < options.nproc; ++r) {
@@ -98,6 +129,8 @@ StatusOr<LaunchResult> LaunchLocal(const LaunchOptions& options) {
       ::setenv("LOCAL_WORLD_SIZE", n.c_str(), 1);
       ::setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", absl::StrCat(port).c_str(), 1);
+      ::setenv("BATON_STORE_PORT", absl::StrCat(store_port).c_str(), 1);
+      ::setenv("BATON_STORE_TOKEN", token.c_str(), 1);
       for (const auto& [k, v] : options.extra_env) {
         ::setenv(k.c_str(), v.c_str(), 1);
       }

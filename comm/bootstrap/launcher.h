@@ -1,6 +1,8 @@
 // A local launcher, like `torchrun --standalone`: starts N copies of a
-// command with the launch environment of comm/launch_env.h (RANK,
-// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
+// command with the launch environment of comm/bootstrap/launch_env.h (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// BATON_STORE_PORT: a free port other than MASTER_PORT; BATON_STORE_TOKEN:
+// 128 random bits per launch, so the ranks of another job cannot join),
 // forwards their stdout and stderr line by line with a "[rank k] " prefix,
 // and fails as a whole: when one rank exits with an error (or a signal), the
 // others get SIGTERM, then SIGKILL after `grace`. Children die with the
@@ -25,6 +27,8 @@ struct LaunchOptions {
   std::vector<std::string> argv;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port
+  int store_port = 0;   // 0: pick a free port (not master_port)
+  std::string store_token;  // empty: a fresh random one
   absl::Duration grace = absl::Seconds(5);
   // Kill everything after this long (zero: no limit).
   absl::Duration timeout = absl::ZeroDuration();

@@ -115,7 +115,7 @@ TEST(StoreTest, PortInUseIsUnavailable) {
   auto again = TcpStore::Create(Opts((*s0)->port(), 0, 1));
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(again.status().message().find("MASTER_PORT"), std::string::npos);
+  EXPECT_NE(again.status().message().find("BATON_STORE_PORT"), std::string::npos);
 }
 
 TEST(StoreTest, NoServerGivesDeadlineExceededNotAHang) {

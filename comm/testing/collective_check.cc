@@ -6,10 +6,58 @@
 
 namespace baton {
 
+namespace {
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Integers up to 2^bits are exact in the type (bf16 keeps 8 significant
+// bits, f16 11, f32 24).
+int ExactBits(DataType t) {
+  switch (t) {
+    case DataType::kBF16:
+      return 8;
+    case DataType::kF16:
+      return 11;
+    case DataType::kF32:
+      return 24;
+    case DataType::kI32:
+      return 30;
+  }
+  return 8;
+}
+
+int CeilLog2(int n) {
+  int b = 0;
+  while ((1ll << b) < n) ++b;
+  return b;
+}
+
+}  // namespace
+
 double InputValue(const CheckCase& c, int rank, size_t i) {
-  // Small integers in [-5, 5]; sums of up to 25 ranks stay exact in bf16.
-  const long v = static_cast<long>((rank * 7 + i * 3 + c.seed * 5) % 11) - 5;
-  return static_cast<double>(v);
+  const uint64_t h = Mix(Mix(Mix(static_cast<uint64_t>(c.seed)) ^
+                             static_cast<uint64_t>(rank)) ^
+                         static_cast<uint64_t>(i));
+  const int exact = ExactBits(c.type);
+  const bool reduces = c.kind == CollectiveKind::kReduceScatter ||
+                       c.kind == CollectiveKind::kAllReduce;
+  if (!reduces) return static_cast<double>(h & ((1u << std::min(exact, 16)) - 1));
+  const int n = std::max(c.nranks, 1);
+  const int k = exact - CeilLog2(n);
+  if (k >= 1) {
+    // n values below 2^k sum to less than 2^exact.
+    return static_cast<double>(h & ((1u << std::min(k, 16)) - 1));
+  }
+  // More ranks than exact integers (bf16 past 128 ranks): each index gets 0
+  // or 1 from at most 2^(exact-1) ranks, the others give 0.
+  const int group = (n + (1 << (exact - 1)) - 1) >> (exact - 1);
+  if ((static_cast<uint64_t>(rank) + i) % group != 0) return 0;
+  return static_cast<double>(h & 1);
 }
 
 void FillInput(const CheckCase& c, int rank, void* send) {
@@ -45,6 +93,8 @@ bool Same(const CheckCase& c, double got, double want) {
 }
 
 }  // namespace
+
+static_assert(sizeof(size_t) == 8, "wrong counts are 64-bit");
 
 size_t CountWrong(const CheckCase& c, int rank, const void* recv) {
   size_t wrong = 0;

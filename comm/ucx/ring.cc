@@ -130,12 +130,18 @@ uint64_t RingJob::Tag(int kind_bits, int step, int chunk) const {
          static_cast<uint64_t>(chunk & 0xffff);
 }
 
-void RingJob::Fail(Status s) {
-  if (status_.ok()) status_ = std::move(s);
+void RingJob::Fail(Status s, Suspect who) {
+  if (status_.ok()) {
+    status_ = std::move(s);
+    suspect_ = who;
+  }
 }
 
-void RingJob::FailNext(Status s) {
-  if (next_error_.ok()) next_error_ = std::move(s);
+void RingJob::FailNext(Status s, bool dead) {
+  if (next_error_.ok()) {
+    next_error_ = std::move(s);
+    next_suspect_ = Suspect{next_rank_, dead};
+  }
 }
 
 uint8_t RingJob::PostSend(ucp_ep_h ep, const void* buf, size_t len,
@@ -146,7 +152,8 @@ uint8_t RingJob::PostSend(ucp_ep_h ep, const void* buf, size_t len,
   if (UCS_PTR_IS_ERR(r)) {
     FailNext(absl::UnavailableError(absl::StrCat(
         "ucx ", CollectiveLabel(mine_), ": send to rank ", next_rank_,
-        " failed: ", ucs_status_string(UCS_PTR_STATUS(r)))));
+        " failed: ", ucs_status_string(UCS_PTR_STATUS(r)))),
+             /*dead=*/true);
     return kIdle;
   }
   *req = r;
@@ -190,7 +197,8 @@ uint8_t RingJob::PostRecv(void* buf, size_t len, uint64_t tag, void** req,
   if (UCS_PTR_IS_ERR(r)) {
     Fail(absl::UnavailableError(absl::StrCat(
         "ucx ", CollectiveLabel(mine_), ": receive from rank ", prev_rank_,
-        " failed: ", ucs_status_string(UCS_PTR_STATUS(r)))));
+        " failed: ", ucs_status_string(UCS_PTR_STATUS(r)))),
+         Suspect{prev_rank_, true});
     return kIdle;
   }
   *req = r;
@@ -215,9 +223,9 @@ uint8_t RingJob::Test(void** req, const size_t* got, size_t expected,
         "ucx ", CollectiveLabel(mine_), ": transfer with rank ", peer,
         " failed: ", ucs_status_string(st)));
     if (is_recv) {
-      Fail(std::move(e));
+      Fail(std::move(e), Suspect{peer, true});
     } else {
-      FailNext(std::move(e));
+      FailNext(std::move(e), /*dead=*/true);
     }
     return kIdle;
   }
@@ -529,7 +537,7 @@ bool RingJob::Advance() {
           "ucx ", CollectiveLabel(mine_), ": mismatched calls: ",
           mismatch_text_, " (then: ", next_error_.message(), ")")));
     } else if (received || absl::Now() > deadline_) {
-      Fail(next_error_);
+      Fail(next_error_, next_suspect_);
     }
   }
   if (status_.ok() && !mismatch_ && current_ == passes_.size() &&
@@ -547,10 +555,10 @@ bool RingJob::Advance() {
             "ucx ", CollectiveLabel(mine_), ": rank ", peer,
             " failed: ", s.message()));
         if (peer == prev_rank_) {
-          Fail(std::move(e));
+          Fail(std::move(e), Suspect{peer, true});
           break;
         }
-        FailNext(std::move(e));
+        FailNext(std::move(e), /*dead=*/true);
       }
     }
   }
@@ -563,12 +571,13 @@ bool RingJob::Advance() {
       }
     }
     Fail(absl::DeadlineExceededError(absl::StrCat(
-        "ucx ", CollectiveLabel(mine_), " on rank ", links_.rank,
-        ": no progress within ", absl::FormatDuration(timeout_),
-        waiting_recv ? absl::StrCat(", waiting for data from rank ",
-                                    prev_rank_)
-                     : absl::StrCat(", rank ", next_rank_,
-                                    " did not take our data"))));
+             "ucx ", CollectiveLabel(mine_), " on rank ", links_.rank,
+             ": no progress within ", absl::FormatDuration(timeout_),
+             waiting_recv ? absl::StrCat(", waiting for data from rank ",
+                                         prev_rank_)
+                          : absl::StrCat(", rank ", next_rank_,
+                                         " did not take our data"))),
+         Suspect{waiting_recv ? prev_rank_ : next_rank_, false});
   }
   if (!status_.ok()) {
     // Once a mismatch is known it is the cause; a peer that already gave up
@@ -578,6 +587,7 @@ bool RingJob::Advance() {
           "ucx ", CollectiveLabel(mine_), ": mismatched calls: ",
           mismatch_text_, " (then: ", status_.message(), ")"));
     }
+    if (mismatch_) suspect_ = Suspect{};
     CancelAll();
     finished_ = true;
     return true;

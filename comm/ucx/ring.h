@@ -66,6 +66,15 @@ struct Scratch {
   }
 };
 
+// The peer a failed collective points at, as this rank saw it: `dead` when
+// the transport reported an error on the link to it (hard evidence), else
+// it only went silent (a timeout waiting for it). rank -1: no peer is to
+// blame (mismatched calls, a local abort).
+struct Suspect {
+  int rank = -1;
+  bool dead = false;
+};
+
 class RingJob {
  public:
   // `raw`: instead of a collective, send `count` bytes from `send` to the
@@ -84,6 +93,8 @@ class RingJob {
   // calls (the caller keeps failed jobs until the worker is destroyed).
   bool Advance();
   const Status& status() const { return status_; }
+  // Whom the failure points at (meaningful once finished with an error).
+  Suspect suspect() const { return suspect_; }
   const CollectiveHeader& header() const { return mine_; }
   // Gives the scratch back after a successful finish (null otherwise).
   std::unique_ptr<Scratch> TakeScratch();
@@ -133,9 +144,9 @@ class RingJob {
   // Completion of a posted request (a receive when `got` is not null):
   // kDone, kPosted, or sets status_.
   uint8_t Test(void** req, const size_t* got, size_t expected, int peer);
-  void Fail(Status s);
+  void Fail(Status s, Suspect who = {});
   // A failure on the link to the next rank (see Advance).
-  void FailNext(Status s);
+  void FailNext(Status s, bool dead);
   void CancelAll();
 
   const RingLinks links_;
@@ -168,7 +179,9 @@ class RingJob {
 
   bool finished_ = false;
   Status status_;
+  Suspect suspect_;
   Status next_error_;
+  Suspect next_suspect_;
 };
 
 }  // namespace baton::ucx_internal

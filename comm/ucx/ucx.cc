@@ -15,7 +15,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "baton/comm/backend_util.h"
+#include "baton/comm/bootstrap/sealed_value.h"
 #include "baton/comm/bootstrap/store.h"
+#include "baton/comm/ucx/blame.h"
 #include "baton/comm/ucx/ring.h"
 #include "baton/runtime/ucx_check.h"
 
@@ -25,6 +27,9 @@ namespace {
 using ucx_internal::RingJob;
 using ucx_internal::RingLinks;
 using ucx_internal::Scratch;
+using ucx_internal::Suspect;
+
+constexpr absl::string_view kAddressKind = "ucx-worker-address";
 
 constexpr const char* kDefaultTls = "self,posix,sysv,tcp";
 constexpr int kMaxRanks = 1 << 14;  // step field of the tag
@@ -34,6 +39,7 @@ struct Submission {
   std::unique_ptr<RingJob> job;
   absl::Notification done;
   Status status;
+  Suspect suspect;  // whom a failure points at
 };
 
 class UcxCommunicator : public CommunicatorBase {
@@ -153,19 +159,27 @@ class UcxCommunicator : public CommunicatorBase {
     const std::string mine(reinterpret_cast<const char*>(addr), len);
     ucp_worker_release_address(worker_, addr);
     const std::string prefix = absl::StrCat(config.group, "/ucx/");
-    BATON_RETURN_IF_ERROR(
-        store.Set(absl::StrCat(prefix, "addr/", rank_), mine));
+    // Sealed (kind, rank, length, checksum), so that a garbled or foreign
+    // value is refused here instead of crashing inside UCX.
+    BATON_RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, "addr/", rank_),
+                                    SealValue(kAddressKind, rank_, mine)));
     const int prev = (rank_ - 1 + size_) % size_;
     const int next = (rank_ + 1) % size_;
     for (int peer : {next, prev}) {
       if (eps_.count(peer) != 0) continue;
-      StatusOr<std::string> theirs =
-          store.Get(absl::StrCat(prefix, "addr/", peer), timeout_);
-      if (!theirs.ok()) {
-        return absl::Status(theirs.status().code(),
+      const std::string key = absl::StrCat(prefix, "addr/", peer);
+      StatusOr<std::string> sealed = store.Get(key, timeout_);
+      if (!sealed.ok()) {
+        return absl::Status(sealed.status().code(),
                             absl::StrCat("ucx: rank ", peer,
                                          " never published its address: ",
-                                         theirs.status().message()));
+                                         sealed.status().message()));
+      }
+      StatusOr<std::string> theirs =
+          OpenSealedValue(key, kAddressKind, peer, *sealed);
+      if (!theirs.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ucx rank ", rank_, ": ", theirs.status().message()));
       }
       ucp_ep_params_t ep{};
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
@@ -255,8 +269,21 @@ class UcxCommunicator : public CommunicatorBase {
       incoming_.push_back(sub);
     }
     sub->done.WaitForNotification();
-    if (!sub->status.ok()) health_.Fail(sub->status);
-    return sub->status;
+    Status s = sub->status;
+    if (!s.ok()) {
+      // Name the rank that failed as the first rank to see it did (this
+      // happens before the caller can react, e.g. by closing connections).
+      ucx_internal::BlameOptions bo;
+      bo.prefix = absl::StrCat(group_, "/ucx/");
+      bo.rank = rank_;
+      bo.size = size_;
+      bo.grace = std::min(timeout / 4, absl::Seconds(5));
+      bo.store_timeout =
+          std::clamp(timeout / 2, absl::Milliseconds(500), absl::Seconds(5));
+      s = ucx_internal::AttributeFailure(store_, bo, s, sub->suspect);
+      health_.Fail(s);
+    }
+    return s;
   }
 
   void Loop() {
@@ -302,6 +329,7 @@ class UcxCommunicator : public CommunicatorBase {
           continue;
         }
         sub.status = sub.job->status();
+        sub.suspect = sub.job->suspect();
         {
           absl::MutexLock lock(&mu_);
           if (sub.status.ok()) {

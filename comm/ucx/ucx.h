@@ -3,8 +3,14 @@
 // Creation: ucp_init (TAG feature) with UCX_TLS defaulting to
 // "self,posix,sysv,tcp" (works in containers where cma is refused; an
 // UCX_TLS in the environment wins), one worker per rank, worker addresses
-// exchanged through the Store, endpoints to the ring neighbours with peer
-// error handling, then a store barrier.
+// exchanged through the Store (sealed, comm/bootstrap/sealed_value.h: a
+// garbled or foreign value under "<group>/ucx/addr/R" is InvalidArgument
+// naming the key and rank R before UCX sees it), endpoints to the ring
+// neighbours with peer error handling, then a store barrier.
+//
+// Failures: a collective that fails because of a peer reports the rank
+// that failed as the first rank to see it named it (blame.h), then what
+// this rank saw; the communicator stays failed.
 //
 // Execution: a progress thread owns the worker and drives every collective
 // in flight (ring.h) with ucp_worker_progress; it sleeps when none is. A

@@ -1,0 +1,53 @@
+// Naming the rank that failed, the same way on every rank (issue 16, item
+// 13). In a ring, a rank only sees its neighbours: when rank 2 of 6 dies,
+// ranks 1 and 3 see it, and rank 4 sees only rank 3 stop (or, once rank 3
+// gives up, rank 3's connection close), so on its own it would blame the
+// live rank 3. Instead, the first rank to see a failure posts it in the
+// store and everyone else reports that post:
+//
+//   * a rank with hard evidence (the transport reported an error on the
+//     link to peer P) claims "rank P failed" at once: the first claim wins
+//     (an atomic counter), and the others read the winning one;
+//   * a rank that only saw peer P go silent (a timeout) first records
+//     "I wait on P", then gives the ranks with hard evidence `grace` to
+//     post. If none did, it follows the records from P (P waits on Q, Q
+//     waits on ...) to the first rank that is not waiting on anyone: that
+//     one is dead, stopped or never issued the collective, and is named.
+//
+// A rank posts before it returns its error to the caller, so before it can
+// close its connections: a consequence never gets posted before its cause.
+// If the store itself is unreachable, rank 0 (which hosts it) is named.
+// Every store call has a deadline; the whole attribution takes at most
+// about 2 x grace + 3 x store_timeout.
+#ifndef BATON_COMM_UCX_BLAME_H_
+#define BATON_COMM_UCX_BLAME_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "baton/comm/bootstrap/store.h"
+#include "baton/comm/ucx/ring.h"
+#include "baton/runtime/status.h"
+
+namespace baton::ucx_internal {
+
+struct BlameOptions {
+  std::string prefix;  // store keys, e.g. "<group>/ucx/"
+  int rank = 0;
+  int size = 1;
+  absl::Duration grace = absl::Milliseconds(500);
+  absl::Duration store_timeout = absl::Seconds(2);
+};
+
+// The status this rank reports for its failure `own`, which points at
+// `suspect`. With no suspect (or no store) returns `own` unchanged.
+// Otherwise the message starts with the failed rank as the first rank to
+// see it named it, e.g. "rank 2 failed (seen first by rank 3): ...; on
+// rank 5: <own message>"; the code is Unavailable for a failure the
+// transport reported and DeadlineExceeded for a silent rank.
+Status AttributeFailure(Store* store, const BlameOptions& options,
+                        const Status& own, Suspect suspect);
+
+}  // namespace baton::ucx_internal
+
+#endif  // BATON_COMM_UCX_BLAME_H_
