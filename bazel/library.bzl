@@ -28,6 +28,7 @@ PUBLIC_HEADERS = [
 ]
 
 SUPPORT_HEADERS = [
+    "comm/bootstrap/store_wire.h",
     "memory/arena.h",
     "memory/planner.h",
     "memory/step_dag.h",
