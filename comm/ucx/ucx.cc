@@ -92,6 +92,38 @@ class UcxCommunicator : public CommunicatorBase {
 
   Status health() override { return health_.Get(); }
 
+  // Every rank's colour and key travel in an all-gather on the private tag;
+  // each child is a new communicator (its own UCP context and worker, so
+  // its tag matching is its own) made through the store under a group name
+  // derived from this one, the Split's number and the colour.
+  StatusOr<std::unique_ptr<Communicator>> Split(int colour, int key) override {
+    BATON_RETURN_IF_ERROR(health_.Get());
+    const uint64_t number = split_calls_++;
+    std::vector<int32_t> all(2 * size_);
+    all[2 * rank_] = colour < 0 ? kSplitNoColour : colour;
+    all[2 * rank_ + 1] = key;
+    if (size_ > 1) {
+      CollectiveOptions o;
+      o.tag = 255;
+      BATON_RETURN_IF_ERROR(RunNow(
+          MakeHeader(CollectiveKind::kAllGather, 2, DataType::kI32,
+                     ReduceOp::kSum, 0, o, probe_seq_++),
+          &all[2 * rank_], all.data(), false));
+    }
+    if (all[2 * rank_] < 0) return std::unique_ptr<Communicator>();
+    std::vector<std::pair<int, int>> pairs(size_);
+    for (int q = 0; q < size_; ++q) pairs[q] = {all[2 * q], all[2 * q + 1]};
+    const SplitPlace place = PlaceInSplit(pairs, rank_);
+    CommConfig child = config_;
+    child.rank = place.rank;
+    child.size = place.size;
+    child.group =
+        absl::StrCat(group_, "/split", number, "/", all[2 * rank_]);
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> c,
+                           UcxCommunicator::Create(child));
+    return std::unique_ptr<Communicator>(std::move(c));
+  }
+
   void Abort() override {
     health_.Fail(absl::UnavailableError(
         absl::StrCat("ucx rank ", rank_, " aborted")));
@@ -104,6 +136,7 @@ class UcxCommunicator : public CommunicatorBase {
   explicit UcxCommunicator(const CommConfig& config)
       : rank_(config.rank),
         size_(config.size),
+        config_(config),
         store_(config.store),
         group_(config.group),
         timeout_(config.timeout),
@@ -377,6 +410,7 @@ class UcxCommunicator : public CommunicatorBase {
 
   const int rank_;
   const int size_;
+  const CommConfig config_;  // for children (Split)
   Store* const store_;  // not owned; used at creation and destruction
   const std::string group_;
   const absl::Duration timeout_;
@@ -388,7 +422,8 @@ class UcxCommunicator : public CommunicatorBase {
   RingLinks links_;
   SequenceCounters seqs_;
   HealthState health_;
-  uint64_t probe_seq_ = 0;
+  uint64_t probe_seq_ = 0;  // private tag 255: MeasureLimit and Split
+  uint64_t split_calls_ = 0;
   bool connected_ = false;  // creation completed
 
   absl::Mutex peers_mu_;
