@@ -219,7 +219,28 @@ class UcxCommunicator : public CommunicatorBase {
     links_.size = size_;
     links_.chunk_bytes = chunk_bytes_;
     links_.peer_status = [this](int peer) { return PeerStatus(peer); };
-    return store.Barrier(absl::StrCat(prefix, "ready"), timeout_);
+    return GroupBarrier(store, absl::StrCat(prefix, "ready"));
+  }
+
+  // A barrier of this communicator's ranks through the store: the store's
+  // own Barrier when they are all its ranks, else a counter (a child of
+  // Split has fewer ranks than the store; its names are used once).
+  Status GroupBarrier(Store& store, const std::string& name) {
+    if (size_ == store.world_size()) return store.Barrier(name, timeout_);
+    BATON_ASSIGN_OR_RETURN(int64_t arrived,
+                           store.Add(absl::StrCat(name, "/arrived"), 1));
+    if (arrived == size_) {
+      BATON_RETURN_IF_ERROR(store.Set(absl::StrCat(name, "/open"), "1"));
+    }
+    StatusOr<std::string> open =
+        store.Get(absl::StrCat(name, "/open"), timeout_);
+    if (open.ok()) return Status();
+    StatusOr<int64_t> now = store.Add(absl::StrCat(name, "/arrived"), 0);
+    return absl::Status(
+        open.status().code(),
+        absl::StrCat("ucx barrier '", name, "': ", now.ok() ? *now : -1,
+                     " of ", size_, " ranks arrived within ",
+                     absl::FormatDuration(timeout_)));
   }
 
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -363,7 +384,7 @@ class UcxCommunicator : public CommunicatorBase {
     // Healthy: meet the other ranks first, so that nobody closes its
     // connections while a peer still completes its last transfers.
     if (connected_ && store_ != nullptr && size_ > 1 && health_.Get().ok()) {
-      (void)store_->Barrier(absl::StrCat(group_, "/ucx/close"), timeout_);
+      (void)GroupBarrier(*store_, absl::StrCat(group_, "/ucx/close"));
     }
     {
       absl::MutexLock lock(&mu_);
