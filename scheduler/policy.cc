@@ -114,7 +114,10 @@ StatusOr<Groups> ResolveGroups(const Policy& p, int world_size) {
   g.world = world_size;
   if (p.shard_group < 0) return bad("shard_group = ", p.shard_group, " is negative");
   if (p.hpz_group < 0) return bad("hpz_group = ", p.hpz_group, " is negative");
-  g.shard = p.shard_group == 0 ? world_size : p.shard_group;
+  // Groups larger than the world are the world (a preset's 4-rank group on
+  // 2 ranks shards over both).
+  g.shard = p.shard_group == 0 ? world_size : std::min(p.shard_group, world_size);
+  const int hpz = std::min(p.hpz_group, world_size);
   if (world_size % g.shard != 0) {
     return bad("shard_group = ", p.shard_group,
                " does not divide the world size ", world_size);
@@ -124,12 +127,12 @@ StatusOr<Groups> ResolveGroups(const Policy& p, int world_size) {
     return bad("shard_group = ", p.shard_group,
                " needs sharding, but all_reduce (DDP) is set");
   }
-  if (p.hpz_group > 0) {
-    if (p.hpz_group > g.shard) {
+  if (hpz > 0) {
+    if (hpz > g.shard) {
       return bad("hpz_group = ", p.hpz_group, " is larger than the shard group (",
                  g.shard, " ranks)");
     }
-    if (g.shard % p.hpz_group != 0) {
+    if (g.shard % hpz != 0) {
       return bad("hpz_group = ", p.hpz_group, " does not divide the shard group (",
                  g.shard, " ranks)");
     }
@@ -143,7 +146,7 @@ StatusOr<Groups> ResolveGroups(const Policy& p, int world_size) {
     }
     // h == shard group: the secondary shards would be the whole bucket's
     // shards again; still valid (the backward gathers read them).
-    g.hpz = p.hpz_group;
+    g.hpz = hpz;
   }
   return g;
 }

@@ -49,7 +49,7 @@
 //       master and optimizer moment is world/S times larger than under full
 //       sharding, and the replica all-reduce moves 2 x shard bytes across
 //       groups; wins when gathers over the slow links dominate. Must divide
-//       the world size.
+//       the world size; a group larger than the world is the world.
 //   hpz_group = h (ZeRO++ hpZ)
 //       0: off. Else after each forward all-gather a rank keeps a secondary
 //       shard: its 1/h slice of the gathered bucket, where its hpZ group is
@@ -58,8 +58,9 @@
 //       instead of across the shard group. Costs: a transient 1/h of every
 //       bucket held from forward to backward (h < S: more than the primary
 //       shard), a copy per bucket; saves the backward gathers' traffic over
-//       the slow links. Must divide shard_group (and so be at most it);
-//       needs reshard_after_forward (else there is no backward gather).
+//       the slow links. Must divide the shard group (and so be at most
+//       it; a group larger than the world is the world); needs
+//       reshard_after_forward (else there is no backward gather).
 //   reuse_edges
 //       true: the static planner may add cross-stream reuse edges (never
 //       into a compute node, never from compute into an all-gather) to
@@ -145,9 +146,9 @@ struct Groups {
   int replicas = 1;  // world / shard
   int hpz = 0;       // ranks per hpZ group; 0: no hpZ
 };
-// InvalidArgument naming shard_group or hpz_group when the shard group does
-// not divide the world, the hpZ group does not divide the shard group (or
-// is larger), hpZ is set without reshard_after_forward, or either is set
+// Groups larger than the world are capped at it. InvalidArgument naming
+// shard_group or hpz_group when the shard group does not divide the world,
+// the hpZ group does not divide the shard group (or is larger), hpZ is set without reshard_after_forward, or either is set
 // under all_reduce; also world_size < 1.
 StatusOr<Groups> ResolveGroups(const Policy& policy, int world_size);
 

@@ -388,7 +388,7 @@ TEST(StepGraphTest, BadGroupsAreRefusedNamingTheKnob) {
     const char* knob;
   };
   for (const Bad& b : {Bad{8, 3, 0, true, "shard_group"},
-                       Bad{8, 16, 0, true, "shard_group"},
+                       Bad{8, 6, 0, true, "shard_group"},
                        Bad{8, -2, 0, true, "shard_group"},
                        Bad{8, 4, 8, true, "hpz_group"},
                        Bad{12, 6, 4, true, "hpz_group"},
@@ -402,6 +402,14 @@ TEST(StepGraphTest, BadGroupsAreRefusedNamingTheKnob) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.knob << s;
     EXPECT_NE(s.message().find(b.knob), std::string::npos) << s;
   }
+  // Groups larger than the world are the world.
+  Policy big = Preset("zeropp");
+  big.shard_group = 16;
+  big.hpz_group = 16;
+  auto capped = BuildStepGraph(Micro(false), big, 2);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_EQ(capped->groups.shard, 2);
+  EXPECT_EQ(capped->groups.hpz, 2);
   Policy ddp = Preset("ddp");
   ddp.shard_group = 4;
   EXPECT_EQ(BuildStepGraph(Micro(false), ddp, 8).status().code(),

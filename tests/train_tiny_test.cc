@@ -90,6 +90,8 @@ std::vector<Case> Cases() {
     cases.push_back({"inproc", 4, 1, p});
     cases.push_back({"ucx", 2, 2, p});
   }
+  // HSDP for real: 8 ranks as 2 shard groups of 4 (the preset's group).
+  cases.push_back({"inproc", 8, 1, "hsdp"});
   return cases;
 }
 
@@ -132,6 +134,7 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
       {"--backend=ucx --device=cuda", "--device=cpu"},
       {"--dtype=f16", "--dtype must be f32 or bf16"},
       {"--bogus=1", "unknown flag --bogus"},
+      {"--policy=hsdp --nranks=6", "shard_group = 4 does not divide the world size 6"},
   };
   for (const auto& [args, want] : cases) {
     const Outcome r = Execute(absl::StrCat("--steps=1 ", args));
