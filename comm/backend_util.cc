@@ -66,4 +66,18 @@ std::string DescribeMismatch(const CollectiveHeader& a, int rank_a,
   return "";
 }
 
+SplitPlace PlaceInSplit(const std::vector<std::pair<int, int>>& colour_key,
+                        int rank) {
+  const int colour = colour_key[rank].first;
+  const int key = colour_key[rank].second;
+  SplitPlace p;
+  for (size_t q = 0; q < colour_key.size(); ++q) {
+    if (colour_key[q].first != colour) continue;
+    ++p.size;
+    const int kq = colour_key[q].second;
+    if (kq < key || (kq == key && static_cast<int>(q) < rank)) ++p.rank;
+  }
+  return p;
+}
+
 }  // namespace baton

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -113,6 +115,16 @@ class CommunicatorBase : public Communicator {
                        size_t count, DataType type, ReduceOp op, int root,
                        Stream& stream, const CollectiveOptions& options) = 0;
 };
+
+// Split (communicator.h): from every parent rank's (colour, key), the child
+// rank and size of parent rank `rank`, whose colour must be >= 0. Members
+// are ordered by key, then by parent rank.
+struct SplitPlace {
+  int rank = 0;
+  int size = 0;
+};
+SplitPlace PlaceInSplit(const std::vector<std::pair<int, int>>& colour_key,
+                        int rank);
 
 inline absl::Duration EffectiveTimeout(const CollectiveOptions& o,
                                        absl::Duration fallback) {

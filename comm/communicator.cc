@@ -35,6 +35,14 @@ StatusOr<CollectiveKind> ParseCollective(absl::string_view name) {
       "' (all_gather, reduce_scatter, all_reduce, broadcast, barrier)"));
 }
 
+StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int colour,
+                                                           int key) {
+  (void)colour;
+  (void)key;
+  return absl::UnimplementedError(
+      absl::StrCat(backend(), ": Split is not implemented"));
+}
+
 size_t SendBytes(CollectiveKind kind, int size, size_t count, DataType type) {
   const size_t b = count * DataTypeSize(type);
   return kind == CollectiveKind::kReduceScatter ? b * size

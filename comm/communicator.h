@@ -50,11 +50,33 @@
 //         not, as NCCL itself cannot).
 //     After such a failure the communicator is broken: later collectives fail
 //     at once with the same error. Create a new one to continue.
+//
+// Sub-communicators (Split, the ncclCommSplit contract):
+//   * Split(colour, key) is collective over every rank of this communicator
+//     and blocks the calling thread until every rank has called it (or the
+//     timeout passes: DeadlineExceeded). Every rank must call Split in the
+//     same order relative to its other Splits; it need not be ordered with
+//     the collectives on streams (those may be in flight).
+//   * Ranks that pass the same colour >= 0 form one child communicator;
+//     child ranks are numbered by key, then by rank in this communicator. A
+//     negative colour (kSplitNoColour) opts out: OK with a null pointer.
+//   * A child is an ordinary Communicator with its own tag space and
+//     sequence numbers: its collectives never match the parent's or a
+//     sibling's, so parent and child collectives (of any tags) may be in
+//     flight together on different streams. Where issuing blocks until the
+//     peers issue too (nccl; inproc on CUDA streams or the event protocol),
+//     every rank must issue the collectives of parent and children in one
+//     order (NCCL's rule for concurrent communicators); inproc's host path
+//     and ucx also accept different orders. It uses the parent's device
+//     (and store, on ucx), which must outlive it; it may outlive the parent.
+//   * A broken parent returns its error and creates nothing. Backends
+//     without sub-communicators return Unimplemented.
 #ifndef BATON_COMM_COMMUNICATOR_H_
 #define BATON_COMM_COMMUNICATOR_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -132,6 +154,11 @@ class Communicator {
 
   // OK, or the first failure seen by a collective of this communicator.
   virtual Status health() = 0;
+
+  // A sub-communicator of the ranks passing the same colour (see
+  // "Sub-communicators" above); null for a negative colour.
+  static constexpr int kSplitNoColour = -1;
+  virtual StatusOr<std::unique_ptr<Communicator>> Split(int colour, int key);
 
   // Marks this rank failed: its pending and later collectives end with
   // Unavailable and so do the peers' (promptly on inproc; within the

@@ -70,6 +70,24 @@ TEST_F(NcclTest, OneRankSuiteIsExact) {
   EXPECT_TRUE((*comm)->health().ok());
 }
 
+TEST_F(NcclTest, SplitMakesAWorkingChildAndNoneForANegativeColour) {
+  auto comm = Make();
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  auto child = (*comm)->Split(5, 0);
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_NE(*child, nullptr);
+  EXPECT_EQ((*child)->size(), 1);
+  EXPECT_EQ((*child)->rank(), 0);
+  CheckCase c{CollectiveKind::kAllReduce, DataType::kF32, ReduceOp::kSum, 1,
+              1000, 0, 3};
+  auto wrong = RunChecked(**child, *device_, *stream_, c, false);
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  EXPECT_EQ(*wrong, 0u);
+  auto none = (*comm)->Split(Communicator::kSplitNoColour, 0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr);
+}
+
 TEST_F(NcclTest, Fp32AccumulationAndHostStreamsAreRefused) {
   auto comm = Make();
   ASSERT_TRUE(comm.ok()) << comm.status();

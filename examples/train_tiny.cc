@@ -337,6 +337,13 @@ int Main(int argc, char** argv) {
   // NotFound: no launcher set this process up (contradictory variables are
   // other errors, reported below).
   const StatusOr<LaunchInfo> info = LaunchInfoFromEnv();
+  {
+    // Groups that do not fit the ranks (shard_group, hpz_group): bad input.
+    const int world = multi_process && info.ok() ? info->world_size
+                                                 : std::max(f.nranks, 1);
+    const auto groups = scheduler::ResolveGroups(PolicyFromFlags(f), world);
+    if (!groups.ok()) Fail(std::string(groups.status().message()));
+  }
   if (multi_process && absl::IsNotFound(info.status())) {
     // Start --nranks copies of this program as the ranks of one job.
     LaunchOptions lo;

@@ -26,9 +26,9 @@ size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 StatusOr<std::unique_ptr<Executor>> Executor::Create(
     const StepGraph& graph, Device& device, Communicator& comm,
     const ExecutorOptions& options) {
-  if (comm.size() != graph.layout.options.world_size) {
+  if (comm.size() != graph.groups.world) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "executor: the graph was built for ", graph.layout.options.world_size,
+        "executor: the graph was built for ", graph.groups.world,
         " ranks but the communicator has ", comm.size()));
   }
   if (graph.plan.buffers.size() != graph.plan_input.buffers.size()) {
@@ -67,7 +67,65 @@ Executor::~Executor() {
 #endif
 }
 
+Status Executor::BindGroups() {
+  const Groups& g = graph_.groups;
+  const int r = comm_.rank();
+  bool uses_hpz = false;
+  for (const Node& n : graph_.nodes) uses_hpz |= n.group == CommGroup::kHpz;
+  // (name, given, wanted size, this rank's position, split colour, slot)
+  struct Want {
+    const char* name;
+    Communicator* given;
+    int size;
+    int position;
+    int colour;
+    bool needed;
+    Communicator** slot;
+  };
+  const int h = std::max(g.hpz, 1);
+  const Want wants[] = {
+      {"shard_comm", options_.shard_comm, g.shard, r % g.shard, r / g.shard,
+       g.replicas > 1, &shard_comm_},
+      {"replica_comm", options_.replica_comm, g.replicas, r / g.shard,
+       r % g.shard, g.replicas > 1, &replica_comm_},
+      {"hpz_comm", options_.hpz_comm, h, r % h, r / h, uses_hpz, &hpz_comm_},
+  };
+  for (const Want& w : wants) {
+    if (w.given != nullptr) {
+      if (w.given->size() != w.size || w.given->rank() != w.position) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "executor: ", w.name, " is rank ", w.given->rank(), " of ",
+            w.given->size(), " but world rank ", r, " is rank ", w.position,
+            " of ", w.size, " in that group"));
+      }
+      *w.slot = w.given;
+    } else if (!w.needed) {
+      *w.slot = w.slot == &shard_comm_ ? &comm_ : nullptr;
+    } else {
+      BATON_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c,
+                             comm_.Split(w.colour, r));
+      if (c == nullptr || c->size() != w.size || c->rank() != w.position) {
+        return absl::InternalError(absl::StrCat(
+            "executor: Split gave a wrong ", w.name));
+      }
+      *w.slot = c.get();
+      owned_comms_.push_back(std::move(c));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Communicator& Executor::CommFor(CommGroup group) {
+  switch (group) {
+    case CommGroup::kShard: return *shard_comm_;
+    case CommGroup::kReplica: return *replica_comm_;
+    case CommGroup::kHpz: return *hpz_comm_;
+  }
+  return *shard_comm_;
+}
+
 Status Executor::Init() {
+  BATON_RETURN_IF_ERROR(BindGroups());
   // Reductions of 16-bit gradients keep fp32 partial sums where the backend
   // can (nccl refuses; reduce an fp32 buffer there).
   accumulate_fp32_ = graph_.policy.reduce_dtype != DataType::kF32 &&
@@ -148,7 +206,7 @@ void* Executor::BufferData(int buffer) {
 
 Status Executor::InitParameters(
     const std::function<void(const ParamSlot&, float*)>& init) {
-  const int rank = comm_.rank();
+  const int rank = shard_rank();
   Stream& s = compute_stream();
   BATON_RETURN_IF_ERROR(s.Synchronize());
   for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
@@ -359,27 +417,34 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       return cb.compute(MakeComputeContext(i));
     }
     case NodeKind::kAllGather: {
-      const Bucket& bk = layout.buckets[n.bucket];
-      return comm_.AllGather(BufferData(n.reads[0]), BufferData(n.writes[0]),
-                             bk.shard_numel, p.param_dtype, s, co);
+      // A shard (shard group) or a secondary shard (hpZ group).
+      const size_t count = graph_.buffers[n.reads[0]].numel;
+      return CommFor(n.group).AllGather(BufferData(n.reads[0]),
+                                        BufferData(n.writes[0]), count,
+                                        p.param_dtype, s, co);
     }
     case NodeKind::kReduceScatter: {
       const Bucket& bk = layout.buckets[n.bucket];
       co.accumulate_fp32 = accumulate_fp32_;
-      return comm_.ReduceScatter(BufferData(n.reads[0]), BufferData(n.writes[0]),
-                                 bk.shard_numel, p.reduce_dtype, ReduceOp::kSum,
-                                 s, co);
+      return CommFor(n.group).ReduceScatter(
+          BufferData(n.reads[0]), BufferData(n.writes[0]), bk.shard_numel,
+          p.reduce_dtype, ReduceOp::kSum, s, co);
     }
     case NodeKind::kAllReduce: {
-      const Bucket& bk = layout.buckets[n.bucket];
+      // DDP: the whole bucket; HSDP (replica group): a gradient shard.
       co.accumulate_fp32 = accumulate_fp32_;
-      return comm_.AllReduce(BufferData(n.reads[0]), BufferData(n.writes[0]),
-                             bk.padded_numel, p.reduce_dtype, ReduceOp::kSum, s,
-                             co);
+      const size_t count = graph_.buffers[n.writes[0]].numel;
+      return CommFor(n.group).AllReduce(BufferData(n.reads[0]),
+                                        BufferData(n.writes[0]), count,
+                                        p.reduce_dtype, ReduceOp::kSum, s, co);
     }
-    case NodeKind::kCopy:
-      return s.MemcpyAsync(BufferData(n.writes[0]), BufferData(n.reads[0]),
-                           graph_.buffers[n.writes[0]].bytes());
+    case NodeKind::kCopy: {
+      const size_t bytes = graph_.buffers[n.writes[0]].bytes();
+      const char* src = static_cast<const char*>(BufferData(n.reads[0]));
+      // hpZ: this rank's slice of the gathered bucket.
+      if (n.group == CommGroup::kHpz) src += hpz_comm_->rank() * bytes;
+      return s.MemcpyAsync(BufferData(n.writes[0]), src, bytes);
+    }
     case NodeKind::kAccumulate: {
       void* dst = BufferData(n.writes[0]);
       const void* src = BufferData(n.reads[0]);
@@ -452,7 +517,7 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   ctx.moment1 = static_cast<float*>(BufferData(n.writes[1]));
   ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
   ctx.shard_numel = bk.shard_numel;
-  ctx.shard_offset = layout.options.shard ? comm_.rank() * bk.shard_numel : 0;
+  ctx.shard_offset = layout.options.shard ? shard_rank() * bk.shard_numel : 0;
   ctx.grad_scale =
       1.0 / (static_cast<double>(comm_.size()) * graph_.policy.micro_steps);
   ctx.shard = shard;
@@ -495,6 +560,9 @@ Status Executor::Synchronize() {
     if (first.ok() && !st.ok()) first = st;
   }
   if (first.ok()) first = comm_.health();
+  for (auto& c : owned_comms_) {
+    if (first.ok()) first = c->health();
+  }
   return first;
 }
 

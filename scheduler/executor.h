@@ -111,6 +111,16 @@ struct ExecutorOptions {
   // Host streams: sleep a random 0..max_delay_us before every node.
   int max_delay_us = 0;
   uint64_t seed = 1;
+  // Communicators of the graph's groups (StepGraph::groups; the ranks of
+  // each: ResolveGroups in scheduler/policy.h). Null: the executor makes
+  // the ones the graph uses with Communicator::Split on `comm` during
+  // Create (collective: every rank creates its executor at once) and owns
+  // them. Given ones (not owned; must outlive the executor) must have the
+  // group's size and this rank's position in it: InvalidArgument otherwise.
+  // Without replicas the shard group is `comm` itself.
+  Communicator* shard_comm = nullptr;
+  Communicator* replica_comm = nullptr;
+  Communicator* hpz_comm = nullptr;
 };
 
 struct TraceRecord {
@@ -123,7 +133,7 @@ struct TraceRecord {
 class Executor {
  public:
   // `device`, `comm` must outlive the executor; comm->size() must be the
-  // world size the layout was built for. InvalidArgument otherwise.
+  // graph's world size (StepGraph::groups.world). InvalidArgument otherwise.
   static StatusOr<std::unique_ptr<Executor>> Create(
       const StepGraph& graph, Device& device, Communicator& comm,
       const ExecutorOptions& options = {});
@@ -156,6 +166,9 @@ class Executor {
   memory::Arena& arena() { return *arena_; }
   int64_t steps_issued() const { return step_; }
   int rank() const { return comm_.rank(); }
+  // This rank's position in its shard group: its shards are elements
+  // [shard_rank() * shard_numel, ...) of every bucket.
+  int shard_rank() const { return shard_comm_->rank(); }
   // The records of every traced node since the last call.
   std::vector<TraceRecord> TakeTrace();
 
@@ -174,6 +187,8 @@ class Executor {
   Executor(const StepGraph& graph, Device& device, Communicator& comm,
            const ExecutorOptions& options);
   Status Init();
+  Status BindGroups();
+  Communicator& CommFor(CommGroup group);
   void* BufferData(int buffer);
   Status RunWork(int i, const StepCallbacks& callbacks);
   Status Trace(int i, bool start);
@@ -182,6 +197,11 @@ class Executor {
   Device& device_;
   Communicator& comm_;
   ExecutorOptions options_;
+  // The groups' communicators (BindGroups), and those made by Split.
+  Communicator* shard_comm_ = nullptr;
+  Communicator* replica_comm_ = nullptr;
+  Communicator* hpz_comm_ = nullptr;
+  std::vector<std::unique_ptr<Communicator>> owned_comms_;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Event>> node_events_;  // nullptr: not needed
   std::vector<std::unique_ptr<Event>> end_events_;   // per stream

@@ -2,6 +2,8 @@
 
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
+
 #include "gtest/gtest.h"
 #include "baton/scheduler/testing.h"
 
@@ -287,6 +289,104 @@ TEST(ExecutorTest, ACallbackErrorReachesSynchronize) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
   EXPECT_EQ((*exec)->CaptureStep(cb).code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// Hierarchical sharding on 8 ranks against the unsharded reference:
+// (groups, micro-step mode, reduce dtype); groups are (shard_group,
+// hpz_group): 4 is 2 x 4 (two shard groups of four ranks), 2 is 4 x 2; hpZ
+// with full sharding (ZeRO++) and inside HSDP.
+constexpr int kGroupLayouts[][2] = {{4, 0}, {2, 0}, {8, 4}, {4, 2}};
+using GroupCase = std::tuple<int, int, DataType>;
+class GroupDataFlowTest : public ::testing::TestWithParam<GroupCase> {};
+
+TEST_P(GroupDataFlowTest, ShardsMatchTheUnshardedReferenceBitForBit) {
+  const auto [layout, mode, reduce] = GetParam();
+  const int shard = kGroupLayouts[layout][0];
+  const int hpz = kGroupLayouts[layout][1];
+  Policy p = *PolicyPreset("baton");
+  p.shard_group = shard;
+  p.hpz_group = hpz;
+  p.param_dtype = DataType::kF32;
+  p.reduce_dtype = reduce;
+  p.micro_steps = mode == 0 ? 1 : 2;
+  p.reduce_every_micro_step = mode == 1;
+  p.recompute_blocks = 1;
+  const RunResult r = Train(Micro(/*tied=*/true), p, 8, 2);
+  EXPECT_EQ(r.error, "");
+  for (int k = 1; k < 8; ++k) EXPECT_EQ(r.orders[k], r.orders[0]);
+  // The graph really is hierarchical.
+  EXPECT_NE(r.orders[0].find(shard < 8 ? "AR-R" : "AG-HPZ"), std::string::npos);
+  if (hpz > 0) {
+    EXPECT_NE(r.orders[0].find("HPZ-COPY"), std::string::npos);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Groups, GroupDataFlowTest,
+    ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(0, 1, 2),
+                       ::testing::Values(DataType::kF32, DataType::kBF16)),
+    [](const ::testing::TestParamInfo<GroupCase>& i) {
+      const int l = std::get<0>(i.param);
+      return absl::StrCat("shard", kGroupLayouts[l][0], "_hpz",
+                          kGroupLayouts[l][1], "_mode", std::get<1>(i.param),
+                          "_", DataTypeName(std::get<2>(i.param)));
+    });
+
+// The caller may hand in the groups' communicators (made with Split);
+// ones of the wrong shape are refused naming them.
+TEST(ExecutorTest, GroupCommunicatorsMayBeHandedIn) {
+  Policy p = *PolicyPreset("hsdp");  // shard_group 4: 2 x 4
+  p.param_dtype = DataType::kF32;
+  auto group = CreateInprocGroup(8);
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto layout = BuildLayout(Micro(), LayoutOptionsFor(p, 8));
+  ASSERT_TRUE(layout.ok());
+  ToyModel::Reference ref = ToyModel::InitialReference(*layout);
+  ToyModel::ReferenceStep(*layout, 8, 1, p.param_dtype, ref);
+  ToyModel toy(8);
+  std::vector<std::string> errors(8);
+  RunRanks(8, [&](int r) {
+    Communicator& world = *group->comms[r];
+    auto shard = world.Split(r / 4, r);
+    auto replica = world.Split(r % 4, r);
+    if (!shard.ok() || !replica.ok()) {
+      errors[r] = "split failed";
+      return;
+    }
+    auto graph = BuildStepGraph(Micro(), p, 8);
+    if (!graph.ok()) {
+      errors[r] = graph.status().ToString();
+      return;
+    }
+    // Swapped: the replica communicator where the shard one belongs.
+    ExecutorOptions bad;
+    bad.shard_comm = replica->get();
+    bad.replica_comm = replica->get();
+    auto refused = Executor::Create(*graph, *group->device, world, bad);
+    if (refused.ok() ||
+        refused.status().code() != absl::StatusCode::kInvalidArgument ||
+        refused.status().message().find("shard_comm") == std::string::npos) {
+      errors[r] = absl::StrCat("swapped communicators: ",
+                               refused.status().ToString());
+      return;
+    }
+    ExecutorOptions o;
+    o.shard_comm = shard->get();
+    o.replica_comm = replica->get();
+    auto exec = Executor::Create(*graph, *group->device, world, o);
+    if (!exec.ok()) {
+      errors[r] = exec.status().ToString();
+      return;
+    }
+    Status st = (*exec)->InitParameters([](const ParamSlot& ps, float* out) {
+      for (int64_t i = 0; i < ps.numel; ++i) out[i] = testing::InitialValue(ps, i);
+    });
+    if (st.ok()) st = (*exec)->Step(toy.Callbacks(r));
+    if (st.ok()) st = (*exec)->Synchronize();
+    errors[r] = st.ok() ? ToyModel::CompareShards(**exec, ref) : st.ToString();
+    if ((*exec)->shard_rank() != r % 4) errors[r] = "shard rank";
+  });
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 }  // namespace

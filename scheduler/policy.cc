@@ -8,7 +8,8 @@
 namespace baton::scheduler {
 
 std::vector<std::string> PolicyPresetNames() {
-  return {"baton", "yafsdp", "fsdp1", "fsdp2", "zero3", "ddp"};
+  return {"baton", "yafsdp", "fsdp1", "fsdp2", "zero3", "ddp", "hsdp",
+          "zeropp"};
 }
 
 StatusOr<Policy> PolicyPreset(absl::string_view name) {
@@ -53,6 +54,16 @@ StatusOr<Policy> PolicyPreset(absl::string_view name) {
     p.resident_small_params = false;
     p.reduce_window = 2;
     p.reuse_edges = false;
+  } else if (name == "hsdp") {
+    p.forward_prefetch = 1;
+    p.backward_prefetch = 1;
+    p.reduce_window = 2;
+    p.shard_group = 4;
+  } else if (name == "zeropp") {
+    p.forward_prefetch = 1;
+    p.backward_prefetch = 1;
+    p.reduce_window = 2;
+    p.hpz_group = 4;
   } else {
     return absl::NotFoundError(
         absl::StrCat("unknown policy \"", name, "\"; presets: ",
@@ -81,6 +92,8 @@ Status ValidatePolicy(const Policy& p) {
         ") must exceed the prefetch depth, or the host would wait for "
         "compute it has not issued yet"));
   }
+  if (p.shard_group < 0) return bad("shard_group", p.shard_group);
+  if (p.hpz_group < 0) return bad("hpz_group", p.hpz_group);
   if (p.param_dtype == DataType::kI32) return bad("param_dtype", "int32");
   if (p.reduce_dtype == DataType::kI32) return bad("reduce_dtype", "int32");
   if (p.bucket_policy == BucketPolicy::kMerge && p.merge_target_bytes <= 0) {
@@ -89,9 +102,59 @@ Status ValidatePolicy(const Policy& p) {
   return absl::OkStatus();
 }
 
+StatusOr<Groups> ResolveGroups(const Policy& p, int world_size) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size ", world_size, " must be >= 1"));
+  }
+  auto bad = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("policy ", p.name, ": ", parts...));
+  };
+  Groups g;
+  g.world = world_size;
+  if (p.shard_group < 0) return bad("shard_group = ", p.shard_group, " is negative");
+  if (p.hpz_group < 0) return bad("hpz_group = ", p.hpz_group, " is negative");
+  // Groups larger than the world are the world (a preset's 4-rank group on
+  // 2 ranks shards over both).
+  g.shard = p.shard_group == 0 ? world_size : std::min(p.shard_group, world_size);
+  const int hpz = std::min(p.hpz_group, world_size);
+  if (world_size % g.shard != 0) {
+    return bad("shard_group = ", p.shard_group,
+               " does not divide the world size ", world_size);
+  }
+  g.replicas = world_size / g.shard;
+  if (p.all_reduce && g.replicas > 1) {
+    return bad("shard_group = ", p.shard_group,
+               " needs sharding, but all_reduce (DDP) is set");
+  }
+  if (hpz > 0) {
+    if (hpz > g.shard) {
+      return bad("hpz_group = ", p.hpz_group, " is larger than the shard group (",
+                 g.shard, " ranks)");
+    }
+    if (g.shard % hpz != 0) {
+      return bad("hpz_group = ", p.hpz_group, " does not divide the shard group (",
+                 g.shard, " ranks)");
+    }
+    if (p.all_reduce) {
+      return bad("hpz_group = ", p.hpz_group,
+                 " needs sharding, but all_reduce (DDP) is set");
+    }
+    if (!p.reshard_after_forward) {
+      return bad("hpz_group = ", p.hpz_group,
+                 " needs reshard_after_forward (no backward gathers without it)");
+    }
+    // h == shard group: the secondary shards would be the whole bucket's
+    // shards again; still valid (the backward gathers read them).
+    g.hpz = hpz;
+  }
+  return g;
+}
+
 LayoutOptions LayoutOptionsFor(const Policy& p, int world_size) {
   LayoutOptions o;
-  o.world_size = world_size;
+  StatusOr<Groups> g = ResolveGroups(p, world_size);
+  o.world_size = g.ok() ? g->shard : world_size;
   o.shard = !p.all_reduce;
   o.bucket_policy = p.bucket_policy;
   o.merge_target_bytes = p.merge_target_bytes;

@@ -38,6 +38,29 @@
 //   all_reduce (DDP)
 //       No sharding: every rank holds whole parameters and all-reduces
 //       gradient buckets.
+//   shard_group = S (hierarchical sharding: FSDP2's HSDP)
+//       Ranks per shard group; 0 (or the world size) shards over every
+//       rank. With S < world, consecutive blocks of S ranks each hold a full
+//       copy of the model sharded S ways (replicas = world / S): gathers and
+//       the reduce-scatter stay inside the group (inside a node when S is at
+//       most the GPUs per node: NVLink, not InfiniBand), and each reduced
+//       gradient shard is then all-reduced across the replica group (the
+//       ranks holding the same shard, one per group). Costs: every shard,
+//       master and optimizer moment is world/S times larger than under full
+//       sharding, and the replica all-reduce moves 2 x shard bytes across
+//       groups; wins when gathers over the slow links dominate. Must divide
+//       the world size; a group larger than the world is the world.
+//   hpz_group = h (ZeRO++ hpZ)
+//       0: off. Else after each forward all-gather a rank keeps a secondary
+//       shard: its 1/h slice of the gathered bucket, where its hpZ group is
+//       a block of h consecutive ranks (a node, typically). The backward
+//       all-gathers gather from those secondary shards within the hpZ group
+//       instead of across the shard group. Costs: a transient 1/h of every
+//       bucket held from forward to backward (h < S: more than the primary
+//       shard), a copy per bucket; saves the backward gathers' traffic over
+//       the slow links. Must divide the shard group (and so be at most
+//       it; a group larger than the world is the world); needs
+//       reshard_after_forward (else there is no backward gather).
 //   reuse_edges
 //       true: the static planner may add cross-stream reuse edges (never
 //       into a compute node, never from compute into an all-gather) to
@@ -74,6 +97,9 @@ struct Policy {
   bool copy_in_out = false;
   bool all_reduce = false;
   bool reuse_edges = true;
+  // Hierarchical sharding (0: off).
+  int shard_group = 0;
+  int hpz_group = 0;
   // Layout.
   BucketPolicy bucket_policy = BucketPolicy::kPerUnit;
   int64_t merge_target_bytes = 0;
@@ -98,6 +124,11 @@ struct Policy {
 //         RS on their own streams, caching-allocator memory.
 // ddp     whole parameters on every rank, all-reduce of 25 MB gradient
 //         buckets.
+// hsdp    FSDP2's HSDP: baton's schedule sharded within groups of 4 ranks
+//         (shard_group 4; set it to the GPUs per node on a real cluster),
+//         replicated across them with a gradient all-reduce.
+// zeropp  ZeRO++ hpZ: primary shards over every rank, secondary shards in
+//         groups of 4 ranks (hpz_group 4) for the backward gathers.
 // NotFound listing the names otherwise.
 StatusOr<Policy> PolicyPreset(absl::string_view name);
 std::vector<std::string> PolicyPresetNames();
@@ -106,7 +137,24 @@ std::vector<std::string> PolicyPresetNames();
 // micro_steps < 1, recompute_blocks < -1, an integer dtype.
 Status ValidatePolicy(const Policy& policy);
 
-// The layout options a policy implies for `world_size` ranks.
+// The communication groups a policy implies for `world_size` ranks. Rank r
+// is in shard group r / shard (position r % shard), replica group r % shard
+// (position r / shard) and hpZ group r / hpz (position r % hpz).
+struct Groups {
+  int world = 1;
+  int shard = 1;     // ranks per shard group
+  int replicas = 1;  // world / shard
+  int hpz = 0;       // ranks per hpZ group; 0: no hpZ
+};
+// Groups larger than the world are capped at it. InvalidArgument naming
+// shard_group or hpz_group when the shard group does not divide the world,
+// the hpZ group does not divide the shard group (or is larger), hpZ is set without reshard_after_forward, or either is set
+// under all_reduce; also world_size < 1.
+StatusOr<Groups> ResolveGroups(const Policy& policy, int world_size);
+
+// The layout options a policy implies for `world_size` ranks: buckets are
+// sharded over the shard group (all of the world when the policy's groups
+// are invalid; ResolveGroups reports that).
 LayoutOptions LayoutOptionsFor(const Policy& policy, int world_size);
 
 }  // namespace baton::scheduler

@@ -29,6 +29,15 @@ bool IsCompute(NodeKind kind) {
          kind == NodeKind::kBackward;
 }
 
+const char* CommGroupName(CommGroup group) {
+  switch (group) {
+    case CommGroup::kShard: return "shard";
+    case CommGroup::kReplica: return "replica";
+    case CommGroup::kHpz: return "hpz";
+  }
+  return "?";
+}
+
 const char* BufferRoleName(BufferRole role) {
   switch (role) {
     case BufferRole::kGathered: return "gathered";
@@ -40,6 +49,7 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kGradShard: return "grad_shard";
     case BufferRole::kMoment1: return "moment1";
     case BufferRole::kMoment2: return "moment2";
+    case BufferRole::kHpzShard: return "hpz_shard";
   }
   return "?";
 }
@@ -70,8 +80,10 @@ namespace {
 // Builds nodes and buffers in issue order, then edges, plan and waits.
 class Builder {
  public:
-  Builder(const ModelLayout& layout, const Policy& policy)
-      : layout_(layout), p_(policy) {}
+  Builder(const ModelLayout& layout, const Policy& policy, Groups groups)
+      : layout_(layout), p_(policy) {
+    g_.groups = groups;
+  }
 
   StatusOr<StepGraph> Build(const GraphOptions& options);
 
@@ -106,6 +118,7 @@ class Builder {
     return static_cast<int>(g_.nodes.size()) - 1;
   }
   const Bucket& B(int b) const { return layout_.buckets[b]; }
+  bool Hpz(int b) const { return g_.groups.hpz > 0 && !B(b).resident; }
   std::string Tag(int m) const { return absl::StrCat(" m", m); }
 
   void Persistent();
@@ -139,6 +152,8 @@ class Builder {
   std::vector<int> reducer_;        // bucket -> reduce node this micro-step
   std::vector<int> final_reduce_;   // bucket -> last node producing gshard
   int resident_view_ = -1;
+  std::vector<int> hpz_;  // bucket -> its current hpZ secondary shard
+  int last_gather_ = -1;  // the all-gather node Gather added last
   std::vector<GraphEdge> window_edges_;
 };
 
@@ -165,10 +180,12 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
   if (p_.all_reduce) return shard_[b];  // whole parameters live in the shard
   const std::string suffix =
       absl::StrCat(B(b).name, phase == kFwd ? " fwd" : " bwd", Tag(m));
-  int input = shard_[b];
+  // hpZ: the backward gathers read the secondary shard over the hpZ group.
+  const bool secondary = phase == kBwd && Hpz(b);
+  int input = secondary ? hpz_[b] : shard_[b];
   if (p_.copy_in_out) {
     const int in = AddBuffer(absl::StrCat("ag_in.", suffix), BufferRole::kCopy,
-                             b, B(b).shard_numel, p_.param_dtype, false);
+                             b, g_.buffers[input].numel, p_.param_dtype, false);
     AddNode(NodeKind::kCopy, ag_, -1, b, m, {input}, {in},
             absl::StrCat("COPY-IN ", suffix));
     input = in;
@@ -177,7 +194,9 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
                             BufferRole::kGathered, b, B(b).padded_numel,
                             p_.param_dtype, false);
   const int node = AddNode(NodeKind::kAllGather, ag_, -1, b, m, {input}, {out},
-                           absl::StrCat("AG ", suffix));
+                           absl::StrCat(secondary ? "AG-HPZ " : "AG ", suffix));
+  if (secondary) g_.nodes[node].group = CommGroup::kHpz;
+  last_gather_ = node;
   if (window_src >= 0) {
     window_edges_.push_back({window_src, node, EdgeKind::kWindow});
     if (p_.copy_in_out) {
@@ -185,6 +204,15 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
     }
   }
   if (host_src >= 0) g_.nodes[p_.copy_in_out ? node - 1 : node].host_wait = host_src;
+  if (phase == kFwd && Hpz(b)) {
+    // Keep this rank's hpZ slice of the gathered bucket for the backward.
+    hpz_[b] = AddBuffer(absl::StrCat("hpz.", suffix), BufferRole::kHpzShard, b,
+                        B(b).padded_numel / g_.groups.hpz, p_.param_dtype,
+                        false);
+    const int copy = AddNode(NodeKind::kCopy, ag_, -1, b, m, {out}, {hpz_[b]},
+                             absl::StrCat("HPZ-COPY ", suffix));
+    g_.nodes[copy].group = CommGroup::kHpz;
+  }
   return out;
 }
 
@@ -236,8 +264,7 @@ void Builder::GatherAhead(Phase phase, int m, int k, int& issued) {
     const int prev =
         phase == kFwd && m > 0 && !p_.all_reduce ? reducer_[bucket(j)] : -1;
     if (prev >= 0 && g_.nodes[prev].stream != ag_) {
-      window_edges_.push_back(
-          {prev, static_cast<int>(g_.nodes.size()) - 1, EdgeKind::kWindow});
+      window_edges_.push_back({prev, last_gather_, EdgeKind::kWindow});
     }
   }
 }
@@ -349,6 +376,12 @@ int Builder::Reduce(int b, int m) {
                            absl::StrCat("AR ", suffix))
                  : AddNode(NodeKind::kReduceScatter, rs_, -1, b, m, {src},
                            {out}, absl::StrCat("RS ", suffix));
+  if (!p_.all_reduce && g_.groups.replicas > 1) {
+    // HSDP: the shard group's sum, then the sum over the replicas.
+    node = AddNode(NodeKind::kAllReduce, rs_, -1, b, m, {out}, {out},
+                   absl::StrCat("AR-R ", suffix));
+    g_.nodes[node].group = CommGroup::kReplica;
+  }
   if (accumulate) {
     node = AddNode(NodeKind::kAccumulate, rs_, -1, b, m, {out, gshard_[b]},
                    {gshard_[b]}, absl::StrCat("ACC ", suffix));
@@ -533,6 +566,7 @@ StatusOr<StepGraph> Builder::Build(const GraphOptions& options) {
     }
   }
   view_.assign(nb, -1);
+  hpz_.assign(nb, -1);
   grad_.assign(nb, -1);
   grad_written_.assign(nb, {});
   last_consumer_.assign(nb, -1);
@@ -565,11 +599,19 @@ StatusOr<StepGraph> Builder::Build(const GraphOptions& options) {
 
 StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
                                    const Policy& policy,
-                                   const GraphOptions& options) {
+                                   const GraphOptions& options,
+                                   int world_size) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
-  const LayoutOptions want =
-      LayoutOptionsFor(policy, layout.options.world_size);
+  const int world = world_size > 0 ? world_size : layout.options.world_size;
+  BATON_ASSIGN_OR_RETURN(Groups groups, ResolveGroups(policy, world));
+  const LayoutOptions want = LayoutOptionsFor(policy, world);
   const LayoutOptions& have = layout.options;
+  if (want.world_size != have.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step graph: the layout shards over ", have.world_size,
+        " ranks but policy ", policy.name, " shards over ", want.world_size,
+        " of ", world));
+  }
   if (want.shard != have.shard || want.bucket_policy != have.bucket_policy ||
       want.merge_target_bytes != have.merge_target_bytes ||
       want.resident_small_params != have.resident_small_params ||
@@ -579,16 +621,17 @@ StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
         "step graph: the layout was not built with LayoutOptionsFor(policy ",
         policy.name, ")"));
   }
-  return Builder(layout, policy).Build(options);
+  return Builder(layout, policy, groups).Build(options);
 }
 
 StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
                                    int world_size,
                                    const GraphOptions& options) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  BATON_RETURN_IF_ERROR(ResolveGroups(policy, world_size).status());
   BATON_ASSIGN_OR_RETURN(ModelLayout layout,
                          BuildLayout(spec, LayoutOptionsFor(policy, world_size)));
-  return BuildStepGraph(layout, policy, options);
+  return BuildStepGraph(layout, policy, options, world_size);
 }
 
 }  // namespace baton::scheduler
@@ -623,9 +666,51 @@ Status VerifyStepGraph(const StepGraph& g) {
   const int nbuf = static_cast<int>(g.buffers.size());
   std::vector<int> last_writer(nbuf, -1);
   std::vector<int> reduced_after(nbuf, -1);
+  // Reduce-scatter outputs still waiting for their replica all-reduce.
+  std::vector<int> unreplicated(nbuf, -1);
   for (int v = 0; v < nn; ++v) {
     const Node& n = g.nodes[v];
+    const bool replica_ar =
+        n.kind == NodeKind::kAllReduce && n.group == CommGroup::kReplica;
+    if (n.group == CommGroup::kReplica &&
+        (g.groups.replicas <= 1 || !replica_ar)) {
+      return fail(n.name, " runs over the replica group, which ",
+                  g.groups.replicas <= 1 ? "this graph does not have"
+                                         : "only takes all-reduces");
+    }
+    if (n.group == CommGroup::kHpz &&
+        (g.groups.hpz == 0 ||
+         (n.kind != NodeKind::kAllGather && n.kind != NodeKind::kCopy))) {
+      return fail(n.name, " runs over the hpZ group, which ",
+                  g.groups.hpz == 0 ? "this graph does not have"
+                                    : "only takes gathers and copies");
+    }
+    if (n.kind == NodeKind::kAllGather && n.group == CommGroup::kHpz) {
+      // Its input is a secondary shard (possibly through a copy-in).
+      int in = n.reads.empty() ? -1 : n.reads[0];
+      if (in >= 0 && g.buffers[in].role == BufferRole::kCopy &&
+          last_writer[in] >= 0 && !g.nodes[last_writer[in]].reads.empty()) {
+        in = g.nodes[last_writer[in]].reads[0];
+      }
+      const int w = in >= 0 ? last_writer[in] : -1;
+      if (in < 0 || g.buffers[in].role != BufferRole::kHpzShard || w < 0 ||
+          g.nodes[w].kind != NodeKind::kCopy ||
+          g.nodes[w].group != CommGroup::kHpz) {
+        return fail(n.name, " gathers over the hpZ group but reads no "
+                            "secondary shard written by an hpZ copy");
+      }
+    }
     for (int r : n.reads) {
+      if (unreplicated[r] >= 0) {
+        if (!replica_ar) {
+          return fail(n.name, " reads ", g.buffers[r].name,
+                      " before its replica all-reduce");
+        }
+        unreplicated[r] = -1;
+      } else if (replica_ar) {
+        return fail(n.name, " all-reduces ", g.buffers[r].name,
+                    " which no reduce-scatter wrote just before");
+      }
       const GraphBuffer& buf = g.buffers[r];
       if (last_writer[r] < 0 && !buf.persistent) {
         return fail(n.name, " reads ", buf.name, " before anything wrote it");
@@ -670,6 +755,15 @@ Status VerifyStepGraph(const StepGraph& g) {
       }
       last_writer[w] = v;
       if (g.buffers[w].role == BufferRole::kGradFull) reduced_after[w] = -1;
+      if (n.kind == NodeKind::kReduceScatter && g.groups.replicas > 1) {
+        unreplicated[w] = v;
+      }
+    }
+  }
+  for (int b = 0; b < nbuf; ++b) {
+    if (unreplicated[b] >= 0) {
+      return fail(g.buffers[b].name, " (from ", g.nodes[unreplicated[b]].name,
+                  ") is never all-reduced over the replica group");
     }
   }
   for (int b = 0; b < nbuf; ++b) {

@@ -60,6 +60,15 @@ enum class NodeKind {
 const char* NodeKindName(NodeKind kind);
 bool IsCompute(NodeKind kind);  // forward, recompute, backward
 
+// The ranks a collective runs over (Policy::shard_group / hpz_group; the
+// ranks of each group: scheduler/policy.h, ResolveGroups).
+enum class CommGroup {
+  kShard,    // the shard group (every rank without hierarchical sharding)
+  kReplica,  // the ranks holding the same shard, one per shard group
+  kHpz,      // the hpZ group (ZeRO++ secondary shards)
+};
+const char* CommGroupName(CommGroup group);  // "shard", "replica", "hpz"
+
 enum class BufferRole {
   kGathered,   // transient: a bucket's gathered parameters
   kGradFull,   // transient: a bucket's full gradient
@@ -70,6 +79,8 @@ enum class BufferRole {
   kGradShard,  // persistent: reduced gradient shard (reduce dtype)
   kMoment1,    // persistent: fp32
   kMoment2,    // persistent: fp32
+  kHpzShard,   // transient: hpZ secondary shard (1/hpz of a bucket), kept
+               // from a forward gather to the backward gather
 };
 const char* BufferRoleName(BufferRole role);
 
@@ -90,6 +101,10 @@ struct Node {
   int unit = -1;   // compute nodes
   int bucket = -1;  // comm, copy, accumulate, optimizer, cast nodes
   int micro_step = 0;
+  // Collectives: the group they run over. A kCopy with group kHpz writes
+  // this rank's hpZ slice of the gathered bucket it reads (position in the
+  // hpZ group x the slice's numel); other copies copy whole buffers.
+  CommGroup group = CommGroup::kShard;
   std::vector<int> reads;   // GraphBuffer indices
   std::vector<int> writes;
   // Backward: for each ParamRef of the unit, whether its gradient slice
@@ -115,6 +130,7 @@ struct GraphEdge {
 struct StepGraph {
   ModelLayout layout;
   Policy policy;
+  Groups groups;  // layout.options.world_size == groups.shard
   int num_streams = 3;
   std::vector<Node> nodes;  // issue order
   std::vector<GraphEdge> edges;
@@ -147,10 +163,19 @@ struct GraphOptions {
 
 // Builds the graph of one step for `policy` on `layout` (whose options must
 // be LayoutOptionsFor(policy, world)), derives its edges and plans memory.
-// InvalidArgument for an invalid policy or a layout built for other options.
+// The layout's world_size is the shard group; `world_size` (0: the same)
+// is every rank. With replicas (shard group < world) each reduce-scatter is
+// followed by an in-place all-reduce of its output over the replica group
+// ("AR-R"), before the accumulate or the optimizer reads it; with hpZ each
+// forward gather of a bucket is followed by a kCopy of this rank's slice
+// into a kHpzShard buffer ("HPZ-COPY", on the gather stream) and the
+// backward gathers read that buffer over the hpZ group.
+// InvalidArgument for an invalid policy, invalid groups (naming the knob)
+// or a layout built for other options.
 StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
                                    const Policy& policy,
-                                   const GraphOptions& options = {});
+                                   const GraphOptions& options = {},
+                                   int world_size = 0);
 
 // Convenience: layout + graph for a model, a policy and a world size.
 StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
@@ -161,7 +186,11 @@ StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
 // graph was built: every gathered buffer is written by an all-gather (or is
 // a copy of one) before any compute reads it; every gradient buffer is
 // reduced after its last write; every edge goes forward; the waits cover
-// every cross-stream edge. FailedPrecondition naming the first violation.
+// every cross-stream edge; with replicas, every reduce-scatter output is
+// all-reduced over the replica group before anything else reads it; every
+// node's group exists (no replica collective without replicas, no hpZ
+// without hpz_group) and every hpZ gather reads a secondary shard written
+// by an hpZ copy. FailedPrecondition naming the first violation.
 Status VerifyStepGraph(const StepGraph& graph);
 
 }  // namespace baton::scheduler

@@ -218,5 +218,203 @@ TEST(StepGraphTest, BadPolicyIsRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Hierarchical sharding on 8 ranks: (shard_group, hpz_group, micro mode
+// 0 one / 1 reduce every / 2 accumulate, copy_in_out).
+using GroupCase = std::tuple<int, int, int, bool>;
+class HierarchicalTest : public ::testing::TestWithParam<GroupCase> {};
+
+TEST_P(HierarchicalTest, ReplicaAllReducesAndHpzGathersHoldTheInvariants) {
+  const auto [shard, hpz, mode, copy] = GetParam();
+  Policy p = Preset("baton");
+  p.shard_group = shard;
+  p.hpz_group = hpz;
+  p.micro_steps = mode == 0 ? 1 : 2;
+  p.reduce_every_micro_step = mode == 1;
+  p.copy_in_out = copy;
+  auto g = BuildStepGraph(Micro(true), p, 8);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(VerifyStepGraph(*g).ok()) << VerifyStepGraph(*g);
+  memory::PlanInput in = g->plan_input;
+  EXPECT_TRUE(memory::VerifyPlan(in, g->plan).ok());
+  EXPECT_EQ(g->groups.world, 8);
+  EXPECT_EQ(g->groups.shard, shard);
+  EXPECT_EQ(g->groups.replicas, 8 / shard);
+  EXPECT_EQ(g->groups.hpz, hpz);
+  EXPECT_EQ(g->layout.options.world_size, shard);
+  int rs = 0, ar_replica = 0, ag = 0, ag_hpz = 0, hpz_copy = 0;
+  for (size_t v = 0; v < g->nodes.size(); ++v) {
+    const Node& n = g->nodes[v];
+    rs += n.kind == NodeKind::kReduceScatter;
+    ag += n.kind == NodeKind::kAllGather && n.group == CommGroup::kShard;
+    if (n.kind == NodeKind::kAllReduce) {
+      EXPECT_EQ(n.group, CommGroup::kReplica) << n.name;
+      ++ar_replica;
+      // In place, right after its reduce-scatter on the same stream.
+      EXPECT_EQ(n.reads, n.writes) << n.name;
+      ASSERT_GT(v, 0u);
+      EXPECT_EQ(g->nodes[v - 1].kind, NodeKind::kReduceScatter) << n.name;
+      EXPECT_EQ(g->nodes[v - 1].stream, n.stream) << n.name;
+      EXPECT_EQ(g->nodes[v - 1].writes, n.reads) << n.name;
+    }
+    if (n.kind == NodeKind::kAllGather && n.group == CommGroup::kHpz) {
+      ++ag_hpz;
+      EXPECT_NE(n.name.find(" bwd"), std::string::npos) << n.name;
+    }
+    if (n.kind == NodeKind::kCopy && n.group == CommGroup::kHpz) {
+      ++hpz_copy;
+      const GraphBuffer& out = g->buffers[n.writes[0]];
+      EXPECT_EQ(out.role, BufferRole::kHpzShard);
+      EXPECT_EQ(out.numel * hpz, g->layout.buckets[out.bucket].padded_numel);
+      EXPECT_FALSE(out.persistent);
+    }
+  }
+  EXPECT_EQ(ar_replica, shard < 8 ? rs : 0);
+  const int own = static_cast<int>(g->layout.buckets.size()) -
+                  (g->layout.resident_bucket >= 0 ? 1 : 0);
+  const int micro = p.micro_steps;
+  if (hpz > 0) {
+    EXPECT_EQ(ag_hpz, own * micro);
+    EXPECT_EQ(hpz_copy, own * micro);
+    EXPECT_EQ(ag, own * micro + (g->layout.resident_bucket >= 0));
+  } else {
+    EXPECT_EQ(ag_hpz + hpz_copy, 0);
+  }
+  // Memory: the persistent state is that of full sharding over the shard
+  // group; secondary shards make the arena larger than without hpZ.
+  Policy flat = p;
+  flat.shard_group = 0;
+  flat.hpz_group = 0;
+  auto over_group = BuildStepGraph(Micro(true), flat, shard);
+  ASSERT_TRUE(over_group.ok());
+  EXPECT_EQ(g->persistent_bytes, over_group->persistent_bytes);
+  if (shard < 8) {
+    auto full = BuildStepGraph(Micro(true), flat, 8);
+    ASSERT_TRUE(full.ok());
+    EXPECT_GT(g->persistent_bytes, full->persistent_bytes);
+  }
+  // Each secondary shard is planned in the arena and lives from its hpZ
+  // copy (forward) to its hpZ gather (backward).
+  for (size_t b = 0; b < g->buffers.size(); ++b) {
+    if (g->buffers[b].role != BufferRole::kHpzShard) continue;
+    ASSERT_GE(g->buffers[b].plan_id, 0);
+    EXPECT_LE(g->plan.buffers[g->buffers[b].plan_id].offset +
+                  g->buffers[b].bytes(),
+              g->plan.arena_bytes);
+    const Node& first = g->nodes[g->first_write[b]];
+    const Node& last = g->nodes[g->last_use[b]];
+    EXPECT_EQ(first.name.rfind("HPZ-COPY", 0), 0u) << first.name;
+    if (copy) {
+      EXPECT_EQ(last.name.rfind("COPY-IN", 0), 0u) << last.name;
+    } else {
+      EXPECT_EQ(last.name.rfind("AG-HPZ", 0), 0u) << last.name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Groups, HierarchicalTest,
+    ::testing::Values(GroupCase{4, 0, 0, false}, GroupCase{2, 0, 0, false},
+                      GroupCase{4, 0, 1, false}, GroupCase{2, 0, 2, false},
+                      GroupCase{4, 0, 1, true}, GroupCase{8, 4, 0, false},
+                      GroupCase{8, 2, 1, false}, GroupCase{8, 4, 2, true},
+                      GroupCase{4, 2, 0, false}, GroupCase{4, 2, 1, false},
+                      GroupCase{2, 2, 2, false}, GroupCase{4, 4, 2, false}));
+
+TEST(StepGraphTest, PresetsHsdpAndZeroppUseTheirGroups) {
+  auto h = BuildStepGraph(Micro(false), Preset("hsdp"), 8);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->groups.shard, 4);
+  EXPECT_EQ(h->groups.replicas, 2);
+  EXPECT_TRUE(VerifyStepGraph(*h).ok());
+  auto z = BuildStepGraph(Micro(false), Preset("zeropp"), 8);
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(z->groups.shard, 8);
+  EXPECT_EQ(z->groups.hpz, 4);
+  EXPECT_TRUE(VerifyStepGraph(*z).ok());
+}
+
+TEST(StepGraphTest, VerifyCatchesAMissingReplicaAllReduce) {
+  Policy p = Preset("hsdp");
+  auto g = BuildStepGraph(Micro(false), p, 8);
+  ASSERT_TRUE(g.ok()) << g.status();
+  StepGraph broken = *g;
+  for (Node& n : broken.nodes) {
+    if (n.kind == NodeKind::kAllReduce) {
+      n.kind = NodeKind::kCopy;  // the all-reduce is gone
+      n.group = CommGroup::kShard;
+      break;
+    }
+  }
+  Status s = VerifyStepGraph(broken);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("replica all-reduce"), std::string::npos) << s;
+  // A replica collective in a graph without replicas.
+  auto flat = BuildStepGraph(Micro(false), Preset("baton"), 8);
+  ASSERT_TRUE(flat.ok());
+  broken = *flat;
+  for (Node& n : broken.nodes) {
+    if (n.kind == NodeKind::kReduceScatter) {
+      n.group = CommGroup::kReplica;
+      break;
+    }
+  }
+  s = VerifyStepGraph(broken);
+  EXPECT_NE(s.message().find("replica group"), std::string::npos) << s;
+}
+
+TEST(StepGraphTest, VerifyCatchesAnHpzGatherWithoutSecondaryShard) {
+  auto g = BuildStepGraph(Micro(false), Preset("zeropp"), 8);
+  ASSERT_TRUE(g.ok()) << g.status();
+  StepGraph broken = *g;
+  int shard_buffer = -1;
+  for (size_t b = 0; b < broken.buffers.size(); ++b) {
+    if (broken.buffers[b].role == BufferRole::kShard) shard_buffer = b;
+  }
+  for (Node& n : broken.nodes) {
+    if (n.kind == NodeKind::kAllGather && n.group == CommGroup::kHpz) {
+      n.reads = {shard_buffer};
+      break;
+    }
+  }
+  const Status s = VerifyStepGraph(broken);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("secondary shard"), std::string::npos) << s;
+}
+
+TEST(StepGraphTest, BadGroupsAreRefusedNamingTheKnob) {
+  struct Bad {
+    int world, shard, hpz;
+    bool reshard;
+    const char* knob;
+  };
+  for (const Bad& b : {Bad{8, 3, 0, true, "shard_group"},
+                       Bad{8, 6, 0, true, "shard_group"},
+                       Bad{8, -2, 0, true, "shard_group"},
+                       Bad{8, 4, 8, true, "hpz_group"},
+                       Bad{12, 6, 4, true, "hpz_group"},
+                       Bad{8, 4, -1, true, "hpz_group"},
+                       Bad{8, 4, 2, false, "hpz_group"}}) {
+    Policy p = Preset("baton");
+    p.shard_group = b.shard;
+    p.hpz_group = b.hpz;
+    p.reshard_after_forward = b.reshard;
+    const Status s = BuildStepGraph(Micro(false), p, b.world).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.knob << s;
+    EXPECT_NE(s.message().find(b.knob), std::string::npos) << s;
+  }
+  // Groups larger than the world are the world.
+  Policy big = Preset("zeropp");
+  big.shard_group = 16;
+  big.hpz_group = 16;
+  auto capped = BuildStepGraph(Micro(false), big, 2);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_EQ(capped->groups.shard, 2);
+  EXPECT_EQ(capped->groups.hpz, 2);
+  Policy ddp = Preset("ddp");
+  ddp.shard_group = 4;
+  EXPECT_EQ(BuildStepGraph(Micro(false), ddp, 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace baton::scheduler

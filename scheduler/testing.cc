@@ -170,7 +170,7 @@ void ToyModel::ReferenceStep(const ModelLayout& layout, int ranks,
 
 std::string ToyModel::CompareShards(Executor& executor, const Reference& ref) {
   const ModelLayout& layout = executor.graph().layout;
-  const int rank = executor.rank();
+  const int rank = executor.shard_rank();
   for (const Bucket& b : layout.buckets) {
     auto shard = executor.ReadMaster(b.id);
     if (!shard.ok()) return shard.status().ToString();

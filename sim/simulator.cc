@@ -469,9 +469,9 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
                                   const SimOptions& options) {
   BATON_RETURN_IF_ERROR(ValidateCluster(cluster));
   BATON_RETURN_IF_ERROR(ValidateWorkload(workload));
-  if (graph.layout.options.world_size != workload.gpus) {
+  if (graph.groups.world != workload.gpus) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "simulator: graph built for ", graph.layout.options.world_size,
+        "simulator: graph built for ", graph.groups.world,
         " ranks, workload has ", workload.gpus, " GPUs"));
   }
   const KernelTable* table = options.kernels;

@@ -91,6 +91,8 @@ std::vector<Case> Cases() {
     cases.push_back({"inproc", 4, 1, p});
     cases.push_back({"ucx", 2, 2, p});
   }
+  // HSDP for real: 8 ranks as 2 shard groups of 4 (the preset's group).
+  cases.push_back({"inproc", 8, 1, "hsdp"});
   return cases;
 }
 
@@ -149,6 +151,7 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
       {"--micro-steps=100000", "--micro-steps needs an integer in [1, 4096]"},
       {"--hidden=4294967360", "--hidden needs an integer in [1, 16777216]"},
       {"--model=tiny --hf-config=/nonexistent/config.json", "--model and --hf-config"},
+      {"--policy=hsdp --nranks=6", "shard_group = 4 does not divide the world size 6"},
   };
   for (const auto& [args, want] : cases) {
     const Outcome r = Execute(absl::StrCat("--steps=1 ", args));

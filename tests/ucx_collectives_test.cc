@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "baton/comm/testing/collective_check.h"
+#include "baton/comm/testing/split_check.h"
 #include "baton/comm/factory.h"
 #include "baton/comm/bootstrap/launch_env.h"
 #include "baton/comm/bootstrap/launcher.h"
@@ -237,7 +238,25 @@ int ChildNeverIssues() {
   return rc;
 }
 
+// Sub-communicators: 8 ranks as `groups` x (8 / groups)
+// (comm/testing/split_check.h).
+int ChildSplit(int groups) {
+  ChildEnv env;
+  Status s = SetUp(&env);
+  CHILD_CHECK(s.ok(), s.ToString());
+  auto comm = MakeComm(env, absl::Seconds(60), 64 << 10);
+  CHILD_CHECK(comm.ok(), comm.status().ToString());
+  s = RunSplitScenario(**comm, *env.device, groups);
+  CHILD_CHECK(s.ok(), s.ToString());
+  comm->reset();
+  s = env.store->Barrier("end", absl::Seconds(30));
+  CHILD_CHECK(s.ok(), s.ToString());
+  return 0;
+}
+
 int RunChild(const std::string& name) {
+  if (name == "split_2x4") return ChildSplit(2);
+  if (name == "split_4x2") return ChildSplit(4);
   if (name == "sweep") return ChildSweep(true);
   if (name == "sweep_small") return ChildSweep(false);
   if (name == "mismatch") return ChildMismatch();
@@ -279,6 +298,16 @@ TEST_P(UcxSweepTest, EveryCollectiveCountTypeAndPlacementIsExact) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, UcxSweepTest,
                          ::testing::Values(1, 2, 3, 4, 8));
+
+TEST(UcxSplitTest, EightRanksAsTwoGroupsOfFour) {
+  const LaunchResult r = Launch(8, "split_2x4");
+  EXPECT_EQ(r.exit_code, 0) << r.summary;
+}
+
+TEST(UcxSplitTest, EightRanksAsFourGroupsOfTwo) {
+  const LaunchResult r = Launch(8, "split_4x2");
+  EXPECT_EQ(r.exit_code, 0) << r.summary;
+}
 
 TEST(UcxFaultTest, MismatchedCountsGiveInvalidArgumentOnEveryRank) {
   const LaunchResult r = Launch(4, "mismatch");

@@ -1,6 +1,7 @@
 #include "baton/comm/inproc/inproc.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -31,6 +32,11 @@ struct Arrival {
 // plain tag).
 constexpr uint32_t kPhase1 = 0x100;
 constexpr uint32_t kPhase2 = 0x200;
+// Slot key of Split's meeting (sequence: the Split's number).
+constexpr uint32_t kPhaseSplit = 0x400;
+
+// Distinguishes groups of the same name, for the names of their children.
+std::atomic<uint64_t> next_world_id{1};
 
 struct Slot {
   explicit Slot(int n) : arrivals(n), present(n, false) {}
@@ -55,10 +61,14 @@ std::string Missing(const std::vector<bool>& present) {
 class World {
  public:
   World(std::string group, int size)
-      : group_(std::move(group)), size_(size), joined_(size, false) {}
+      : group_(std::move(group)),
+        size_(size),
+        id_(next_world_id.fetch_add(1)),
+        joined_(size, false) {}
 
   int size() const { return size_; }
   const std::string& group() const { return group_; }
+  uint64_t id() const { return id_; }
 
   Status MarkJoined(int rank) {
     absl::MutexLock lock(&mu_);
@@ -173,6 +183,7 @@ class World {
  private:
   const std::string group_;
   const int size_;
+  const uint64_t id_;
   absl::Mutex mu_;
   std::vector<bool> joined_ ABSL_GUARDED_BY(mu_);
   int njoined_ ABSL_GUARDED_BY(mu_) = 0;
@@ -224,6 +235,7 @@ class InprocCommunicator : public CommunicatorBase {
                      const CommConfig& config)
       : world_(std::move(world)),
         rank_(rank),
+        config_(config),
         timeout_(config.timeout),
         device_(config.device),
         event_protocol_(config.inproc_event_protocol) {}
@@ -278,6 +290,40 @@ class InprocCommunicator : public CommunicatorBase {
   }
 
   Status health() override { return health_.Get(); }
+
+  // Meets the other ranks in a slot of their own (like the event protocol's
+  // meetings), reads every rank's colour and key from their arrivals, then
+  // joins a fresh in-process group named after this World's id, the Split's
+  // number and the colour.
+  StatusOr<std::unique_ptr<Communicator>> Split(int colour, int key) override {
+    BATON_RETURN_IF_ERROR(health_.Get());
+    const uint64_t number = split_calls_++;
+    const CollectiveHeader h =
+        MakeHeader(CollectiveKind::kBarrier, 0, DataType::kF32, ReduceOp::kSum,
+                   0, CollectiveOptions{}, number);
+    const int mine[2] = {colour < 0 ? kSplitNoColour : colour, key};
+    const absl::Time deadline = absl::Now() + timeout_;
+    BATON_ASSIGN_OR_RETURN(
+        std::shared_ptr<Slot> slot,
+        world_->Arrive(rank_, Arrival{mine, nullptr, h}, deadline, timeout_,
+                       kPhaseSplit));
+    std::vector<std::pair<int, int>> all(size());
+    for (int q = 0; q < size(); ++q) {
+      const int* theirs = static_cast<const int*>(slot->arrivals[q].send);
+      all[q] = {theirs[0], theirs[1]};
+    }
+    // Peers read `mine` until every rank has departed.
+    BATON_RETURN_IF_ERROR(
+        world_->Depart(rank_, h, *slot, deadline, kPhaseSplit));
+    if (mine[0] < 0) return std::unique_ptr<Communicator>();
+    const SplitPlace place = PlaceInSplit(all, rank_);
+    CommConfig child = config_;
+    child.rank = place.rank;
+    child.size = place.size;
+    child.group = absl::StrCat(world_->group(), "#", world_->id(), "/split",
+                               number, "/", mine[0]);
+    return CreateInprocCommunicator(child);
+  }
 
   void Abort() override {
     world_->Abort(rank_);
@@ -497,12 +543,14 @@ class InprocCommunicator : public CommunicatorBase {
 
   const std::shared_ptr<World> world_;
   const int rank_;
+  const CommConfig config_;  // for children (Split)
   const absl::Duration timeout_;
   Device* const device_;
   const bool event_protocol_;
   SequenceCounters seqs_;
   HealthState health_;
   int limit_calls_ = 0;
+  uint64_t split_calls_ = 0;
 };
 
 }  // namespace

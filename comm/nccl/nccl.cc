@@ -122,6 +122,46 @@ class NcclCommunicator : public CommunicatorBase {
 
   Status health() override { return health_.Get(); }
 
+  // ncclCommSplit; the child is non-blocking like its parent, and owns its
+  // NCCL communicator (its own channels and sequence numbers).
+  StatusOr<std::unique_ptr<Communicator>> Split(int colour, int key) override {
+    BATON_RETURN_IF_ERROR(health_.Get());
+    BATON_CUDA_CHECK(cudaSetDevice(ordinal_));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t child = nullptr;
+    ncclComm_t parent = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      parent = comm_;
+    }
+    if (parent == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("nccl rank ", rank_, " aborted"));
+    }
+    const ncclResult_t r =
+        ncclCommSplit(parent, colour < 0 ? NCCL_SPLIT_NOCOLOR : colour, key,
+                      &child, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return health_.FailWith([&]() -> Status {
+        BATON_NCCL_CHECK(r);
+        return Status();
+      }());
+    }
+    BATON_RETURN_IF_ERROR(WaitEnqueued(r, "split"));
+    if (child == nullptr) return std::unique_ptr<Communicator>();
+    auto c = std::unique_ptr<NcclCommunicator>(
+        new NcclCommunicator(ordinal_, timeout_));
+    c->comm_ = child;
+    BATON_RETURN_IF_ERROR(c->WaitEnqueued(ncclInProgress, "split (child)"));
+    BATON_NCCL_CHECK(ncclCommCount(child, &c->size_));
+    BATON_NCCL_CHECK(ncclCommUserRank(child, &c->rank_));
+    BATON_CUDA_CHECK(cudaMalloc(&c->scratch_, 256));
+    BATON_CUDA_CHECK(cudaMemset(c->scratch_, 0, 256));
+    c->watchdog_ = std::thread([p = c.get()] { p->Watch(); });
+    return std::unique_ptr<Communicator>(std::move(c));
+  }
+
   void Abort() override {
     health_.Fail(absl::UnavailableError(
         absl::StrCat("nccl rank ", rank_, " aborted")));
@@ -135,6 +175,9 @@ class NcclCommunicator : public CommunicatorBase {
         size_(config.size),
         ordinal_(config.device->ordinal()),
         timeout_(config.timeout) {}
+  // A child of Split; rank and size are set once NCCL has made it.
+  NcclCommunicator(int ordinal, absl::Duration timeout)
+      : rank_(0), size_(0), ordinal_(ordinal), timeout_(timeout) {}
 
   Status Init(const CommConfig& config) {
     if (config.device->kind() != DeviceKind::kCuda) {
@@ -353,8 +396,8 @@ class NcclCommunicator : public CommunicatorBase {
     std::string label;
   };
 
-  const int rank_;
-  const int size_;
+  int rank_;  // const after creation
+  int size_;  // const after creation
   const int ordinal_;
   const absl::Duration timeout_;
   ncclComm_t comm_ = nullptr;

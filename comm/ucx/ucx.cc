@@ -98,6 +98,38 @@ class UcxCommunicator : public CommunicatorBase {
 
   Status health() override { return health_.Get(); }
 
+  // Every rank's colour and key travel in an all-gather on the private tag;
+  // each child is a new communicator (its own UCP context and worker, so
+  // its tag matching is its own) made through the store under a group name
+  // derived from this one, the Split's number and the colour.
+  StatusOr<std::unique_ptr<Communicator>> Split(int colour, int key) override {
+    BATON_RETURN_IF_ERROR(health_.Get());
+    const uint64_t number = split_calls_++;
+    std::vector<int32_t> all(2 * size_);
+    all[2 * rank_] = colour < 0 ? kSplitNoColour : colour;
+    all[2 * rank_ + 1] = key;
+    if (size_ > 1) {
+      CollectiveOptions o;
+      o.tag = 255;
+      BATON_RETURN_IF_ERROR(RunNow(
+          MakeHeader(CollectiveKind::kAllGather, 2, DataType::kI32,
+                     ReduceOp::kSum, 0, o, probe_seq_++),
+          &all[2 * rank_], all.data(), false));
+    }
+    if (all[2 * rank_] < 0) return std::unique_ptr<Communicator>();
+    std::vector<std::pair<int, int>> pairs(size_);
+    for (int q = 0; q < size_; ++q) pairs[q] = {all[2 * q], all[2 * q + 1]};
+    const SplitPlace place = PlaceInSplit(pairs, rank_);
+    CommConfig child = config_;
+    child.rank = place.rank;
+    child.size = place.size;
+    child.group =
+        absl::StrCat(group_, "/split", number, "/", all[2 * rank_]);
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> c,
+                           UcxCommunicator::Create(child));
+    return std::unique_ptr<Communicator>(std::move(c));
+  }
+
   void Abort() override {
     health_.Fail(absl::UnavailableError(
         absl::StrCat("ucx rank ", rank_, " aborted")));
@@ -110,6 +142,7 @@ class UcxCommunicator : public CommunicatorBase {
   explicit UcxCommunicator(const CommConfig& config)
       : rank_(config.rank),
         size_(config.size),
+        config_(config),
         store_(config.store),
         group_(config.group),
         timeout_(config.timeout),
@@ -200,7 +233,28 @@ class UcxCommunicator : public CommunicatorBase {
     links_.size = size_;
     links_.chunk_bytes = chunk_bytes_;
     links_.peer_status = [this](int peer) { return PeerStatus(peer); };
-    return store.Barrier(absl::StrCat(prefix, "ready"), timeout_);
+    return GroupBarrier(store, absl::StrCat(prefix, "ready"));
+  }
+
+  // A barrier of this communicator's ranks through the store: the store's
+  // own Barrier when they are all its ranks, else a counter (a child of
+  // Split has fewer ranks than the store; its names are used once).
+  Status GroupBarrier(Store& store, const std::string& name) {
+    if (size_ == store.world_size()) return store.Barrier(name, timeout_);
+    BATON_ASSIGN_OR_RETURN(int64_t arrived,
+                           store.Add(absl::StrCat(name, "/arrived"), 1));
+    if (arrived == size_) {
+      BATON_RETURN_IF_ERROR(store.Set(absl::StrCat(name, "/open"), "1"));
+    }
+    StatusOr<std::string> open =
+        store.Get(absl::StrCat(name, "/open"), timeout_);
+    if (open.ok()) return Status();
+    StatusOr<int64_t> now = store.Add(absl::StrCat(name, "/arrived"), 0);
+    return absl::Status(
+        open.status().code(),
+        absl::StrCat("ucx barrier '", name, "': ", now.ok() ? *now : -1,
+                     " of ", size_, " ranks arrived within ",
+                     absl::FormatDuration(timeout_)));
   }
 
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -358,7 +412,7 @@ class UcxCommunicator : public CommunicatorBase {
     // Healthy: meet the other ranks first, so that nobody closes its
     // connections while a peer still completes its last transfers.
     if (connected_ && store_ != nullptr && size_ > 1 && health_.Get().ok()) {
-      (void)store_->Barrier(absl::StrCat(group_, "/ucx/close"), timeout_);
+      (void)GroupBarrier(*store_, absl::StrCat(group_, "/ucx/close"));
     }
     {
       absl::MutexLock lock(&mu_);
@@ -405,6 +459,7 @@ class UcxCommunicator : public CommunicatorBase {
 
   const int rank_;
   const int size_;
+  const CommConfig config_;  // for children (Split)
   Store* const store_;  // not owned; used at creation and destruction
   const std::string group_;
   const absl::Duration timeout_;
@@ -416,7 +471,8 @@ class UcxCommunicator : public CommunicatorBase {
   RingLinks links_;
   SequenceCounters seqs_;
   HealthState health_;
-  uint64_t probe_seq_ = 0;
+  uint64_t probe_seq_ = 0;  // private tag 255: MeasureLimit and Split
+  uint64_t split_calls_ = 0;
   bool connected_ = false;  // creation completed
 
   absl::Mutex peers_mu_;
