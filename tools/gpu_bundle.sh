@@ -45,9 +45,9 @@ copy_target() {  # //pkg:name -> bin/pkg/name
   mkdir -p "$out/bin/$pkg"
   cp -L "$bin/$pkg/$name" "$out/bin/$pkg/$name"
   chmod u+w "$out/bin/$pkg/$name"
-  echo "$out/bin/$pkg/$name"
+  echo "$bin/$pkg/$name"  # ldd resolves its $ORIGIN runpath (_solib) there
 }
-files=()
+files=()  # the binaries in bazel-bin, for ldd
 for t in "${tests[@]}"; do
   files+=("$(copy_target "$t")")
   p="${t#//}"; echo "${p%%:*}/${t##*:}" >> "$out/tests.txt"
@@ -82,9 +82,9 @@ if [ -z "$ucs" ]; then
 fi
 if [ -n "$ucs" ] && [ -d "$(dirname "$(readlink -f "$ucs")")/ucx" ]; then
   mkdir -p "$out/lib/ucx"
-  for m in "$(dirname "$(readlink -f "$ucs")")"/ucx/*.so*; do
-    cp -L "$m" "$out/lib/ucx/"
-    copy_deps "$m"
+  cp -a "$(dirname "$(readlink -f "$ucs")")"/ucx/*.so* "$out/lib/ucx/"  # keeps links
+  for m in "$out"/lib/ucx/*.so*; do
+    [ -L "$m" ] || copy_deps "$m"
   done
 fi
 chmod -R u+w "$out/lib"
