@@ -56,13 +56,15 @@ def baton_cc_binary(name, copts = [], **kwargs):
     native.cc_binary(name = name, copts = BATON_COPTS + copts, **kwargs)
 
 def baton_cc_test(name, copts = [], deps = [], gtest_main = True, **kwargs):
-    """A gtest test; gtest_main = False when the test has its own main()
-    (multi-process tests whose binary is also the child process)."""
+    """A gtest test with the project's test main (//testing:test_main: gtest
+    plus a per-test-case deadline, BATON_TEST_DEADLINE_S); gtest_main = False
+    when the test has its own main() (multi-process tests whose binary is
+    also the child process)."""
     native.cc_test(
         name = name,
         copts = BATON_COPTS + copts,
         deps = deps + ["@system//:gtest"] +
-               (["@system//:gtest_main"] if gtest_main else []),
+               ([Label("//testing:test_main")] if gtest_main else []),
         **kwargs
     )
 

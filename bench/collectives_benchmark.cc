@@ -255,6 +255,37 @@ double BusFactor(CollectiveKind k, int n) {
   }
 }
 
+// Ranks that share one device share its memory: every byte a collective
+// reads or writes goes through that one memory, so busbw is bounded by
+//   copy rate x 2 x BusFactor / T,
+// where T is the bytes read + written through the memory per byte of
+// `size` (a copy of S bytes is 2 S of traffic, and the copy rate counts it
+// as S): all-gather 2n out of place (each of n ranks reads and writes the
+// whole buffer: n-1 peers' chunks plus its own) and 2(n-1) in place;
+// reduce-scatter n+1 (every rank's block of every input is read once, each
+// rank writes its 1/n); all-reduce 2n (each input read once, each output
+// written once); broadcast 2n out of place, 2(n-1) in place. All-gather
+// with 2 ranks out of place: copy rate / 4. 0 for a barrier.
+double TrafficFactor(CollectiveKind k, int n, bool in_place) {
+  switch (k) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kBroadcast:
+      return in_place ? 2.0 * (n - 1) : 2.0 * n;
+    case CollectiveKind::kReduceScatter:
+      return n + 1.0;
+    case CollectiveKind::kAllReduce:
+      return 2.0 * n;
+    default:
+      return 0;
+  }
+}
+
+double SharedDeviceLimit(CollectiveKind k, int n, bool in_place,
+                         double copy_gbps) {
+  const double t = TrafficFactor(k, n, in_place);
+  return t > 0 ? copy_gbps * 2.0 * BusFactor(k, n) / t : 0;
+}
+
 struct Half {
   double time_us = 0, algbw = 0, busbw = 0;
   long long wrong = 0;
@@ -454,9 +485,11 @@ double ConcurrentCopyGbps(size_t bytes, int threads, int iters) {
   return s > 0 ? static_cast<double>(bytes) * iters / s / 1e9 : 0;
 }
 
+// `shared_device`: the n ranks share one device's memory (inproc on a
+// GPU); the limit is then SharedDeviceLimit of the measured copy rate.
 int Report(const Options& o, int n, const std::vector<Row>& rows,
            const Communicator::Limit& limit, const std::string& devices,
-           double concurrent_gbps = 0) {
+           double concurrent_gbps = 0, bool shared_device = false) {
   std::printf(
       "# Collective: %s  backend: %s  device: %s  nranks: %d\n"
       "# minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg "
@@ -493,7 +526,23 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
               wrong == 0 ? "OK" : "FAILED");
   std::printf("# Avg bus bandwidth    : %g \n#\n", avg_bus);
   double ratio = 0;
-  if (limit.gbps > 0 && !rows.empty()) {
+  double shared_oop = 0, shared_ip = 0;
+  if (shared_device && limit.gbps > 0) {
+    shared_oop = SharedDeviceLimit(o.kind, n, false, limit.gbps);
+    shared_ip = SharedDeviceLimit(o.kind, n, true, limit.gbps);
+  }
+  if (limit.gbps > 0 && !rows.empty() && shared_oop > 0) {
+    const Row& last = rows.back();
+    ratio = std::max(last.oop.busbw / shared_oop, last.ip.busbw / shared_ip);
+    std::printf("# Limit bandwidth : %.2f GB/s out-of-place, %.2f GB/s "
+                "in-place (%s %.2f GB/s shared by %d ranks on one device)\n",
+                shared_oop, shared_ip, limit.medium.c_str(), limit.gbps, n);
+    std::printf("# Shared-device limit : copy rate x 2 x busfactor / T, T = "
+                "bytes read+written per byte of size (all_gather, broadcast "
+                "2n out-of-place, 2(n-1) in-place; reduce_scatter n+1; "
+                "all_reduce 2n)\n");
+    std::printf("# Peak busbw / limit : %.3f\n", ratio);
+  } else if (limit.gbps > 0 && !rows.empty()) {
     const Row& last = rows.back();
     ratio = std::max(last.oop.busbw, last.ip.busbw) / limit.gbps;
     std::printf("# Limit bandwidth : %.2f GB/s (%s)\n", limit.gbps,
@@ -537,6 +586,11 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
     j["wrong_total"] = wrong;
     if (limit.gbps > 0) {
       j["limit"] = {{"gbps", limit.gbps}, {"medium", limit.medium}};
+      if (shared_oop > 0) {
+        j["limit"]["shared_device"] = {{"ranks", n},
+                                       {"out_of_place_gbps", shared_oop},
+                                       {"in_place_gbps", shared_ip}};
+      }
       j["peak_busbw_over_limit"] = ratio;
     }
     std::ofstream f(o.json_path);
@@ -606,10 +660,13 @@ int RunInproc(const Options& o) {
     const size_t bytes = std::max<size_t>(4096, rows[0].back().size / o.nranks);
     concurrent = ConcurrentCopyGbps(bytes, std::min(o.nranks, 64), 5);
   }
+  // Ranks on a GPU share its memory (host ranks keep the memcpy limit and
+  // the concurrent-memcpy line).
+  const bool shared_device = (*device)->kind() == DeviceKind::kCuda;
   return Report(o, o.nranks, rows[0], limits[0],
                 absl::StrCat("#  ", o.nranks, " ranks as threads on ",
                              (*device)->name(), "\n"),
-                concurrent);
+                concurrent, shared_device);
 }
 
 int RunProcessRank(const Options& o) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,7 +90,8 @@ StatusOr<IssueCost> MeasureIssue(const ModelSpec& spec, const Policy& policy,
   BATON_ASSIGN_OR_RETURN(auto comms, CreateInprocGroup(ranks, base));
   std::vector<Status> status(ranks);
   std::vector<std::vector<double>> samples(ranks);
-  BATON_ASSIGN_OR_RETURN(StepGraph graph, BuildStepGraph(spec, policy, ranks));
+  BATON_ASSIGN_OR_RETURN(StepGraph built, BuildStepGraph(spec, policy, ranks));
+  auto graph = std::make_shared<const StepGraph>(std::move(built));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
@@ -110,7 +112,7 @@ StatusOr<IssueCost> MeasureIssue(const ModelSpec& spec, const Policy& policy,
           comms[r]->Abort();
           return;
         }
-        if (s >= 5) samples[r].push_back(Ms(t1 - t0) * 1e3 / graph.nodes.size());
+        if (s >= 5) samples[r].push_back(Ms(t1 - t0) * 1e3 / graph->nodes.size());
       }
     });
   }
@@ -119,7 +121,7 @@ StatusOr<IssueCost> MeasureIssue(const ModelSpec& spec, const Policy& policy,
   std::vector<double> all;
   for (const auto& v : samples) all.insert(all.end(), v.begin(), v.end());
   std::sort(all.begin(), all.end());
-  return IssueCost{all[all.size() / 2], static_cast<int>(graph.nodes.size())};
+  return IssueCost{all[all.size() / 2], static_cast<int>(graph->nodes.size())};
 }
 
 int Main(int argc, char** argv) {

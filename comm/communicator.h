@@ -110,6 +110,21 @@ struct CollectiveOptions {
   bool accumulate_fp32 = false;
 };
 
+// What a communicator can do. Code above comm/ asks these instead of
+// comparing backend names.
+struct CommCaps {
+  // CollectiveOptions::accumulate_fp32 is honoured (else InvalidArgument).
+  bool accumulate_fp32 = false;
+  // Collectives enqueued on a CUDA stream that is being captured replay
+  // correctly from the CUDA graph (ranks are matched on the device, not at
+  // issue time on the host).
+  bool graph_capture = false;
+  // Buffers may be host memory (with host streams).
+  bool host_memory = false;
+  // Buffers may be device memory (with CUDA streams).
+  bool device_memory = false;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -118,8 +133,10 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "inproc", "ucx" or "nccl".
+  // "inproc", "ucx" or "nccl": for messages and reports only; decide on
+  // caps(), never on the name.
   virtual const char* backend() const = 0;
+  virtual CommCaps caps() const = 0;
 
   [[nodiscard]] virtual Status AllGather(const void* send, void* recv,
                                          size_t count, DataType type,

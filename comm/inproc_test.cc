@@ -319,6 +319,31 @@ TEST(InprocTest, CreationFailsWhenARankNeverJoins) {
       << c.status();
 }
 
+// caps() says what the executor may rely on: fp32 accumulation (which the
+// sweep exercises) and host memory; no graph capture (ranks meet on the
+// host at issue time).
+TEST(InprocTest, CapsMatchWhatTheBackendDoes) {
+  Group g(1);
+  const CommCaps c = g.rank(0).comm->caps();
+  EXPECT_TRUE(c.accumulate_fp32);
+  EXPECT_TRUE(c.host_memory);
+  EXPECT_FALSE(c.graph_capture);
+#ifdef BATON_HAVE_CUDA
+  EXPECT_TRUE(c.device_memory);
+#else
+  EXPECT_FALSE(c.device_memory);
+#endif
+  std::vector<uint16_t> a(8, 0x3f80), out(8);  // bf16 1.0
+  CollectiveOptions acc;
+  acc.accumulate_fp32 = true;
+  Rank& r0 = g.rank(0);
+  ASSERT_TRUE(r0.comm->AllReduce(a.data(), out.data(), a.size(),
+                                 DataType::kBF16, ReduceOp::kSum, *r0.stream,
+                                 acc).ok());
+  ASSERT_TRUE(r0.stream->Synchronize().ok());
+  EXPECT_EQ(out[3], 0x3f80);
+}
+
 TEST(InprocTest, BadArgumentsAreRejectedBeforeEnqueue) {
   Group g(2);
   Rank& r0 = g.rank(0);

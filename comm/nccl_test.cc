@@ -93,6 +93,11 @@ TEST_F(NcclTest, Fp32AccumulationAndHostStreamsAreRefused) {
   ASSERT_TRUE(comm.ok()) << comm.status();
   auto buf = device_->Allocate(1024);
   ASSERT_TRUE(buf.ok());
+  const CommCaps caps = (*comm)->caps();
+  EXPECT_FALSE(caps.accumulate_fp32);
+  EXPECT_FALSE(caps.host_memory);
+  EXPECT_TRUE(caps.device_memory);
+  EXPECT_TRUE(caps.graph_capture);
   CollectiveOptions acc;
   acc.accumulate_fp32 = true;
   EXPECT_EQ((*comm)->AllReduce(buf->data(), buf->data(), 16, DataType::kBF16,

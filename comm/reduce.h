@@ -21,8 +21,7 @@ enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1 };
 const char* ReduceOpName(ReduceOp op);  // "sum", "avg"
 StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 
-// dst[i] = a[i] + b[i] for `count` elements of type t (dst may alias a or b).
-void AddInto(void* dst, const void* a, const void* b, DataType t, size_t count);
+// AddInto (dst = a + b in type t) is in runtime/dtype.h.
 
 // x[i] /= divisor for `count` elements (kAvg). i32 divides with truncation,
 // as NCCL does.

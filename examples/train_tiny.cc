@@ -213,10 +213,10 @@ struct Job {
 };
 
 // Trains on one rank through the executor; every rank calls it.
-Status TrainRank(const Job& job, const scheduler::StepGraph& graph, const Corpus& corpus,
-                 Device& device, Communicator& comm, RunResult* out) {
+Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> graph,
+                 const Corpus& corpus, Device& device, Communicator& comm, RunResult* out) {
   const int rank = comm.rank(), ranks = comm.size();
-  BATON_ASSIGN_OR_RETURN(auto model, LlamaRank::Create(graph, job.config, corpus, device,
+  BATON_ASSIGN_OR_RETURN(auto model, LlamaRank::Create(*graph, job.config, corpus, device,
                                                        ranks, rank));
   BATON_ASSIGN_OR_RETURN(auto executor, scheduler::Executor::Create(graph, device, comm));
   const uint64_t seed = job.config.seed;
@@ -262,10 +262,10 @@ Status TrainRank(const Job& job, const scheduler::StepGraph& graph, const Corpus
   const int64_t timed = std::max<int64_t>(1, job.steps - 1);
   out->ms_per_step = total_ms / timed;
   out->tokens_per_s = global_tokens / (out->ms_per_step / 1e3);
-  out->arena_bytes = graph.plan.arena_bytes;
-  out->lower_bound_bytes = graph.plan.lower_bound_bytes;
-  out->persistent_bytes = graph.persistent_bytes;
-  out->plan_strategy = graph.plan.strategy;
+  out->arena_bytes = graph->plan.arena_bytes;
+  out->lower_bound_bytes = graph->plan.lower_bound_bytes;
+  out->persistent_bytes = graph->persistent_bytes;
+  out->plan_strategy = graph->plan.strategy;
   return absl::OkStatus();
 }
 
@@ -282,7 +282,10 @@ StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordina
 // n ranks as threads of this process (inproc backend).
 StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::string& device_kind,
                               int n, const std::string& group, absl::Duration timeout) {
-  BATON_ASSIGN_OR_RETURN(auto graph, scheduler::BuildStepGraph(job.spec, job.policy, n));
+  BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
+                         scheduler::BuildStepGraph(job.spec, job.policy, n));
+  // One graph shared by the ranks' executors and models.
+  auto graph = std::make_shared<const scheduler::StepGraph>(std::move(built));
   BATON_ASSIGN_OR_RETURN(auto device, MakeDevice(device_kind, 0));
   CommConfig base;
   base.device = device.get();
@@ -309,8 +312,9 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
 // This process is one rank of a ucx / nccl job started by a launcher.
 StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const Flags& f,
                                    const LaunchInfo& info) {
-  BATON_ASSIGN_OR_RETURN(auto graph, scheduler::BuildStepGraph(job.spec, job.policy,
-                                                                info.world_size));
+  BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
+                         scheduler::BuildStepGraph(job.spec, job.policy, info.world_size));
+  auto graph = std::make_shared<const scheduler::StepGraph>(std::move(built));
   const absl::Duration timeout = absl::Seconds(f.timeout_s);
   BATON_ASSIGN_OR_RETURN(auto store, TcpStore::Create(info, timeout));
   BATON_ASSIGN_OR_RETURN(auto device, MakeDevice(f.device, f.device == "cuda" ? info.local_rank : 0));

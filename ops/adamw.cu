@@ -13,14 +13,14 @@ __global__ void Adam(float* master, const void* grad, int grad_dtype, float* m1,
                      float wd, float bc1, float bc2) {
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kThreads) {
-    const float g = Ld(grad, i, grad_dtype) * scale;
+    const float g = Load(grad, i, grad_dtype) * scale;
     const float m = b1 * m1[i] + (1.0f - b1) * g;
     const float v = b2 * m2[i] + (1.0f - b2) * g * g;
     m1[i] = m;
     m2[i] = v;
     const float p = master[i] * (1.0f - lr * wd) - lr * (m / bc1) / (sqrtf(v / bc2) + eps);
     master[i] = p;
-    if (param != nullptr) St(param, i, param_dtype, p);
+    if (param != nullptr) Store(param, i, param_dtype, p);
   }
 }
 

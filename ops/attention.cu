@@ -32,7 +32,7 @@ struct Dims {
 __device__ float DotRows(const void* a, int64_t ai, const void* b, int64_t bi,
                          int64_t n, int dtype) {
   float sum = 0;
-  for (int64_t e = 0; e < n; ++e) sum += Ld(a, ai + e, dtype) * Ld(b, bi + e, dtype);
+  for (int64_t e = 0; e < n; ++e) sum += Load(a, ai + e, dtype) * Load(b, bi + e, dtype);
   return sum;
 }
 
@@ -58,8 +58,8 @@ __global__ void Forward(const void* q, const void* k, const void* v, void* out,
   l = BlockReduce<kThreads>(l);  // also a barrier: p is complete
   for (int64_t e = threadIdx.x; e < m.head_dim; e += kThreads) {
     float acc = 0;
-    for (int64_t j = 0; j <= i; ++j) acc += p[j] * Ld(v, m.KIndex(b, j, g) + e, m.dtype);
-    St(out, qi + e, m.dtype, acc / l);
+    for (int64_t j = 0; j <= i; ++j) acc += p[j] * Load(v, m.KIndex(b, j, g) + e, m.dtype);
+    Store(out, qi + e, m.dtype, acc / l);
   }
   if (threadIdx.x == 0) lse[(b * m.heads + h) * m.seq + i] = mx + logf(l);
 }
@@ -93,8 +93,8 @@ __global__ void BackwardQ(const void* dout, const void* q, const void* k,
   __syncthreads();
   for (int64_t e = threadIdx.x; e < m.head_dim; e += kThreads) {
     float acc = 0;
-    for (int64_t j = 0; j <= i; ++j) acc += ds[j] * Ld(k, m.KIndex(b, j, g) + e, m.dtype);
-    St(dq, qi + e, m.dtype, c * acc);
+    for (int64_t j = 0; j <= i; ++j) acc += ds[j] * Load(k, m.KIndex(b, j, g) + e, m.dtype);
+    Store(dq, qi + e, m.dtype, c * acc);
   }
 }
 
@@ -125,8 +125,8 @@ __global__ void BackwardKV(const void* dout, const void* q, const void* k,
       if (e >= m.head_dim) break;
       for (int64_t i = j; i < m.seq; ++i) {
         const int64_t qi = m.QIndex(b, i, h);
-        acc_k[r] += ds[i] * Ld(q, qi + e, m.dtype);
-        acc_v[r] += ps[i] * Ld(dout, qi + e, m.dtype);
+        acc_k[r] += ds[i] * Load(q, qi + e, m.dtype);
+        acc_v[r] += ps[i] * Load(dout, qi + e, m.dtype);
       }
     }
     __syncthreads();
@@ -134,8 +134,8 @@ __global__ void BackwardKV(const void* dout, const void* q, const void* k,
   for (int r = 0; r < kMaxPerThread; ++r) {
     const int64_t e = threadIdx.x + int64_t{r} * kThreads;
     if (e >= m.head_dim) break;
-    St(dk, kj + e, m.dtype, c * acc_k[r]);
-    St(dv, kj + e, m.dtype, acc_v[r]);
+    Store(dk, kj + e, m.dtype, c * acc_k[r]);
+    Store(dv, kj + e, m.dtype, acc_v[r]);
   }
 }
 

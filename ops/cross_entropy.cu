@@ -12,20 +12,20 @@ __global__ void Xent(const void* z, const int32_t* targets, float* loss,
   const int64_t row = blockIdx.x * vocab;
   const int32_t y = targets[blockIdx.x];
   float m = -INFINITY;
-  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) m = fmaxf(m, Ld(z, row + v, dtype));
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) m = fmaxf(m, Load(z, row + v, dtype));
   m = BlockReduce<kThreads, true>(m);
   float sum = 0;
-  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) sum += expf(Ld(z, row + v, dtype) - m);
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) sum += expf(Load(z, row + v, dtype) - m);
   const float lse = m + logf(BlockReduce<kThreads>(sum));
   const bool ok = y >= 0 && y < vocab;
   if (threadIdx.x == 0) {
-    loss[blockIdx.x] = ok ? lse - Ld(z, row + y, dtype) : __int_as_float(0x7fc00000);
+    loss[blockIdx.x] = ok ? lse - Load(z, row + y, dtype) : __int_as_float(0x7fc00000);
   }
   if (dz == nullptr) return;
   __syncthreads();  // every read of z[row + y] is done before an in-place write
   for (int64_t v = threadIdx.x; v < vocab; v += kThreads) {
-    const float p = expf(Ld(z, row + v, dtype) - lse);
-    St(dz, row + v, dtype, scale * (p - (v == y ? 1.0f : 0.0f)));
+    const float p = expf(Load(z, row + v, dtype) - lse);
+    Store(dz, row + v, dtype, scale * (p - (v == y ? 1.0f : 0.0f)));
   }
 }
 

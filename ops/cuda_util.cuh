@@ -7,21 +7,14 @@
 
 #include <cstdint>
 
+#include "baton/runtime/dtype_device.cuh"
+
 namespace baton::ops_internal {
 
-// dtype codes are DataType's values: 0 f32, 1 bf16.
-__device__ __forceinline__ float Ld(const void* p, int64_t i, int dtype) {
-  return dtype == 1 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i])
-                    : static_cast<const float*>(p)[i];
-}
-
-__device__ __forceinline__ void St(void* p, int64_t i, int dtype, float v) {
-  if (dtype == 1) {
-    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-  } else {
-    static_cast<float*>(p)[i] = v;
-  }
-}
+// Element loads and stores by dtype code (DataType's values; the ops take
+// f32 and bf16): the project's one device-side helper.
+using dtype_device::Load;
+using dtype_device::Store;
 
 // Sum (or max) over a block of kThreads threads; every thread gets it.
 template <int kThreads, bool kMax = false>

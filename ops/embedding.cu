@@ -14,8 +14,8 @@ __global__ void Lookup(const int32_t* ids, const void* table, void* y,
   const int32_t id = ids[t];
   const bool ok = id >= 0 && id < vocab;
   for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
-    St(y, t * hidden + i, dtype,
-       ok ? Ld(table, int64_t{id} * hidden + i, dtype) : __int_as_float(0x7fc00000));
+    Store(y, t * hidden + i, dtype,
+       ok ? Load(table, int64_t{id} * hidden + i, dtype) : __int_as_float(0x7fc00000));
   }
 }
 
@@ -23,7 +23,7 @@ __global__ void Lookup(const int32_t* ids, const void* table, void* y,
 __global__ void Start(const void* dtable, float* acc, int64_t n, int dt_dtype,
                       bool accumulate) {
   const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
-  if (i < n) acc[i] = accumulate ? Ld(dtable, i, dt_dtype) : 0.0f;
+  if (i < n) acc[i] = accumulate ? Load(dtable, i, dt_dtype) : 0.0f;
 }
 
 __global__ void Scatter(const int32_t* ids, const void* dy, float* acc,
@@ -32,13 +32,13 @@ __global__ void Scatter(const int32_t* ids, const void* dy, float* acc,
   const int32_t id = ids[t];
   if (id < 0 || id >= vocab) return;
   for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
-    atomicAdd(acc + int64_t{id} * hidden + i, Ld(dy, t * hidden + i, dtype));
+    atomicAdd(acc + int64_t{id} * hidden + i, Load(dy, t * hidden + i, dtype));
   }
 }
 
 __global__ void Finish(const float* acc, void* dtable, int64_t n, int dt_dtype) {
   const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
-  if (i < n) St(dtable, i, dt_dtype, acc[i]);
+  if (i < n) Store(dtable, i, dt_dtype, acc[i]);
 }
 
 }  // namespace

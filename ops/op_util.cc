@@ -5,10 +5,7 @@
 #endif
 
 #include "absl/strings/str_cat.h"
-
-#ifdef BATON_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "baton/runtime/stream_ops.h"
 
 namespace baton::ops {
 
@@ -50,32 +47,21 @@ Status CheckPositive(
 
 Status OnStream(Stream& stream, const char* op, std::function<Status()> cpu,
                 std::function<int(void*)> cuda) {
-  if (stream.kind() == DeviceKind::kHost) {
-    return stream.Enqueue([cpu = std::move(cpu)]() {
+  // The dispatch is runtime's; the ops add FTZ/DAZ around their CPU code.
+  return RunOnStream(
+      stream, op,
+      [cpu = std::move(cpu)]() {
 #if defined(__SSE__)
-      const unsigned int saved = _mm_getcsr();
-      _mm_setcsr(saved | 0x8040);  // flush-to-zero (bit 15), denormals-are-zero (bit 6)
-      Status s = cpu();
-      _mm_setcsr(saved);
-      return s;
+        const unsigned int saved = _mm_getcsr();
+        _mm_setcsr(saved | 0x8040);  // flush-to-zero (bit 15), denormals-are-zero (bit 6)
+        Status s = cpu();
+        _mm_setcsr(saved);
+        return s;
 #else
-      return cpu();
+        return cpu();
 #endif
-    });
-  }
-  if (!cuda) {
-    return absl::UnimplementedError(
-        absl::StrCat(op, ": baton was built without CUDA"));
-  }
-  const int rc = cuda(stream.native_handle());
-  if (rc == 0) return absl::OkStatus();
-#ifdef BATON_HAVE_CUDA
-  return absl::InternalError(absl::StrCat(
-      op, ": CUDA error ", rc, " (",
-      cudaGetErrorString(static_cast<cudaError_t>(rc)), ")"));
-#else
-  return absl::InternalError(absl::StrCat(op, ": CUDA error ", rc));
-#endif
+      },
+      std::move(cuda));
 }
 
 }  // namespace baton::ops

@@ -52,7 +52,8 @@ Status CheckPositive(const char* op,
                      std::initializer_list<std::pair<const char*, int64_t>>
                          sizes);
 
-// Runs `cpu` as host work on a host stream (with subnormal fp32 values
+// Runs (through RunOnStream, runtime/stream_ops.h) `cpu` as host work on a
+// host stream (with subnormal fp32 values
 // flushed to zero, FTZ/DAZ, as is usual for CPU training kernels: Adam's
 // squared gradients and tiny gradient products otherwise slow the blocked
 // GEMM down about 7x on x86), or `cuda(native stream)` (a

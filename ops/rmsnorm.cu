@@ -17,13 +17,13 @@ __global__ void Forward(const void* __restrict__ x, const void* __restrict__ w,
   const int64_t row = static_cast<int64_t>(blockIdx.x) * hidden;
   float sum = 0;
   for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
-    const float v = Ld(x, row + i, dtype);
+    const float v = Load(x, row + i, dtype);
     sum += v * v;
   }
   const float r = rsqrtf(BlockSum(sum) / static_cast<float>(hidden) + eps);
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
   for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
-    St(y, row + i, dtype, Ld(x, row + i, dtype) * r * Ld(w, i, dtype));
+    Store(y, row + i, dtype, Load(x, row + i, dtype) * r * Load(w, i, dtype));
   }
 }
 
@@ -37,14 +37,14 @@ __global__ void BackwardDx(const void* __restrict__ dy,
   const float r = rstd[blockIdx.x];
   float c = 0;
   for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
-    c += Ld(dy, row + i, dtype) * Ld(w, i, dtype) * Ld(x, row + i, dtype);
+    c += Load(dy, row + i, dtype) * Load(w, i, dtype) * Load(x, row + i, dtype);
   }
   c = BlockSum(c) / static_cast<float>(hidden);
   for (int64_t i = threadIdx.x; i < hidden; i += kThreads) {
-    const float g = Ld(dy, row + i, dtype);
-    const float prev = accumulate_dx ? Ld(dx, row + i, dtype) : 0.0f;
-    St(dx, row + i, dtype,
-       prev + r * (g * Ld(w, i, dtype) - Ld(x, row + i, dtype) * r * r * c));
+    const float g = Load(dy, row + i, dtype);
+    const float prev = accumulate_dx ? Load(dx, row + i, dtype) : 0.0f;
+    Store(dx, row + i, dtype,
+       prev + r * (g * Load(w, i, dtype) - Load(x, row + i, dtype) * r * r * c));
   }
 }
 
@@ -60,7 +60,7 @@ __global__ void BackwardDw(const void* __restrict__ dy,
   const int64_t t1 = t0 + per_slice < tokens ? t0 + per_slice : tokens;
   float sum = 0;
   for (int64_t t = t0; t < t1; ++t) {
-    sum += Ld(dy, t * hidden + i, dtype) * Ld(x, t * hidden + i, dtype) * rstd[t];
+    sum += Load(dy, t * hidden + i, dtype) * Load(x, t * hidden + i, dtype) * rstd[t];
   }
   atomicAdd(acc + i, sum);
 }
@@ -69,7 +69,7 @@ __global__ void FinishDw(const float* __restrict__ acc, void* __restrict__ dw,
                          int64_t hidden, int dw_dtype, bool accumulate) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= hidden) return;
-  St(dw, i, dw_dtype, (accumulate ? Ld(dw, i, dw_dtype) : 0.0f) + acc[i]);
+  Store(dw, i, dw_dtype, (accumulate ? Load(dw, i, dw_dtype) : 0.0f) + acc[i]);
 }
 
 }  // namespace

@@ -19,9 +19,9 @@ __global__ void Rotate(void* x, int64_t rows, int64_t seq, int64_t heads,
   const float c = static_cast<float>(cos(a)), sn = static_cast<float>(sin(a));
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t k = (t * heads + h) * head_dim + i;
-    const float x1 = Ld(x, k, dtype), x2 = Ld(x, k + half, dtype);
-    St(x, k, dtype, x1 * c - x2 * sn);
-    St(x, k + half, dtype, x2 * c + x1 * sn);
+    const float x1 = Load(x, k, dtype), x2 = Load(x, k + half, dtype);
+    Store(x, k, dtype, x1 * c - x2 * sn);
+    Store(x, k + half, dtype, x2 * c + x1 * sn);
   }
 }
 

@@ -11,8 +11,8 @@ __global__ void SwiGluFwd(const void* g, const void* u, void* h, int64_t n,
                           int dtype) {
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kThreads) {
-    const float gv = Ld(g, i, dtype);
-    St(h, i, dtype, gv / (1.0f + expf(-gv)) * Ld(u, i, dtype));
+    const float gv = Load(g, i, dtype);
+    Store(h, i, dtype, gv / (1.0f + expf(-gv)) * Load(u, i, dtype));
   }
 }
 
@@ -20,10 +20,10 @@ __global__ void SwiGluBwd(const void* dh, const void* g, const void* u,
                           void* dg, void* du, int64_t n, int dtype) {
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * kThreads) {
-    const float gv = Ld(g, i, dtype), uv = Ld(u, i, dtype), d = Ld(dh, i, dtype);
+    const float gv = Load(g, i, dtype), uv = Load(u, i, dtype), d = Load(dh, i, dtype);
     const float sg = 1.0f / (1.0f + expf(-gv));
-    St(dg, i, dtype, d * uv * sg * (1.0f + gv * (1.0f - sg)));
-    St(du, i, dtype, d * gv * sg);
+    Store(dg, i, dtype, d * uv * sg * (1.0f + gv * (1.0f - sg)));
+    Store(du, i, dtype, d * gv * sg);
   }
 }
 

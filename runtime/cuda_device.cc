@@ -14,7 +14,6 @@
 #include <mutex>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "baton/runtime/cuda_check.h"
 #include "baton/runtime/device.h"
@@ -42,7 +41,7 @@ class HostWorkErrors {
  private:
   std::atomic<bool> failed_{false};
   mutable std::mutex mu_;
-  Status status_ ABSL_GUARDED_BY(mu_);
+  Status status_;  // guarded by mu_
 };
 
 struct HostCall {
@@ -76,7 +75,7 @@ class CudaEvent final : public Event {
   const cudaEvent_t event_;
   // Host-work error state of the stream of the most recent record.
   std::mutex mu_;
-  std::shared_ptr<HostWorkErrors> recorded_errors_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<HostWorkErrors> recorded_errors_;  // guarded by mu_
 };
 
 class CudaStream final : public Stream {

@@ -15,6 +15,20 @@ __global__ void CopyIntKernel(const int* __restrict__ src,
   *dst = *src;
 }
 
+__device__ unsigned long long GlobalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void SpinUntilFlagKernel(const volatile int* flag,
+                                    unsigned long long max_ns) {
+  const unsigned long long start = GlobalTimerNs();
+  while (*flag == 0 && GlobalTimerNs() - start < max_ns) {
+    __nanosleep(1000);
+  }
+}
+
 __global__ void EmptyKernel() {}
 
 }  // namespace
@@ -27,6 +41,12 @@ cudaError_t LaunchSpinThenWrite(int* dst, int value, long long cycles,
 
 cudaError_t LaunchCopyInt(const int* src, int* dst, cudaStream_t stream) {
   CopyIntKernel<<<1, 1, 0, stream>>>(src, dst);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSpinUntilFlag(const int* flag, unsigned long long max_ns,
+                                cudaStream_t stream) {
+  SpinUntilFlagKernel<<<1, 1, 0, stream>>>(flag, max_ns);
   return cudaGetLastError();
 }
 

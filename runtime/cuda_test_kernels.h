@@ -15,6 +15,12 @@ cudaError_t LaunchSpinThenWrite(int* dst, int value, long long cycles,
 // One thread copies *src to *dst.
 cudaError_t LaunchCopyInt(const int* src, int* dst, cudaStream_t stream);
 
+// One thread spins until *flag (mapped host memory, set by a host thread)
+// is non-zero, or for at most `max_ns` nanoseconds of GPU time. Holds a
+// stream without host work (runtime/device.h, rule 7).
+cudaError_t LaunchSpinUntilFlag(const int* flag, unsigned long long max_ns,
+                                cudaStream_t stream);
+
 // An empty kernel: the launch cost alone.
 cudaError_t LaunchEmpty(cudaStream_t stream);
 

@@ -33,12 +33,22 @@
 // 6. The host never blocks inside a step: Record, Wait, Enqueue and the
 //    *Async calls return as soon as the work is queued. Synchronize calls are
 //    for the end of a step, tests and tear-down.
+// 7. Host work must never wait for other host work, of any stream. On CUDA
+//    the host functions of a context (cudaLaunchHostFunc) run on one driver
+//    thread, one at a time, in the order they become ready: host work of
+//    different streams may be serialized, so a host item that blocks until
+//    another stream's host item has run deadlocks there. Host work may block
+//    only on something that needs no other host work to make progress (a
+//    thread of the caller, device work). The host implementation runs each
+//    stream on its own thread and would not deadlock; code must not rely on
+//    that.
 //
 // Work. A stream accepts two kinds of work:
 //   - host work (Enqueue): a callable returning Status, run in stream order.
 //     On a host stream it runs on the stream's worker thread; on a CUDA
-//     stream it runs through cudaLaunchHostFunc on a CUDA-owned thread and
-//     must not call CUDA APIs (a CUDA rule).
+//     stream it runs through cudaLaunchHostFunc on a CUDA-owned thread
+//     shared by all streams (rule 7) and must not call CUDA APIs (a CUDA
+//     rule).
 //   - device work: on a CUDA stream, kernels and CUDA calls are enqueued by
 //     the caller directly on native_handle() (a cudaStream_t). A kernel
 //     launcher that supports both kinds checks kind(): host -> Enqueue a CPU

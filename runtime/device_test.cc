@@ -15,6 +15,8 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #if BATON_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "baton/runtime/cuda_test_kernels.h"
 #endif
 
@@ -51,15 +53,72 @@ class DeviceTest : public ::testing::TestWithParam<DeviceKind> {
   std::unique_ptr<Device> device_;
 };
 
-// A gate that host work can block on until the test opens it.
-struct Gate {
-  absl::Notification open;
-  HostWork Block() {
-    return [this]() {
-      open.WaitForNotification();
-      return Status();
-    };
+// Holds a stream until the test opens it, in a way both kinds honour (rule 7
+// of device.h: host work never waits for other host work). On a host stream
+// the gate is host work blocked on the test thread. On a CUDA stream it is a
+// kernel spinning on a flag in mapped host memory that the test thread sets:
+// host work would not do there, as CUDA runs the host work of all streams on
+// one thread, so a blocked item would starve every other stream's host work.
+// The kernel gives up after 10 s, so a test that never opens cannot hang.
+class Gate {
+ public:
+  Gate() = default;
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+  ~Gate() {
+    Open();
+#if BATON_HAVE_CUDA
+    if (cuda_stream_ != nullptr) (void)cudaStreamSynchronize(cuda_stream_);
+    if (flag_ != nullptr) (void)cudaFreeHost(flag_);
+#endif
   }
+
+  // Enqueues the gate on `s`: later work on `s` waits for Open().
+  Status Close(Stream& s) {
+    if (s.kind() == DeviceKind::kHost) {
+      return s.Enqueue([this]() {
+        open_.WaitForNotification();
+        return Status();
+      });
+    }
+#if BATON_HAVE_CUDA
+    if (flag_ == nullptr) {
+      void* p = nullptr;
+      if (cudaHostAlloc(&p, sizeof(int), cudaHostAllocMapped) != cudaSuccess) {
+        return absl::InternalError("gate: cudaHostAlloc failed");
+      }
+      flag_ = static_cast<int*>(p);
+      __atomic_store_n(flag_, 0, __ATOMIC_SEQ_CST);
+    }
+    void* dev = nullptr;
+    if (cudaHostGetDevicePointer(&dev, flag_, 0) != cudaSuccess) {
+      return absl::InternalError("gate: cudaHostGetDevicePointer failed");
+    }
+    cuda_stream_ = static_cast<cudaStream_t>(s.native_handle());
+    if (testing::LaunchSpinUntilFlag(static_cast<const int*>(dev),
+                                     10'000'000'000ull,
+                                     cuda_stream_) != cudaSuccess) {
+      return absl::InternalError("gate: kernel launch failed");
+    }
+    return Status();
+#else
+    return absl::UnimplementedError("gate: built without CUDA");
+#endif
+  }
+
+  void Open() {
+    if (!open_.HasBeenNotified()) open_.Notify();
+#if BATON_HAVE_CUDA
+    if (flag_ != nullptr) __atomic_store_n(flag_, 1, __ATOMIC_SEQ_CST);
+#endif
+  }
+
+ private:
+  absl::Notification open_;
+#if BATON_HAVE_CUDA
+  int* flag_ = nullptr;  // mapped host memory
+  cudaStream_t cuda_stream_ = nullptr;
+#endif
 };
 
 TEST_P(DeviceTest, WorkOnOneStreamRunsInFifoOrder) {
@@ -103,7 +162,7 @@ TEST_P(DeviceTest, WaitDoesNotBlockTheIssuingThread) {
   auto b = NewStream();
   auto e = NewEvent();
   Gate gate;
-  ASSERT_TRUE(a->Enqueue(gate.Block()).ok());
+  ASSERT_TRUE(gate.Close(*a).ok());
   ASSERT_TRUE(e->Record(*a).ok());
   // Every call below returns while `a` is blocked.
   ASSERT_TRUE(b->Wait(*e).ok());
@@ -117,7 +176,7 @@ TEST_P(DeviceTest, WaitDoesNotBlockTheIssuingThread) {
   EXPECT_FALSE(*done);
   std::this_thread::sleep_for(milliseconds(20));
   EXPECT_FALSE(ran.load());
-  gate.open.Notify();
+  gate.Open();
   ASSERT_TRUE(b->Synchronize().ok());
   EXPECT_TRUE(ran.load());
   done = e->Query();
@@ -149,8 +208,8 @@ TEST_P(DeviceTest, WaitCapturesTheRecordCurrentAtTheTimeOfTheWait) {
   auto d = NewStream();
   auto e = NewEvent();
   Gate gate;
-  ASSERT_TRUE(a->Enqueue(gate.Block()).ok());
-  ASSERT_TRUE(e->Record(*a).ok());  // record 1: blocked behind the gate
+  ASSERT_TRUE(gate.Close(*a).ok());
+  ASSERT_TRUE(e->Record(*a).ok());  // record 1: held by the gate
   ASSERT_TRUE(b->Wait(*e).ok());    // captures record 1
   std::atomic<bool> b_ran{false};
   ASSERT_TRUE(b->Enqueue([&]() {
@@ -170,7 +229,7 @@ TEST_P(DeviceTest, WaitCapturesTheRecordCurrentAtTheTimeOfTheWait) {
   EXPECT_TRUE(d_ran.load());
   std::this_thread::sleep_for(milliseconds(20));
   EXPECT_FALSE(b_ran.load());
-  gate.open.Notify();
+  gate.Open();
   ASSERT_TRUE(b->Synchronize().ok());
   EXPECT_TRUE(b_ran.load());
 }

@@ -206,4 +206,44 @@ void AccumulateF32(float* dst, const void* src, DataType t, size_t count) {
   }
 }
 
+namespace {
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void Add16(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = Store(Load(a[i]) + Load(b[i]));
+}
+
+}  // namespace
+
+void AddInto(void* dst, const void* a, const void* b, DataType t,
+             size_t count) {
+  switch (t) {
+    case DataType::kF32:
+      // dst may alias a or b, so no __restrict__ here.
+      for (size_t i = 0; i < count; ++i) {
+        static_cast<float*>(dst)[i] = static_cast<const float*>(a)[i] +
+                                      static_cast<const float*>(b)[i];
+      }
+      return;
+    case DataType::kI32:
+      for (size_t i = 0; i < count; ++i) {
+        // Wrap-around like NCCL (unsigned add avoids UB on overflow).
+        static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(
+            static_cast<uint32_t>(static_cast<const int32_t*>(a)[i]) +
+            static_cast<uint32_t>(static_cast<const int32_t*>(b)[i]));
+      }
+      return;
+    case DataType::kBF16:
+      Add16<Bf16ToFloat, FloatToBf16>(static_cast<uint16_t*>(dst),
+                                      static_cast<const uint16_t*>(a),
+                                      static_cast<const uint16_t*>(b), count);
+      return;
+    case DataType::kF16:
+      Add16<F16ToFloat, FloatToF16>(static_cast<uint16_t*>(dst),
+                                    static_cast<const uint16_t*>(a),
+                                    static_cast<const uint16_t*>(b), count);
+      return;
+  }
+}
+
 }  // namespace baton

@@ -44,6 +44,10 @@ void NarrowFromF32(void* dst, const float* src, DataType t, size_t count);
 // with wrap-around on the int32 bits dst holds).
 void AccumulateF32(float* dst, const void* src, DataType t, size_t count);
 
+// dst[i] = a[i] + b[i] for `count` elements of type t (dst may alias a or
+// b); 16-bit types add in float and round once; kI32 wraps around.
+void AddInto(void* dst, const void* a, const void* b, DataType t, size_t count);
+
 }  // namespace baton
 
 #endif  // BATON_RUNTIME_DTYPE_H_

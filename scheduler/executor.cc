@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "baton/runtime/stream_ops.h"
 #ifdef BATON_HAVE_CUDA
-#include "baton/scheduler/shard_kernels.h"
 #include <cuda_runtime.h>
 
 #include "baton/runtime/cuda_check.h"
@@ -24,8 +23,19 @@ size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 }  // namespace
 
 StatusOr<std::unique_ptr<Executor>> Executor::Create(
-    const StepGraph& graph, Device& device, Communicator& comm,
+    StepGraph graph, Device& device, Communicator& comm,
     const ExecutorOptions& options) {
+  return Create(std::make_shared<const StepGraph>(std::move(graph)), device,
+                comm, options);
+}
+
+StatusOr<std::unique_ptr<Executor>> Executor::Create(
+    std::shared_ptr<const StepGraph> shared, Device& device,
+    Communicator& comm, const ExecutorOptions& options) {
+  if (shared == nullptr) {
+    return absl::InvalidArgumentError("executor: null step graph");
+  }
+  const StepGraph& graph = *shared;
   if (comm.size() != graph.groups.world) {
     return absl::InvalidArgumentError(absl::StrCat(
         "executor: the graph was built for ", graph.groups.world,
@@ -40,14 +50,16 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return absl::InvalidArgumentError(
         "executor: poison, trace and delay injection need the host device");
   }
-  std::unique_ptr<Executor> e(new Executor(graph, device, comm, options));
+  std::unique_ptr<Executor> e(
+      new Executor(std::move(shared), device, comm, options));
   BATON_RETURN_IF_ERROR(e->Init());
   return e;
 }
 
-Executor::Executor(const StepGraph& graph, Device& device, Communicator& comm,
-                   const ExecutorOptions& options)
-    : graph_(graph),
+Executor::Executor(std::shared_ptr<const StepGraph> graph, Device& device,
+                   Communicator& comm, const ExecutorOptions& options)
+    : owned_graph_(std::move(graph)),
+      graph_(*owned_graph_),
       device_(device),
       comm_(comm),
       options_(options),
@@ -127,9 +139,9 @@ Communicator& Executor::CommFor(CommGroup group) {
 Status Executor::Init() {
   BATON_RETURN_IF_ERROR(BindGroups());
   // Reductions of 16-bit gradients keep fp32 partial sums where the backend
-  // can (nccl refuses; reduce an fp32 buffer there).
+  // can (caps().accumulate_fp32; nccl refuses: reduce an fp32 buffer there).
   accumulate_fp32_ = graph_.policy.reduce_dtype != DataType::kF32 &&
-                     std::strcmp(comm_.backend(), "nccl") != 0;
+                     comm_.caps().accumulate_fp32;
   const std::vector<std::string> names = graph_.stream_names();
   for (int s = 0; s < graph_.num_streams; ++s) {
     StreamOptions so;
@@ -450,22 +462,7 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       const void* src = BufferData(n.reads[0]);
       const GraphBuffer& buf = graph_.buffers[n.writes[0]];
       const DataType t = buf.dtype;
-      const size_t count = static_cast<size_t>(buf.numel);
-      if (s.kind() == DeviceKind::kHost) {
-        return s.Enqueue([dst, src, t, count]() {
-          AddInto(dst, dst, src, t, count);
-          return absl::OkStatus();
-        });
-      }
-#ifdef BATON_HAVE_CUDA
-      BATON_CUDA_CHECK(static_cast<cudaError_t>(
-          scheduler_internal::LaunchAccumulate(dst, src, count,
-                                               static_cast<int>(t),
-                                               s.native_handle())));
-      return absl::OkStatus();
-#else
-      return absl::UnimplementedError("baton was built without CUDA");
-#endif
+      return AccumulateInto(s, dst, src, t, static_cast<size_t>(buf.numel));
     }
     case NodeKind::kCast: {
       void* dst = BufferData(n.writes[0]);
@@ -477,21 +474,7 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
         return RunOptimizer(i - 1, cb, dst, t);  // fusable_cast_: i - 1 is it
       }
       if (t == DataType::kF32) return s.MemcpyAsync(dst, src, count * 4);
-      if (s.kind() == DeviceKind::kHost) {
-        return s.Enqueue([dst, src, t, count]() {
-          NarrowFromF32(dst, src, t, count);
-          return absl::OkStatus();
-        });
-      }
-#ifdef BATON_HAVE_CUDA
-      BATON_CUDA_CHECK(static_cast<cudaError_t>(
-          scheduler_internal::LaunchCastFromF32(dst, src, count,
-                                                static_cast<int>(t),
-                                                s.native_handle())));
-      return absl::OkStatus();
-#else
-      return absl::UnimplementedError("baton was built without CUDA");
-#endif
+      return CastFromF32(s, dst, src, t, count);
     }
     case NodeKind::kOptimizer:
       if (!cb.optimizer || cb.optimizer_writes_shard) return absl::OkStatus();
@@ -586,10 +569,11 @@ Status Executor::CaptureStep(const StepCallbacks& callbacks) {
   if (device_.kind() != DeviceKind::kCuda) {
     return absl::UnimplementedError("CUDA graph capture needs CUDA streams");
   }
-  if (std::strcmp(comm_.backend(), "nccl") != 0) {
+  if (!comm_.caps().graph_capture) {
     return absl::UnimplementedError(absl::StrCat(
-        "CUDA graph capture needs the nccl backend (", comm_.backend(),
-        " matches ranks at issue time, which a replay would skip)"));
+        "CUDA graph capture needs a communicator that can be captured (",
+        comm_.backend(), " matches ranks at issue time, which a replay would "
+        "skip)"));
   }
   for (const Node& n : graph_.nodes) {
     if (n.host_wait >= 0) {

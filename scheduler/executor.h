@@ -132,10 +132,17 @@ struct TraceRecord {
 
 class Executor {
  public:
-  // `device`, `comm` must outlive the executor; comm->size() must be the
-  // graph's world size (StepGraph::groups.world). InvalidArgument otherwise.
+  // The executor owns (a share of) its graph: pass a StepGraph by value
+  // (moved or copied in) or a shared_ptr to one that several executors share
+  // (the ranks of one process, say). `device`, `comm` must outlive the
+  // executor; comm->size() must be the graph's world size
+  // (StepGraph::groups.world). InvalidArgument otherwise (also for a null
+  // graph).
   static StatusOr<std::unique_ptr<Executor>> Create(
-      const StepGraph& graph, Device& device, Communicator& comm,
+      std::shared_ptr<const StepGraph> graph, Device& device,
+      Communicator& comm, const ExecutorOptions& options = {});
+  static StatusOr<std::unique_ptr<Executor>> Create(
+      StepGraph graph, Device& device, Communicator& comm,
       const ExecutorOptions& options = {});
   ~Executor();
 
@@ -184,8 +191,8 @@ class Executor {
   ComputeContext MakeComputeContext(int i);
 
  private:
-  Executor(const StepGraph& graph, Device& device, Communicator& comm,
-           const ExecutorOptions& options);
+  Executor(std::shared_ptr<const StepGraph> graph, Device& device,
+           Communicator& comm, const ExecutorOptions& options);
   Status Init();
   Status BindGroups();
   Communicator& CommFor(CommGroup group);
@@ -193,7 +200,8 @@ class Executor {
   Status RunWork(int i, const StepCallbacks& callbacks);
   Status Trace(int i, bool start);
 
-  const StepGraph& graph_;
+  std::shared_ptr<const StepGraph> owned_graph_;
+  const StepGraph& graph_;  // *owned_graph_
   Device& device_;
   Communicator& comm_;
   ExecutorOptions options_;

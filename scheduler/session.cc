@@ -5,11 +5,18 @@
 namespace baton::scheduler {
 
 StatusOr<std::unique_ptr<Session>> Session::Create(
-    const StepGraph& graph, Device& device, Communicator& comm,
+    std::shared_ptr<const StepGraph> graph, Device& device, Communicator& comm,
     const ExecutorOptions& options) {
-  BATON_ASSIGN_OR_RETURN(auto executor,
-                         Executor::Create(graph, device, comm, options));
+  BATON_ASSIGN_OR_RETURN(
+      auto executor, Executor::Create(std::move(graph), device, comm, options));
   return std::unique_ptr<Session>(new Session(std::move(executor)));
+}
+
+StatusOr<std::unique_ptr<Session>> Session::Create(
+    StepGraph graph, Device& device, Communicator& comm,
+    const ExecutorOptions& options) {
+  return Create(std::make_shared<const StepGraph>(std::move(graph)), device,
+                comm, options);
 }
 
 int Session::NextCompute() const {

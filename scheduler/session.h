@@ -55,9 +55,13 @@ struct UnitViews {
 
 class Session {
  public:
-  // As Executor::Create; the session owns its executor.
+  // As Executor::Create (which owns the graph); the session owns its
+  // executor.
   static StatusOr<std::unique_ptr<Session>> Create(
-      const StepGraph& graph, Device& device, Communicator& comm,
+      std::shared_ptr<const StepGraph> graph, Device& device,
+      Communicator& comm, const ExecutorOptions& options = {});
+  static StatusOr<std::unique_ptr<Session>> Create(
+      StepGraph graph, Device& device, Communicator& comm,
       const ExecutorOptions& options = {});
 
   Executor& executor() { return *executor_; }

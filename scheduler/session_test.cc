@@ -125,5 +125,40 @@ TEST(SessionTest, OutOfOrderCallsNameTheExpectedHook) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The session's executor owns its graph: one made from a temporary (the
+// graph is gone when Create returns) still runs whole steps, and a shared
+// graph outlives the caller's handle on it.
+TEST(SessionTest, OwnsItsGraph) {
+  const ModelSpec spec = *ModelPreset("micro");
+  Policy p = *PolicyPreset("baton");
+  p.param_dtype = DataType::kF32;
+  auto group = CreateInprocGroup(1);
+  ASSERT_TRUE(group.ok());
+  ToyModel toy(1);
+  auto from_temporary =
+      Session::Create(*BuildStepGraph(spec, p, 1), *group->device,
+                      *group->comms[0]);
+  ASSERT_TRUE(from_temporary.ok()) << from_temporary.status();
+  auto shared = std::make_shared<const StepGraph>(*BuildStepGraph(spec, p, 1));
+  const StepGraph* raw = shared.get();
+  auto from_shared = Session::Create(shared, *group->device, *group->comms[0]);
+  ASSERT_TRUE(from_shared.ok()) << from_shared.status();
+  shared.reset();
+  EXPECT_EQ(&(*from_shared)->graph(), raw);
+  for (Session* s : {from_temporary->get(), from_shared->get()}) {
+    ASSERT_TRUE(s->executor().InitParameters([](const ParamSlot& slot, float* v) {
+      for (int64_t i = 0; i < slot.numel; ++i) v[i] = testing::InitialValue(slot, i);
+    }).ok());
+    for (int step = 0; step < 2; ++step) {
+      Status st = HookStep(*s, toy, 0);
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    ASSERT_TRUE(s->executor().Synchronize().ok());
+  }
+  auto null_graph = Session::Create(std::shared_ptr<const StepGraph>(),
+                                    *group->device, *group->comms[0]);
+  EXPECT_EQ(null_graph.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace baton::scheduler

@@ -243,6 +243,16 @@ class InprocCommunicator : public CommunicatorBase {
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
   const char* backend() const override { return "inproc"; }
+  CommCaps caps() const override {
+    CommCaps c;
+    c.accumulate_fp32 = true;
+    c.graph_capture = false;  // ranks meet on the host at issue time
+    c.host_memory = true;
+#if defined(BATON_HAVE_CUDA)
+    c.device_memory = true;
+#endif
+    return c;
+  }
 
   StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
     if (bytes == 0) {

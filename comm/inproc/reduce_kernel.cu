@@ -3,24 +3,17 @@
 #include <cuda_runtime.h>
 
 #include "baton/comm/inproc/reduce_kernel.h"
+#include "baton/runtime/dtype_device.cuh"
 
 namespace baton::inproc_internal {
 namespace {
 
+using dtype_device::FromFloat;
+using dtype_device::ToFloat;
+
 struct Sources {
   const void* p[kMaxReduceSources];
 };
-
-__device__ float Load(const float* p, size_t i) { return p[i]; }
-__device__ float Load(const __nv_bfloat16* p, size_t i) {
-  return __bfloat162float(p[i]);
-}
-__device__ float Load(const __half* p, size_t i) { return __half2float(p[i]); }
-__device__ void Store(float* p, size_t i, float v) { p[i] = v; }
-__device__ void Store(__nv_bfloat16* p, size_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
-__device__ void Store(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 template <typename T>
 __global__ void ReduceFloat(T* out, Sources s, int nsrc, size_t n,
@@ -28,9 +21,9 @@ __global__ void ReduceFloat(T* out, Sources s, int nsrc, size_t n,
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     float acc = 0.f;
-    for (int q = 0; q < nsrc; ++q) acc += Load(static_cast<const T*>(s.p[q]), i);
+    for (int q = 0; q < nsrc; ++q) acc += ToFloat(static_cast<const T*>(s.p[q])[i]);
     if (divisor != 1) acc /= static_cast<float>(divisor);
-    Store(out, i, acc);
+    out[i] = FromFloat<T>(acc);
   }
 }
 

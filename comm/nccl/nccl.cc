@@ -67,6 +67,13 @@ class NcclCommunicator : public CommunicatorBase {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
+  CommCaps caps() const override {
+    CommCaps c;
+    c.accumulate_fp32 = false;  // NCCL reduces in the buffer's type
+    c.graph_capture = true;
+    c.device_memory = true;
+    return c;
+  }
 
   StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
     if (bytes == 0) {

@@ -56,6 +56,12 @@ class UcxCommunicator : public CommunicatorBase {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "ucx"; }
+  CommCaps caps() const override {
+    CommCaps c;
+    c.accumulate_fp32 = true;
+    c.host_memory = true;
+    return c;
+  }
 
   StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
     if (bytes == 0) {
