@@ -53,6 +53,9 @@ const char kUsage[] =
     "usage: simulate [--model=NAME | --hf-config=PATH] [--cluster=h100|a100]\n"
     "  [--cluster-file=JSON] [--gpus=N] [--seq=N] [--global-batch=N]\n"
     "  [--micro-batch=N] [--recompute-layers=N|all|auto]\n"
+    "  [--shard-group=N] [--hpz-group=N] (hierarchical sharding: ranks per\n"
+    "   shard group / hpZ group; 0 = full sharding / none; default: the\n"
+    "   policy's, one node for hsdp and zeropp)\n"
     "  [--calibration=FILE[,FILE...]] (nccl-tests output, bench -J JSON,\n"
     "   or a kernel table)  [--kernel-table=PATH] (measured kernel times\n"
     "   replacing the shipped H100 table, sim/kernel_table.h)\n"
@@ -105,6 +108,13 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--seq") f.workload.seq = Positive(key, v, kMaxSeq);
     else if (key == "--global-batch") f.workload.global_batch = Positive(key, v, kMaxBatch);
     else if (key == "--micro-batch") f.workload.micro_batch = Positive(key, v, kMaxBatch);
+    else if (key == "--shard-group") {
+      f.workload.shard_group = static_cast<int>(
+          examples::IntFlag("simulate", key, v, 0, kMaxGpus));
+    } else if (key == "--hpz-group") {
+      f.workload.hpz_group = static_cast<int>(
+          examples::IntFlag("simulate", key, v, 0, kMaxGpus));
+    }
     else if (key == "--recompute-layers") f.recompute = v;
     else if (key == "--policy" || key == "--compare") {
       if (!f.policies.empty()) Fail("--policy and --compare both choose the policies; give one");

@@ -13,6 +13,8 @@ namespace baton::sim {
 namespace {
 
 using scheduler::Bucket;
+using scheduler::CommGroup;
+using scheduler::Groups;
 using scheduler::GraphBuffer;
 using scheduler::ModelSpec;
 using scheduler::Node;
@@ -30,13 +32,29 @@ struct Cost {
   bool comm = false;
 };
 
-// Ring collective time over the two-level cluster for full size `bytes`.
-Cost RingCost(const ClusterSpec& c, int n, double bytes, bool all_reduce,
-              double bw_scale) {
+// Where a communication group's members sit: `n` ranks, `stride` ranks
+// apart (scheduler::Groups numbers them so: shard and hpZ groups are runs of
+// consecutive ranks, a replica group takes one rank of each shard group,
+// `shard` ranks apart). Ranks fill nodes in order, gpus_per_node each.
+struct GroupSpan {
+  int n = 1;
+  int stride = 1;
+};
+
+// Ring collective time over the two-level cluster for full size `bytes` in
+// a group spread as `span` says: g members share a node (NVLink), m nodes
+// (InfiniBand). Rings of the other groups run beside it on their own GPUs
+// and NICs (every GPU has its own NIC share), so they do not slow this one.
+Cost RingCost(const ClusterSpec& c, GroupSpan span, double bytes,
+              bool all_reduce, double bw_scale) {
   Cost cost;
   cost.comm = true;
+  const int n = span.n;
   if (n <= 1) return cost;
-  const int g = std::min(n, c.gpus_per_node);
+  const int per_node = span.stride >= c.gpus_per_node
+                           ? 1
+                           : std::max(1, c.gpus_per_node / span.stride);
+  const int g = std::min(n, per_node);
   const int m = (n + g - 1) / g;
   const double nvl = c.nvlink_gbps * 1e9 * bw_scale;
   const double nic = c.nic_gbps * 1e9 * bw_scale;
@@ -90,11 +108,12 @@ class Model {
         return Cost{};
       }
       case NodeKind::kAllGather:
-        return Collective("all_gather", buffer_bytes(n.writes[0]), false);
+        return Collective("all_gather", buffer_bytes(n.writes[0]), false, n.group);
       case NodeKind::kReduceScatter:
-        return Collective("reduce_scatter", buffer_bytes(n.reads[0]), false);
+        return Collective("reduce_scatter", buffer_bytes(n.reads[0]), false,
+                          n.group);
       case NodeKind::kAllReduce:
-        return Collective("all_reduce", buffer_bytes(n.reads[0]), true);
+        return Collective("all_reduce", buffer_bytes(n.reads[0]), true, n.group);
       case NodeKind::kCopy:
         return time(k_.CopyBytes(2 * buffer_bytes(n.writes[0])));
       case NodeKind::kAccumulate:
@@ -128,12 +147,24 @@ class Model {
     return k;
   }
 
-  Cost Collective(const char* name, double bytes, bool all_reduce) const {
+  GroupSpan SpanOf(CommGroup group) const {
+    const Groups& gr = g_.groups;
+    switch (group) {
+      case CommGroup::kShard: return {gr.shard, 1};
+      case CommGroup::kReplica: return {gr.replicas, gr.shard};
+      case CommGroup::kHpz: return {std::max(gr.hpz, 1), 1};
+    }
+    return {gr.world, 1};
+  }
+
+  Cost Collective(const char* name, double bytes, bool all_reduce,
+                  CommGroup group) const {
     if (o_.free_comm) return Cost{0, 0, true};
-    if (o_.calibration != nullptr && w_.gpus > 1) {
+    const GroupSpan span = SpanOf(group);
+    if (o_.calibration != nullptr && span.n > 1) {
       auto it = o_.calibration->tables.find(name);
       if (it != o_.calibration->tables.end()) {
-        const double n = w_.gpus;
+        const double n = span.n;
         const double factor = (all_reduce ? 2 : 1) * (n - 1) / n;
         Cost cost;
         cost.comm = true;
@@ -142,7 +173,7 @@ class Model {
         return cost;
       }
     }
-    return RingCost(c_, w_.gpus, bytes, all_reduce, o_.bandwidth_scale);
+    return RingCost(c_, span, bytes, all_reduce, o_.bandwidth_scale);
   }
 
   // Simulated time is integer nanoseconds, so that it always advances (on
@@ -442,9 +473,15 @@ Status ValidateWorkload(const Workload& w) {
 }
 
 StatusOr<scheduler::Policy> SimPolicy(const std::string& name,
-                                      const Workload& w) {
+                                      const Workload& w, int gpus_per_node) {
   BATON_RETURN_IF_ERROR(ValidateWorkload(w));
   BATON_ASSIGN_OR_RETURN(scheduler::Policy p, scheduler::PolicyPreset(name));
+  // A preset's group of 4 stands for "one node" (policy.h); on a simulated
+  // cluster that is the node's GPUs.
+  if (p.shard_group > 0) p.shard_group = gpus_per_node;
+  if (p.hpz_group > 0) p.hpz_group = gpus_per_node;
+  if (w.shard_group >= 0) p.shard_group = w.shard_group;
+  if (w.hpz_group >= 0) p.hpz_group = w.hpz_group;
   p.micro_steps = static_cast<int>(w.global_batch / w.gpus / w.micro_batch);
   p.reduce_every_micro_step = p.micro_steps > 1;
   return p;
@@ -512,7 +549,7 @@ StatusOr<SimResult> Simulate(const ModelSpec& model, const ClusterSpec& cluster,
                              int recompute_blocks, const SimOptions& options,
                              StepGraph* graph) {
   BATON_ASSIGN_OR_RETURN(scheduler::Policy policy,
-                         SimPolicy(policy_name, workload));
+                         SimPolicy(policy_name, workload, cluster.gpus_per_node));
   if (recompute_blocks == kAutoRecompute) {
     // Arena and states do not depend on recompute: plan once, then pick the
     // fewest recomputed blocks that fit.

@@ -53,6 +53,12 @@ struct Workload {
   int64_t seq = 8192;
   int64_t global_batch = 256;  // sequences per step over all GPUs
   int64_t micro_batch = 1;     // sequences per micro-step per GPU
+  // Hierarchical sharding (scheduler/policy.h): -1 keeps the preset's
+  // value, except that the presets with a shard or hpZ group (hsdp, zeropp)
+  // get one node's GPUs (ClusterSpec::gpus_per_node) in the simulator;
+  // 0 is full sharding / no hpZ; N > 0 sets the group size.
+  int shard_group = -1;
+  int hpz_group = -1;
 };
 
 // The most micro-steps one simulated step may take (global_batch / gpus /
@@ -112,7 +118,8 @@ struct SimResult {
 // The policy the simulator runs for `policy_name` on `workload`: micro_steps
 // = local batch / micro_batch, reducing every micro-step.
 StatusOr<scheduler::Policy> SimPolicy(const std::string& policy_name,
-                                      const Workload& workload);
+                                      const Workload& workload,
+                                      int gpus_per_node = 8);
 
 // Persistent bytes per GPU as the graph's framework keeps them: the graph's
 // persistent buffers (parameter-dtype shard, fp32 master, gradient shard,
