@@ -22,6 +22,7 @@
 #include "baton/comm/bootstrap/launch_env.h"
 #include "baton/comm/bootstrap/launcher.h"
 #include "baton/comm/bootstrap/store.h"
+#include "baton/tests/ucx_child.h"
 #include "gtest/gtest.h"
 #include "baton/runtime/device.h"
 
@@ -32,51 +33,13 @@ constexpr absl::Duration kFaultTimeout = absl::Seconds(2);
 
 // ---------------------------------------------------------------- children
 
-#define CHILD_CHECK(cond, ...)                                     \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::fprintf(stderr, "CHECK failed: %s: %s\n", #cond,       \
-                   absl::StrCat(__VA_ARGS__).c_str());             \
-      return 1;                                                    \
-    }                                                              \
-  } while (0)
-
-struct ChildEnv {
-  LaunchInfo info;
-  std::unique_ptr<TcpStore> store;
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Stream> stream;
-};
-
-Status SetUp(ChildEnv* env) {
-  BATON_ASSIGN_OR_RETURN(env->info, LaunchInfoFromEnv());
-  BATON_ASSIGN_OR_RETURN(env->store,
-                         TcpStore::Create(env->info, absl::Seconds(20)));
-  BATON_ASSIGN_OR_RETURN(env->device, CreateHostDevice());
-  BATON_ASSIGN_OR_RETURN(env->stream, env->device->CreateStream());
-  return Status();
-}
-
-StatusOr<std::unique_ptr<Communicator>> MakeComm(ChildEnv& env,
-                                                 absl::Duration timeout,
-                                                 size_t chunk_bytes) {
-  CommConfig cfg;
-  cfg.backend = "ucx";
-  cfg.rank = env.info.rank;
-  cfg.size = env.info.world_size;
-  cfg.device = env.device.get();
-  cfg.store = env.store.get();
-  cfg.timeout = timeout;
-  cfg.chunk_bytes = chunk_bytes;
-  return CreateCommunicator(cfg);
-}
 
 int ChildSweep(bool big) {
   ChildEnv env;
-  Status s = SetUp(&env);
+  Status s = SetUpChild(&env);
   CHILD_CHECK(s.ok(), s.ToString());
   // Small chunks so that large counts run many pipelined chunks per step.
-  auto comm = MakeComm(env, absl::Seconds(60), 64 << 10);
+  auto comm = MakeUcxComm(env, absl::Seconds(60), 64 << 10);
   CHILD_CHECK(comm.ok(), comm.status().ToString());
   const int n = env.info.world_size;
   const int r = env.info.rank;
@@ -156,9 +119,9 @@ int ExpectFailure(ChildEnv& env, Communicator& comm, size_t count_mine,
 
 int ChildMismatch() {
   ChildEnv env;
-  Status s = SetUp(&env);
+  Status s = SetUpChild(&env);
   CHILD_CHECK(s.ok(), s.ToString());
-  auto comm = MakeComm(env, kFaultTimeout, 64 << 10);
+  auto comm = MakeUcxComm(env, kFaultTimeout, 64 << 10);
   CHILD_CHECK(comm.ok(), comm.status().ToString());
   // Rank 2 disagrees on the count; every rank hears of it via the ring.
   const size_t count = env.info.rank == 2 ? 100001 : 100000;
@@ -172,9 +135,9 @@ int ChildMismatch() {
 
 int ChildKilled() {
   ChildEnv env;
-  Status s = SetUp(&env);
+  Status s = SetUpChild(&env);
   CHILD_CHECK(s.ok(), s.ToString());
-  auto comm = MakeComm(env, kFaultTimeout, 64 << 10);
+  auto comm = MakeUcxComm(env, kFaultTimeout, 64 << 10);
   CHILD_CHECK(comm.ok(), comm.status().ToString());
   // Everyone finishes one collective, so rank 1 dies mid-run, not at start.
   std::vector<float> a(1000), b(3000);
@@ -204,10 +167,10 @@ int ChildNeverStarts() {
   LaunchInfo info = *LaunchInfoFromEnv();
   if (info.rank == 2) return 0;  // this rank never shows up
   ChildEnv env;
-  Status s = SetUp(&env);
+  Status s = SetUpChild(&env);
   CHILD_CHECK(s.ok(), s.ToString());
   const absl::Time t0 = absl::Now();
-  auto comm = MakeComm(env, kFaultTimeout, 64 << 10);
+  auto comm = MakeUcxComm(env, kFaultTimeout, 64 << 10);
   const absl::Duration took = absl::Now() - t0;
   std::fprintf(stderr, "rank %d: %s after %s\n", info.rank,
                comm.status().ToString().c_str(),
@@ -221,9 +184,9 @@ int ChildNeverStarts() {
 
 int ChildNeverIssues() {
   ChildEnv env;
-  Status s = SetUp(&env);
+  Status s = SetUpChild(&env);
   CHILD_CHECK(s.ok(), s.ToString());
-  auto comm = MakeComm(env, kFaultTimeout, 64 << 10);
+  auto comm = MakeUcxComm(env, kFaultTimeout, 64 << 10);
   CHILD_CHECK(comm.ok(), comm.status().ToString());
   int rc = 0;
   if (env.info.rank != 1) {
@@ -242,9 +205,9 @@ int ChildNeverIssues() {
 // (comm/testing/split_check.h).
 int ChildSplit(int groups) {
   ChildEnv env;
-  Status s = SetUp(&env);
+  Status s = SetUpChild(&env);
   CHILD_CHECK(s.ok(), s.ToString());
-  auto comm = MakeComm(env, absl::Seconds(60), 64 << 10);
+  auto comm = MakeUcxComm(env, absl::Seconds(60), 64 << 10);
   CHILD_CHECK(comm.ok(), comm.status().ToString());
   s = RunSplitScenario(**comm, *env.device, groups);
   CHILD_CHECK(s.ok(), s.ToString());

@@ -21,47 +21,16 @@
 #include "baton/comm/bootstrap/store.h"
 #include "baton/comm/factory.h"
 #include "baton/runtime/device.h"
+#include "baton/tests/ucx_child.h"
 #include "gtest/gtest.h"
 
 namespace baton {
 namespace {
 
-#define CHILD_CHECK(cond, ...)                                     \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::fprintf(stderr, "CHECK failed: %s: %s\n", #cond,       \
-                   absl::StrCat(__VA_ARGS__).c_str());             \
-      return 1;                                                    \
-    }                                                              \
-  } while (0)
-
-struct ChildEnv {
-  LaunchInfo info;
-  std::unique_ptr<TcpStore> store;
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Stream> stream;
-};
-
-Status SetUp(ChildEnv* env) {
-  BATON_ASSIGN_OR_RETURN(env->info, LaunchInfoFromEnv());
-  BATON_ASSIGN_OR_RETURN(env->store,
-                         TcpStore::Create(env->info, absl::Seconds(20)));
-  BATON_ASSIGN_OR_RETURN(env->device, CreateHostDevice());
-  BATON_ASSIGN_OR_RETURN(env->stream, env->device->CreateStream());
-  return Status();
-}
-
+// The backend's failure paths run with small ring chunks.
 StatusOr<std::unique_ptr<Communicator>> MakeComm(ChildEnv& env,
                                                  absl::Duration timeout) {
-  CommConfig cfg;
-  cfg.backend = "ucx";
-  cfg.rank = env.info.rank;
-  cfg.size = env.info.world_size;
-  cfg.device = env.device.get();
-  cfg.store = env.store.get();
-  cfg.timeout = timeout;
-  cfg.chunk_bytes = 64 << 10;
-  return CreateCommunicator(cfg);
+  return MakeUcxComm(env, timeout, 64 << 10);
 }
 
 int EnvInt(const char* name, int fallback) {
@@ -75,7 +44,7 @@ int EnvInt(const char* name, int fallback) {
 // rank 0 must refuse it naming the key and the rank, not crash in UCX.
 int ChildForgedAddress() {
   ChildEnv env;
-  Status s = SetUp(&env);
+  Status s = SetUpChild(&env);
   CHILD_CHECK(s.ok(), s.ToString());
   const std::string key = "default/ucx/addr/1";
   if (env.info.rank == 1) {
@@ -111,7 +80,7 @@ int ChildKillOne() {
   const absl::Duration timeout = absl::Milliseconds(EnvInt("FAULT_TIMEOUT_MS", 2000));
   const int victim = EnvInt("VICTIM", 2);
   ChildEnv env;
-  Status s = SetUp(&env);
+  Status s = SetUpChild(&env);
   CHILD_CHECK(s.ok(), s.ToString());
   // Creation gets a generous timeout (4 processes start on a loaded
   // machine); the collective that loses a rank gets `timeout`.
