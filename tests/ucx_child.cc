@@ -1,6 +1,12 @@
 #include "baton/tests/ucx_child.h"
 
+#include <unistd.h>
+
+#include <climits>
+
+#include "absl/strings/match.h"
 #include "baton/comm/factory.h"
+#include "gtest/gtest.h"
 
 namespace baton {
 
@@ -25,6 +31,23 @@ StatusOr<std::unique_ptr<Communicator>> MakeUcxComm(ChildEnv& env,
   cfg.timeout = timeout;
   cfg.chunk_bytes = chunk_bytes;
   return CreateCommunicator(cfg);
+}
+
+std::string SelfPath() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+int ChildOrTestsMain(int argc, char** argv,
+                     int (*run_child)(const std::string& name)) {
+  for (int i = 1; i < argc; ++i) {
+    if (absl::StartsWith(argv[i], "--child=")) {
+      return run_child(std::string(argv[i] + 8));
+    }
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }
 
 }  // namespace baton

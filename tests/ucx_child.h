@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -44,6 +45,16 @@ Status SetUpChild(ChildEnv* env);
 StatusOr<std::unique_ptr<Communicator>> MakeUcxComm(ChildEnv& env,
                                                     absl::Duration timeout,
                                                     size_t chunk_bytes);
+
+// This test binary's own path, which the parent launches as the rank
+// program ("" if /proc/self/exe cannot be read).
+std::string SelfPath();
+
+// The main() of a test binary that is also its rank program: with
+// --child=NAME runs `run_child(NAME)` and returns its exit code, else runs
+// the gtest cases.
+int ChildOrTestsMain(int argc, char** argv,
+                     int (*run_child)(const std::string& name));
 
 }  // namespace baton
 

@@ -126,12 +126,6 @@ int RunChild(const std::string& name) {
 
 // ------------------------------------------------------------------ parent
 
-std::string SelfPath() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, n) : std::string();
-}
-
 LaunchResult Launch(int n, const std::string& child,
                     std::map<std::string, std::string> env,
                     absl::Duration limit = absl::Seconds(60)) {
@@ -192,11 +186,5 @@ TEST(UcxFaultsTest, TwentyKillOneRankTrialsWithoutAHang) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (absl::StartsWith(argv[i], "--child=")) {
-      return baton::RunChild(std::string(argv[i] + 8));
-    }
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return baton::ChildOrTestsMain(argc, argv, baton::RunChild);
 }
