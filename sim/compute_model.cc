@@ -39,7 +39,8 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
                                             const ClusterSpec& cluster,
                                             const scheduler::ModelSpec& m,
                                             int64_t tokens_i, int64_t micro_batch,
-                                            int64_t seq) {
+                                            int64_t seq,
+                                            const AttentionKernel& attention) {
   ComputeModel c(table);
   c.compute_scale_ = table.peak_tflops > 0 ? table.peak_tflops / cluster.peak_tflops : 1;
   c.memory_scale_ = table.hbm_gbps > 0 ? table.hbm_gbps / cluster.hbm_gbps : 1;
@@ -66,17 +67,28 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
   BATON_ASSIGN_OR_RETURN(const double glu_b, c.Op("swiglu", T * F * 6, true));
   BATON_ASSIGN_OR_RETURN(const double ce_f, c.Op("cross_entropy", T * V * 2, false));
   BATON_ASSIGN_OR_RETURN(const double ce_b, c.Op("cross_entropy", T * V * 2, true));
-  const double attn_f =
-      table.AttentionSeconds(b, H, G, s, d, false) * c.compute_scale_;
-  const double attn_b =
-      table.AttentionSeconds(b, H, G, s, d, true) * c.compute_scale_;
+  double attn_f = table.AttentionSeconds(b, H, G, s, d, false) * c.compute_scale_;
+  double attn_b = table.AttentionSeconds(b, H, G, s, d, true) * c.compute_scale_;
+  if (attention.active()) {
+    double width = d;
+    if (attention.pad_head_dim) {
+      width = 16;
+      while (width < d) width *= 2;
+    }
+    // Causal: half of 4 b H s^2 d (the table's convention).
+    const double flops = 2 * b * H * s * s * width;
+    const double peak = cluster.peak_tflops * 1e12;
+    attn_f = flops / (attention.fwd_utilization * peak);
+    attn_b = 2.5 * flops / (attention.bwd_utilization * peak);
+  }
   const double residual = c.Copy(T * h * 6);
+  const int rope_passes = attention.no_rope ? 0 : 3;
   const double rope_q = c.Copy(T * H * d * 8), rope_k = c.Copy(T * G * d * 8);
 
   KernelSum& f = c.block_fwd_;
   f.Add(norm_f, L);
   f.Add(c.Gemm(T, qkv, h), L);
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < rope_passes; ++i) {
     f.Add(rope_q, L);
     f.Add(rope_k, L);
   }
@@ -101,7 +113,7 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
   g.Add(c.Gemm(T, H * d, h), L);  // o
   g.Add(c.Gemm(H * d, h, T), L);
   g.Add(attn_b, L);
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < rope_passes; ++i) {
     g.Add(rope_q, L);
     g.Add(rope_k, L);
   }

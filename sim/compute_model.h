@@ -59,6 +59,23 @@ namespace baton::sim {
 
 constexpr int kEmbeddingSortKernels = 6;
 
+// An attention kernel other than the table's, given by its fraction of the
+// simulated GPU's dense peak: for a software stack whose attention kernel is
+// known from published figures rather than measured (sim/validation_test.cc
+// uses it for 2023 runs on Triton FlashAttention). Utilizations of 0 keep
+// the table's curves. pad_head_dim: the kernel rounds the head dimension up
+// to a power of two (at least 16) and pays for the padded width, as Triton
+// FlashAttention does (BLOCK_HEADDIM = max(next_power_of_2(d), 16)).
+struct AttentionKernel {
+  double fwd_utilization = 0;
+  double bwd_utilization = 0;  // of 2.5x the forward's FLOPs
+  bool pad_head_dim = false;
+  // Positions enter inside the attention kernel (ALiBi biases): no RoPE
+  // kernels. Applies even when the utilizations are 0.
+  bool no_rope = false;
+  bool active() const { return fwd_utilization > 0 && bwd_utilization > 0; }
+};
+
 // A node's time and how many kernels make it.
 struct KernelSum {
   double seconds = 0;
@@ -77,7 +94,8 @@ class ComputeModel {
                                        const ClusterSpec& cluster,
                                        const scheduler::ModelSpec& model,
                                        int64_t tokens, int64_t micro_batch,
-                                       int64_t seq);
+                                       int64_t seq,
+                                       const AttentionKernel& attention = {});
 
   KernelSum BlockForward() const { return block_fwd_; }
   KernelSum BlockBackward(bool accumulate) const {

@@ -124,5 +124,38 @@ TEST(ComputeModelTest, OtherGpusScaleByPeakAndBandwidth) {
   EXPECT_GT(kh->BlockBackward(true).seconds, kh->BlockBackward(false).seconds);
 }
 
+// An attention kernel given by utilization replaces the table's attention
+// and nothing else: halving the utilization adds exactly one more attention
+// time; a padded head dim costs its padded width; no_rope drops 6 kernels.
+TEST(ComputeModelTest, AttentionKernelByUtilization) {
+  const KernelTable& t = *H100KernelTable();
+  const ClusterSpec h100 = *ClusterPreset("h100");
+  scheduler::ModelSpec m = *scheduler::ModelPreset("llama2-7b");
+  m.head_dim = 112;  // pads to 128
+  m.hidden = m.heads * m.head_dim;
+  AttentionKernel fast{0.4, 0.2, false, false};
+  AttentionKernel slow{0.2, 0.1, false, false};
+  AttentionKernel padded{0.4, 0.2, true, false};
+  AttentionKernel no_rope{0.4, 0.2, false, true};
+  auto f = ComputeModel::Create(t, h100, m, 8192, 2, 4096, fast);
+  auto s = ComputeModel::Create(t, h100, m, 8192, 2, 4096, slow);
+  auto p = ComputeModel::Create(t, h100, m, 8192, 2, 4096, padded);
+  auto n = ComputeModel::Create(t, h100, m, 8192, 2, 4096, no_rope);
+  ASSERT_TRUE(f.ok() && s.ok() && p.ok() && n.ok());
+  const double flops = 2.0 * 2 * m.heads * 4096.0 * 4096 * 112;
+  const double attn_f = flops / (0.4 * 989e12);
+  EXPECT_NEAR(s->BlockForward().seconds - f->BlockForward().seconds, attn_f, 1e-9);
+  EXPECT_NEAR(s->BlockBackward(false).seconds - f->BlockBackward(false).seconds,
+              2.5 * flops / (0.2 * 989e12), 1e-9);
+  EXPECT_NEAR(p->BlockForward().seconds - f->BlockForward().seconds,
+              attn_f * (128.0 / 112 - 1), 1e-9);
+  EXPECT_EQ(n->BlockForward().kernels, f->BlockForward().kernels - 6);
+  EXPECT_LT(n->BlockForward().seconds, f->BlockForward().seconds);
+  // Utilizations of 0 keep the table's attention.
+  auto table = ComputeModel::Create(t, h100, m, 8192, 2, 4096);
+  ASSERT_TRUE(table.ok());
+  EXPECT_NE(table->BlockForward().seconds, f->BlockForward().seconds);
+}
+
 }  // namespace
 }  // namespace baton::sim

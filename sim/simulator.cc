@@ -521,7 +521,8 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
       const ComputeModel kernels,
       ComputeModel::Create(*table, cluster, graph.layout.spec,
                            workload.seq * workload.micro_batch,
-                           workload.micro_batch, workload.seq));
+                           workload.micro_batch, workload.seq,
+                           options.attention));
   Model model(graph, cluster, workload, options, kernels);
   BATON_ASSIGN_OR_RETURN(SimResult r, model.Run());
   const ModelSpec& m = graph.layout.spec;

@@ -44,6 +44,7 @@
 #include "baton/scheduler/step_graph.h"
 #include "baton/sim/calibration.h"
 #include "baton/sim/cluster.h"
+#include "baton/sim/compute_model.h"
 #include "baton/sim/kernel_table.h"
 
 namespace baton::sim {
@@ -79,6 +80,9 @@ struct SimOptions {
   // Measured kernel times (sim/kernel_table.h); not owned; null: the
   // shipped H100 table scaled to the cluster's GPU.
   const KernelTable* kernels = nullptr;
+  // The run's attention kernel when it is not the table's
+  // (sim/compute_model.h); default: the table's.
+  AttentionKernel attention;
 };
 
 struct Interval {

@@ -3,20 +3,42 @@
 // (one constant set per GPU type, nothing tuned per case). The table of
 // errors is printed; README.md "Validation" holds the same table.
 //
-// Sources (tokens/s/GPU unless stated):
-//   MaxText   REFERENCE.md section 7 (MaxText Llama 3 70B, 128 H100).
-//   torchtitan  github.com/pytorch/torchtitan docs/performance.md (Llama 3
-//             and Llama 2 tables, FSDP2 on 64 A100 80GB).
-//   fms-fsdp  github.com/foundation-model-stack/fms-fsdp README.md (table of
-//             Llama 2 7b/13b/34b/70b on 128 A100, FSDP1; 7b/13b use HSDP,
-//             simulated as full sharding over all 128 GPUs).
-//   llm-foundry  github.com/mosaicml/llm-foundry
-//             scripts/train/benchmarking/README.md ("H100 80GB BF16" and "A100
-//             80GB with 1600 Gbps node-node interconnect" tables; Composer's
-//             FSDP1 FULL_SHARD). MPT models are simulated as Llama shapes of
-//             the same width, depth, heads and parameter count: the GELU MLP
-//             of width 4h as a SwiGLU of width 8h/3 (same FLOPs and
-//             weights), vocabulary 50368, tied embeddings.
+// Sources (tokens/s/GPU):
+//   maxtext   REFERENCE.md section 7 (MaxText Llama 3 70B, 128 H100).
+//   torchtitan  https://github.com/pytorch/torchtitan docs/performance.md,
+//             "Llama 3 performance numbers" and "Llama 2 performance
+//             numbers" tables (FSDP2 on 64 A100 80GB).
+//   fms-fsdp  https://github.com/foundation-model-stack/fms-fsdp README.md,
+//             the throughput table (Llama 2 7b/13b/34b/70b on 128 A100,
+//             FSDP1; 7b/13b ran HSDP, simulated as full sharding).
+//   llm-foundry  https://github.com/mosaicml/llm-foundry
+//             scripts/train/benchmarking/README.md, tables "H100 80GB BF16"
+//             and "A100 80GB with 1600 Gbps node-node interconnect (RoCE)":
+//             every row of the 7b, 13b, 30b and 70b models at sequence 2048
+//             to 32768 (Composer's FSDP1 FULL_SHARD; "Activation
+//             Checkpointing True" is full recompute). MPT models are
+//             simulated as Llama shapes of the same width, depth, heads and
+//             parameter count: the GELU MLP of width 4h as a SwiGLU of width
+//             8h/3 (same FLOPs and weights), vocabulary 50368, tied
+//             embeddings, no RoPE (MPT's ALiBi biases are added inside the
+//             attention kernel).
+//
+// Software stacks. The shipped kernel table is PyTorch 2.11's (flash SDPA
+// on Hopper). The llm-foundry runs are 2023 runs on Triton FlashAttention
+// (submit_benchmarks.py: --attn_impl default "triton"; image
+// mosaicml/pytorch:1.13.1), whose attention kernel is described by published
+// figures, not by the table (sim/compute_model.h AttentionKernel), one
+// constant set per GPU type:
+//   A100  FlashAttention-2 reaches up to 73% of the A100's peak (Dao 2023,
+//         arXiv:2307.08691 section 4.1) and is 1.3-1.5x faster than
+//         FlashAttention in Triton in the forward pass, about 2x in the
+//         backward: forward 0.73 / 1.4, backward 0.73 / 2.
+//   H100  FlashAttention-2 reaches 35% of the H100's peak (Shah et al. 2024,
+//         FlashAttention-3, arXiv:2407.08608 abstract); same ratios to
+//         Triton: forward 0.35 / 1.4, backward 0.35 / 2.
+// Triton FlashAttention pads the head dimension to a power of two
+// (flash_attn_triton.py: BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)):
+// MPT-30B's 112 runs as 128.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -48,6 +70,20 @@ ModelSpec Mpt(const char* name, int64_t hidden, int64_t layers, int64_t heads) {
 
 ModelSpec Preset(const char* name) { return *scheduler::ModelPreset(name); }
 
+enum class Stack { kTable, kTriton2023 };
+
+SimOptions StackOptions(Stack stack, const std::string& gpu) {
+  SimOptions o;
+  if (stack == Stack::kTriton2023) {
+    const double fa2 = gpu == "h100" ? 0.35 : 0.73;
+    o.attention.fwd_utilization = fa2 / 1.4;
+    o.attention.bwd_utilization = fa2 / 2;
+    o.attention.pad_head_dim = true;
+    o.attention.no_rope = true;
+  }
+  return o;
+}
+
 struct Case {
   const char* source;
   ModelSpec model;
@@ -57,11 +93,8 @@ struct Case {
   int recompute;  // blocks; -1 all
   const char* policy;
   double published;  // tokens/s/GPU
-  // |error| this case is held to: the aim (25%) unless stated. The cases
-  // beyond it are 2023 llm-foundry runs at long sequences, whose attention
-  // (MPT's Triton / early flash kernels; head dim 112 for MPT-30B) ran far
-  // below the PyTorch 2.11 flash kernels of the shipped table: their own
-  // stack's kernel table (--kernel-table) is what would simulate them.
+  Stack stack = Stack::kTable;
+  // |error| this case is held to: the aim (25%) unless stated.
   double bound = 0.25;
 };
 
@@ -72,7 +105,7 @@ std::vector<Case> Cases() {
   const ModelSpec mpt70 = Mpt("mpt-70b", 8192, 80, 64);
   // MaxText: 15.563 s/step for 256 x 8192 tokens on 128 GPUs.
   const double maxtext = 256.0 * 8192 / 128 / 15.563;
-  return {
+  std::vector<Case> cases = {
       {"torchtitan", Preset("llama3-70b"), "a100", 64, 8192, 64, 1, -1, "fsdp2", 331},
       {"torchtitan", Preset("llama3-8b"), "a100", 64, 8192, 64, 1, 16, "fsdp2", 2904},
       {"torchtitan", Preset("llama2-13b"), "a100", 64, 4096, 128, 2, 0, "fsdp2", 2162},
@@ -81,19 +114,65 @@ std::vector<Case> Cases() {
       {"fms-fsdp", Preset("llama2-13b"), "a100", 128, 4096, 128, 1, 0, "fsdp1", 1700},
       {"fms-fsdp", Preset("llama2-34b"), "a100", 128, 4096, 1024, 8, -1, "fsdp1", 772},
       {"fms-fsdp", Preset("llama2-70b"), "a100", 128, 4096, 768, 6, -1, "fsdp1", 380},
-      {"llm-foundry", mpt7, "a100", 8, 2048, 96, 6, 0, "fsdp1", 4641},
-      {"llm-foundry", mpt7, "a100", 8, 32768, 32, 2, -1, "fsdp1", 1672},
-      {"llm-foundry", mpt13, "a100", 8, 32768, 24, 1, -1, "fsdp1", 1016},
-      {"llm-foundry", mpt30, "a100", 8, 8192, 168, 1, -1, "fsdp1", 574, 0.30},
-      {"llm-foundry", mpt70, "a100", 64, 2048, 2048, 8, -1, "fsdp1", 410},
       {"maxtext", Preset("llama3-70b"), "h100", 128, 8192, 256, 1, kAutoRecompute, "baton", maxtext},
-      {"llm-foundry", mpt7, "h100", 8, 2048, 48, 6, 0, "fsdp1", 10643},
-      {"llm-foundry", mpt7, "h100", 8, 8192, 128, 8, -1, "fsdp1", 6935},
-      {"llm-foundry", mpt7, "h100", 8, 32768, 32, 2, -1, "fsdp1", 3318, 0.85},
-      {"llm-foundry", mpt13, "h100", 8, 4096, 240, 10, -1, "fsdp1", 4717},
-      {"llm-foundry", mpt30, "h100", 8, 8192, 168, 1, -1, "fsdp1", 1384, 0.60},
-      {"llm-foundry", mpt70, "h100", 64, 2048, 2048, 8, -1, "fsdp1", 1039},
   };
+  // llm-foundry rows: model, GPU, GPUs, seq, global batch, micro-batch,
+  // activation checkpointing, tokens/s/GPU, in the tables' order.
+  struct Row {
+    const ModelSpec* m;
+    const char* gpu;
+    int gpus;
+    int64_t seq, global_batch, micro_batch;
+    bool ckpt;
+    double tps;
+  };
+  const Row rows[] = {
+      {&mpt70, "h100", 64, 2048, 2048, 8, true, 1039},
+      {&mpt70, "h100", 32, 2048, 1024, 2, true, 882},
+      {&mpt30, "h100", 8, 8192, 168, 1, true, 1384},
+      {&mpt30, "h100", 8, 4096, 168, 1, true, 1802},
+      {&mpt30, "h100", 32, 2048, 1344, 14, true, 2308},
+      {&mpt30, "h100", 16, 2048, 480, 10, true, 2263},
+      {&mpt30, "h100", 8, 2048, 504, 3, true, 2002},
+      {&mpt13, "h100", 8, 32768, 24, 1, true, 1976},
+      {&mpt13, "h100", 8, 16384, 72, 3, true, 2985},
+      {&mpt13, "h100", 8, 4096, 240, 10, true, 4717},
+      {&mpt13, "h100", 64, 2048, 128, 2, false, 4800},
+      {&mpt13, "h100", 32, 2048, 64, 2, false, 4811},
+      {&mpt13, "h100", 16, 2048, 32, 2, false, 4767},
+      {&mpt13, "h100", 8, 2048, 16, 2, false, 4792},
+      {&mpt7, "h100", 8, 32768, 32, 2, true, 3318},
+      {&mpt7, "h100", 8, 8192, 128, 8, true, 6935},
+      {&mpt7, "h100", 8, 4096, 256, 16, true, 8611},
+      {&mpt7, "h100", 8, 2048, 48, 6, false, 10643},
+      {&mpt70, "a100", 64, 2048, 2048, 8, true, 410},
+      {&mpt70, "a100", 32, 2048, 1024, 2, true, 373},
+      {&mpt30, "a100", 8, 8192, 168, 1, true, 574},
+      {&mpt30, "a100", 8, 4096, 168, 1, true, 814},
+      {&mpt30, "a100", 8, 2048, 504, 3, true, 916},
+      {&mpt13, "a100", 8, 32768, 24, 1, true, 1016},
+      {&mpt13, "a100", 8, 16384, 72, 3, true, 1431},
+      {&mpt13, "a100", 8, 8192, 120, 5, true, 1795},
+      {&mpt13, "a100", 8, 4096, 240, 10, true, 2060},
+      {&mpt13, "a100", 8, 2048, 48, 2, false, 2262},
+      {&mpt7, "a100", 8, 32768, 32, 2, true, 1672},
+      {&mpt7, "a100", 8, 16384, 64, 4, true, 2453},
+      {&mpt7, "a100", 8, 8192, 128, 8, true, 3206},
+      {&mpt7, "a100", 8, 4096, 256, 16, true, 3684},
+      {&mpt7, "a100", 8, 2048, 96, 6, false, 4641},
+  };
+  for (const Row& r : rows) {
+    Case c{"llm-foundry", *r.m, r.gpu, r.gpus, r.seq, r.global_batch,
+           r.micro_batch, r.ckpt ? -1 : 0, "fsdp1", r.tps, Stack::kTriton2023};
+    // MPT-30B at 8192 on 8 H100 is the one run beyond the aim: its time per
+    // token grows with the sequence 4x faster than the 7B's and 13B's on
+    // the same kernels, and the simulated peak (78.5 of 80 GiB) is at the
+    // device's edge, where PyTorch's caching allocator frees and retries
+    // (which the simulator does not model).
+    if (r.m == &mpt30 && r.seq == 8192 && std::string(r.gpu) == "h100") c.bound = 0.35;
+    cases.push_back(c);
+  }
+  return cases;
 }
 
 TEST(ValidationTest, PublishedRunsTable) {
@@ -111,7 +190,8 @@ TEST(ValidationTest, PublishedRunsTable) {
     w.seq = c.seq;
     w.global_batch = c.global_batch;
     w.micro_batch = c.micro_batch;
-    auto r = Simulate(c.model, *ClusterPreset(c.gpu), w, c.policy, c.recompute);
+    auto r = Simulate(c.model, *ClusterPreset(c.gpu), w, c.policy, c.recompute,
+                      StackOptions(c.stack, c.gpu));
     ASSERT_TRUE(r.ok()) << c.source << " " << c.model.name << ": " << r.status();
     const double err = r->tokens_per_s_per_gpu / c.published - 1;
     std::printf("%-12s %-11s %-5s %5d %6lld %4lld %3d %-6s %9.0f %9.0f %+6.1f%% %5.1f%% %8.1f %4s\n",
@@ -140,10 +220,11 @@ TEST(ValidationTest, PublishedRunsTable) {
   }
   std::printf("all: %d runs, mean |error| %.1f%%, worst %.1f%%\n", all.n,
               100 * all.abs / all.n, 100 * all.worst);
-  // The aim (mean |error| <= 10%) holds on the A100 runs; on the H100 ones
-  // the two long-sequence 2023 runs above keep it at about 26%.
+  // The aim: mean |error| at most 10% on each GPU type and over all runs.
   EXPECT_LE(by_gpu["a100"].abs / by_gpu["a100"].n, 0.10);
-  EXPECT_LE(by_gpu["h100"].abs / by_gpu["h100"].n, 0.30);
+  EXPECT_LE(by_gpu["h100"].abs / by_gpu["h100"].n, 0.10);
+  EXPECT_LE(all.abs / all.n, 0.10);
+  EXPECT_GE(all.n, 40);
 }
 
 }  // namespace
