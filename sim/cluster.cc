@@ -32,6 +32,7 @@ constexpr Field kFields[] = {
     {"nvlink_hop_us", &ClusterSpec::nvlink_hop_us, nullptr, 0, kMaxUs},
     {"net_hop_us", &ClusterSpec::net_hop_us, nullptr, 0, kMaxUs},
     {"host_issue_us", &ClusterSpec::host_issue_us, nullptr, 0, kMaxUs},
+    {"straggler_cv", &ClusterSpec::straggler_cv, nullptr, 0, 1},
 };
 
 }  // namespace
@@ -67,6 +68,10 @@ Status ValidateCluster(const ClusterSpec& c) {
           "cluster ", c.name, ": ", f.name, " must be ",
           f.lo == 0 ? "finite and non-negative" : "finite and positive", ", got ", v));
     }
+  }
+  if (c.straggler_cv > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cluster ", c.name, ": straggler_cv must be in [0, 1], got ", c.straggler_cv));
   }
   if (c.gpus_per_node > kMaxGpusPerNode) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -32,6 +32,13 @@ struct ClusterSpec {
   double nvlink_hop_us = 3.4;    // per NVLink hop
   double net_hop_us = 14;        // per network hop
   double host_issue_us = 4;      // host time to issue one node
+  // Stragglers: the coefficient of variation of one GPU's compute time per
+  // step (clock and thermal variation, OS noise). Every rank waits for the
+  // slowest at the step's collectives, so a step on N GPUs takes the
+  // expected maximum of N such times (sim/simulator.h). An assumption, not
+  // a published figure: 0 turns it off; set it from a cluster's own
+  // per-rank step times.
+  double straggler_cv = 0.005;
 };
 
 // "h100": 8 x H100 SXM per node, NVLink4, 8 x 400 Gb/s NDR per node.
@@ -46,13 +53,15 @@ inline constexpr int kMaxGpusPerNode = 4096;
 // says), each within its range: gpus_per_node an integer in [1, 4096];
 // rates and sizes (peak_tflops, *_gbps,
 // memory_gib) in [1e-3, 1e6], reserved_gib in [0, 1e6]; latencies (*_us)
-// in [0, 1e6]. InvalidArgument naming an unknown field, a non-number, a
+// in [0, 1e6]; straggler_cv in [0, 1]. InvalidArgument naming an unknown
+// field, a non-number, a
 // non-integer gpus_per_node or a value outside its range (with the range);
 // then ValidateCluster. Never throws.
 Status ApplyClusterJson(absl::string_view json_text, ClusterSpec& spec);
 
-// Every field finite and positive (reserved_gib and latencies may be 0),
-// gpus_per_node at most kMaxGpusPerNode.
+// Every field finite and positive (reserved_gib, latencies and
+// straggler_cv may be 0), straggler_cv at most 1, gpus_per_node at most
+// kMaxGpusPerNode.
 // InvalidArgument naming the field otherwise.
 Status ValidateCluster(const ClusterSpec& spec);
 

@@ -71,6 +71,7 @@ TEST(ClusterInputTest, FieldsAreTypedAndRanged) {
       {R"({"peak_tflops": 1e300})", "peak_tflops"},
       {R"({"matmul_efficiency": 0.7})", "unknown field \"matmul_efficiency\""},
       {R"({"host_issue_us": -1})", "host_issue_us"},
+      {R"({"straggler_cv": 1.5})", "straggler_cv\" must be a number in [0, 1]"},
       {R"({"name": 5})", "\"name\""},
       {R"({"bogus": 1})", "unknown field \"bogus\""},
       {R"([1])", "not a JSON object"},

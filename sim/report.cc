@@ -54,6 +54,7 @@ Status ValidateResult(const SimResult& r) {
       {"exposed_ag_s", r.exposed_ag_s},
       {"exposed_rs_s", r.exposed_rs_s},
       {"exposed_host_s", r.exposed_host_s},
+      {"straggler_s", r.straggler_s},
       {"mfu", r.mfu},
       {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
       {"peak_memory_bytes", r.memory.peak()},

@@ -65,6 +65,17 @@ Cost RingCost(const ClusterSpec& c, GroupSpan span, double bytes,
   if (all_reduce) {
     lat *= 2;
     work *= 2;
+    // NCCL's tree all-reduce (a chain inside each node, a double binary
+    // tree across nodes): a reduce up and a broadcast down, each
+    // ceil(log2 m) network hops deep, at about the ring's bus bandwidth.
+    // Like NCCL's tuner, take the faster of the two: at many nodes the
+    // tree's latency grows with log m where the ring's grows with m.
+    if (m > 2) {
+      const double tree_lat =
+          2 * (c.base_latency_us + (g - 1) * c.nvlink_hop_us +
+               std::ceil(std::log2(static_cast<double>(m))) * c.net_hop_us);
+      lat = std::min(lat, tree_lat);
+    }
   }
   cost.latency_s = lat * 1e-6;
   cost.work_s = work;
@@ -487,6 +498,22 @@ StatusOr<scheduler::Policy> SimPolicy(const std::string& name,
   return p;
 }
 
+double ExpectedMaxOfNormals(int n) {
+  if (n <= 1) return 0;
+  // E[max] = integral of x n phi(x) Phi(x)^(n-1) dx, by the midpoint rule
+  // over [-10, 10] (the integrand is below 1e-20 outside for n <= 1e9).
+  constexpr int kSteps = 4000;
+  constexpr double kLo = -10, kHi = 10, kDx = (kHi - kLo) / kSteps;
+  double sum = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    const double x = kLo + (i + 0.5) * kDx;
+    const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    sum += x * n * pdf * std::pow(cdf, n - 1);
+  }
+  return sum * kDx;
+}
+
 MemoryBreakdown ActivationMemory(const ModelSpec& m, const Workload& w,
                                  int recompute_blocks) {
   MemoryBreakdown mem;
@@ -525,6 +552,11 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
                            options.attention));
   Model model(graph, cluster, workload, options, kernels);
   BATON_ASSIGN_OR_RETURN(SimResult r, model.Run());
+  // Stragglers: each rank's compute varies by straggler_cv, and every rank
+  // waits for the slowest one at the step's collectives.
+  r.straggler_s = cluster.straggler_cv * r.compute_s *
+                  ExpectedMaxOfNormals(workload.gpus);
+  r.step_s += r.straggler_s;
   const ModelSpec& m = graph.layout.spec;
   r.policy = graph.policy.name;
   r.recompute_blocks = graph.policy.recompute_blocks < 0

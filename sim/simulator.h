@@ -26,6 +26,18 @@
 //              time always advances and long steps are as exact as short
 //              ones; a node cost that is not finite or a step longer than
 //              1e6 s is refused (InvalidArgument naming the node).
+// Scale, where the number of GPUs enters beyond the shard size:
+//   latency    ring collectives pay one hop per rank in the ring: (g-1)
+//              NVLink and (m-1) network hops, so their latency grows with
+//              the node count m; an all-reduce takes NCCL's tree instead
+//              when it is faster (2 (base + (g-1) NVLink + ceil(log2 m)
+//              network hops)), growing with log m.
+//   stragglers every rank waits for the slowest at the step's collectives:
+//              with each GPU's compute time varying by
+//              ClusterSpec::straggler_cv (normal), a step on N GPUs adds
+//              straggler_cv x compute x E[max of N standard normals]
+//              (SimResult::straggler_s; E = 1.42 at 8, 2.41 at 64, 3.24 at
+//              1024, 3.96 at 16384), so a step slows a little as N grows.
 // Memory: persistent state as the framework keeps it (StateBytes) + the
 // planned arena + activations + logits + the cluster's reserve. Activations
 // per block and sequence: 34 s h bytes (Korthikanti et al., with flash
@@ -109,6 +121,7 @@ struct SimResult {
   double exposed_ag_s = 0;   // compute idle, waiting on an all-gather
   double exposed_rs_s = 0;   // ... on a reduce-scatter / all-reduce
   double exposed_host_s = 0; // ... on the host
+  double straggler_s = 0;    // waiting for the slowest rank (in step_s)
   double mfu = 0;            // model FLOPs / (step time x peak)
   double tokens_per_s_per_gpu = 0;
   MemoryBreakdown memory;
@@ -130,6 +143,9 @@ StatusOr<scheduler::Policy> SimPolicy(const std::string& policy_name,
 // two moments), less the parameter-dtype shard for fsdp1 and fsdp2, which
 // keep only the fp32 shard and cast it per all-gather (sources in the .cc).
 double StateBytes(const scheduler::StepGraph& graph);
+
+// E[max of n independent standard normal samples]; 0 for n <= 1.
+double ExpectedMaxOfNormals(int n);
 
 // Activation + logits bytes per GPU at the peak with the first
 // `recompute_blocks` blocks recomputed (-1: all).
