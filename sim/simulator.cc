@@ -435,11 +435,24 @@ double StateBytes(const StepGraph& g) {
   // _fsdp_collectives.py: foreach_all_gather). Neither keeps a persistent
   // bf16 shard: 16 bytes per parameter under mixed precision (fp32 param,
   // fp32 gradient, two fp32 moments) where baton, YaFSDP and ZeRO-3 keep 18.
+  //
+  // ZeRO-3 keeps the low-precision parameter partition, the fp32 master
+  // and moments, and its gradient partition in the low precision: 2 + 2 +
+  // 12 = 16 bytes per parameter (Rajbhandari et al. 2020, ZeRO, section 3:
+  // "2Ψ + 2Ψ + KΨ", K = 12 for mixed-precision Adam); the fp32 gradient
+  // the optimizer reads is made per sub-group during the step and freed
+  // (deepspeed/runtime/zero/stage3.py: _prepare_fp32_grad_for_sub_group,
+  // _release_sub_group), when the activations are gone.
   const bool fp32_shard_only = g.policy.name == "fsdp1" || g.policy.name == "fsdp2";
+  const bool low_precision_grad = g.policy.name == "zero3";
   double bytes = 0;
   for (const GraphBuffer& b : g.buffers) {
     if (!b.persistent) continue;
     if (fp32_shard_only && b.role == scheduler::BufferRole::kShard) continue;
+    if (low_precision_grad && b.role == scheduler::BufferRole::kGradShard) {
+      bytes += static_cast<double>(b.numel) * DataTypeSize(g.policy.param_dtype);
+      continue;
+    }
     bytes += static_cast<double>(b.bytes());
   }
   return bytes;

@@ -38,6 +38,38 @@
 //              straggler_cv x compute x E[max of N standard normals]
 //              (SimResult::straggler_s; E = 1.42 at 8, 2.41 at 64, 3.24 at
 //              1024, 3.96 at 16384), so a step slows a little as N grows.
+// Peers (scheduler/policy.cc presets, run on the same graph machinery), each
+// mechanism with where the peer does it:
+//   fsdp1  one FlatParameter per unit: the unit's gradients are copied into
+//          the flat gradient on the compute stream (torch/distributed/fsdp/
+//          _flat_param.py); the rate limiter stops the host from issuing a
+//          third all-gather until the oldest gathered unit is freed
+//          (_limiter_utils.py: _FreeEventQueue, _max_num_inflight_all_gathers
+//          = 2; Policy::host_limit = 2, a Node::host_wait); no forward
+//          prefetch by default, backward prefetch of one unit.
+//   fsdp2  per-parameter sharding: each all-gather copies the parameters'
+//          shards into one input and copies the output back out per
+//          parameter, each reduce-scatter chunk-cats the gradients into its
+//          input (torch/distributed/_composable/fsdp/_fsdp_collectives.py:
+//          foreach_all_gather, foreach_all_gather_copy_out, foreach_reduce
+//          with torch._chunk_cat); Policy::copy_in_out makes these graph
+//          nodes.
+//   zero3  the parameter coordinator fetches in prefetch buckets of 5e7
+//          elements, keeps parameters under the persistence threshold (1e5
+//          elements) whole on every rank, and gathers gradients into a
+//          reduce bucket with one copy per gradient (deepspeed/runtime/zero/
+//          partitioned_param_coordinator.py, stage3.py
+//          __add_grad_to_ipg_bucket; stage3_prefetch_bucket_size,
+//          stage3_param_persistence_threshold): merged buckets, resident
+//          small parameters, a gradient copy per unit, host_limit 2.
+//   yafsdp one ordered stream for all-gathers and reduce-scatters, and
+//          preallocated buffer pairs for gathered weights (alternate layers
+//          use alternate buffers) (github.com/yandex/YaFSDP): prefetch of
+//          one unit into reused buffers, Policy::shared_comm_stream. Where
+//          it simulates like baton, simulator_test states why that is right.
+//   eager  every kernel a PyTorch peer runs costs at least the table's
+//          launch_overhead_us of host time (sim/compute_model.h); the
+//          compute model charges it to every policy's kernels alike.
 // Memory: persistent state as the framework keeps it (StateBytes) + the
 // planned arena + activations + logits + the cluster's reserve. Activations
 // per block and sequence: 34 s h bytes (Korthikanti et al., with flash
@@ -141,7 +173,11 @@ StatusOr<scheduler::Policy> SimPolicy(const std::string& policy_name,
 // Persistent bytes per GPU as the graph's framework keeps them: the graph's
 // persistent buffers (parameter-dtype shard, fp32 master, gradient shard,
 // two moments), less the parameter-dtype shard for fsdp1 and fsdp2, which
-// keep only the fp32 shard and cast it per all-gather (sources in the .cc).
+// keep only the fp32 shard and cast it per all-gather, and with zero3's
+// gradient partition in the parameter dtype (sources in the .cc): 16 bytes
+// per parameter for fsdp1, fsdp2 and zero3 under bf16 mixed precision, 18
+// for baton and yafsdp (which keep a bf16 all-gather input shard and an
+// fp32 gradient shard), plus ClusterSpec::reserved_gib per GPU.
 double StateBytes(const scheduler::StepGraph& graph);
 
 // E[max of n independent standard normal samples]; 0 for n <= 1.
