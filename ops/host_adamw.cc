@@ -197,13 +197,19 @@ Status CheckAdamWArgs(const char* op, const AdamWConfig& c, const AdamWArgs& a) 
   return absl::OkStatus();
 }
 
-Status HostAdamW(const AdamWConfig& config, const AdamWArgs& args,
-                 HostPool* pool, HostSimd simd) {
-  constexpr const char* kOp = "HostAdamW";
-  BATON_RETURN_IF_ERROR(CheckAdamWArgs(kOp, config, args));
+namespace {
+
+struct Skip {
+  const uint8_t* column = nullptr;  // null: skip nothing
+  int64_t first = 0, cols = 1;
+};
+
+Status Run(const char* op, const AdamWConfig& config, const AdamWArgs& args,
+           const Skip& skip, HostPool* pool, HostSimd simd) {
+  BATON_RETURN_IF_ERROR(CheckAdamWArgs(op, config, args));
   if (simd == HostSimd::kAvx2 && !CpuHasAvx2()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(kOp, ": AVX2 asked for, but this CPU lacks it"));
+        absl::StrCat(op, ": AVX2 asked for, but this CPU lacks it"));
   }
   if (args.n == 0) return absl::OkStatus();
   const bool avx2 = simd != HostSimd::kPortable && CpuHasAvx2();
@@ -213,7 +219,29 @@ Status HostAdamW(const AdamWConfig& config, const AdamWArgs& args,
   auto task = [&](int64_t t) {
     const int64_t begin = t * kChunk;
     const int64_t end = begin + kChunk < args.n ? begin + kChunk : args.n;
-    Flushed([&] { range(k, begin, end, args); });
+    Flushed([&] {
+      if (skip.column == nullptr) {
+        range(k, begin, end, args);
+        return;
+      }
+      // Maximal runs of elements whose column is not skipped.
+      int64_t col = (skip.first + begin) % skip.cols;
+      int64_t i = begin;
+      while (i < end) {
+        if (skip.column[col]) {
+          ++i;
+          if (++col == skip.cols) col = 0;
+          continue;
+        }
+        int64_t j = i;
+        while (j < end && !skip.column[col]) {
+          ++j;
+          if (++col == skip.cols) col = 0;
+        }
+        range(k, i, j, args);
+        i = j;
+      }
+    });
   };
   if (pool == nullptr) {
     for (int64_t t = 0; t < tasks; ++t) task(t);
@@ -221,6 +249,27 @@ Status HostAdamW(const AdamWConfig& config, const AdamWArgs& args,
     pool->ParallelFor(tasks, task);
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Status HostAdamW(const AdamWConfig& config, const AdamWArgs& args,
+                 HostPool* pool, HostSimd simd) {
+  return Run("HostAdamW", config, args, Skip{}, pool, simd);
+}
+
+Status HostAdamWSkipping(const AdamWConfig& config, const AdamWArgs& args,
+                         const uint8_t* skip_column, int64_t first,
+                         int64_t cols, HostPool* pool, HostSimd simd) {
+  constexpr const char* kOp = "HostAdamWSkipping";
+  if (cols < 1 || first < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": need cols >= 1 and first >= 0, got ", cols, " and ", first));
+  }
+  if (skip_column == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": skip_column is null"));
+  }
+  return Run(kOp, config, args, Skip{skip_column, first, cols}, pool, simd);
 }
 
 Status HostAdamWOnStream(Stream& stream, const AdamWConfig& config,

@@ -53,6 +53,19 @@ Status CheckAdamWArgs(const char* op, const AdamWConfig& config,
 Status HostAdamW(const AdamWConfig& config, const AdamWArgs& args,
                  HostPool* pool, HostSimd simd = HostSimd::kAuto);
 
+// HostAdamW over the elements whose column is not skipped: args.n elements
+// of a row-major matrix with `cols` columns, element i of the buffers being
+// element first + i of the matrix, in column (first + i) % cols; elements
+// whose column has skip_column[column] != 0 are neither read nor written
+// (their moments stay as they are). The update of every other element is
+// bit-identical to HostAdamW's. ZenFlow's host path (ops/zenflow.h) uses it
+// for the unselected columns. InvalidArgument for cols < 1, first < 0 or a
+// null skip_column, besides HostAdamW's errors.
+Status HostAdamWSkipping(const AdamWConfig& config, const AdamWArgs& args,
+                         const uint8_t* skip_column, int64_t first,
+                         int64_t cols, HostPool* pool,
+                         HostSimd simd = HostSimd::kAuto);
+
 // HostAdamW as host work on `stream` (runtime/device.h "Work"): the
 // arguments are checked now, the update runs in stream order. On a CUDA
 // stream it runs through the driver's host-function thread, so it can follow
