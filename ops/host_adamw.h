@@ -13,11 +13,11 @@
 //
 // Memory (per element): reads master, moment1, moment2 (fp32) and grad
 // (f32 or bf16); writes master, moment1, moment2 and param (if given):
-// 28 bytes with a bf16 gradient and a bf16 param, 34 with f32 for both.
+// 24 + gradient + param bytes: 28 with a bf16 gradient and a bf16 param,
+// 32 with f32 for both.
 //
-// Buffers are host memory (plain or pinned). `args.param` may be null (no
-// cast). Buffers may not overlap, except that none of them is required to be
-// aligned.
+// Buffers are host memory (plain or pinned, runtime/pinned_host.h), must not
+// overlap, and need no alignment. `args.param` may be null (no cast).
 #ifndef BATON_OPS_HOST_ADAMW_H_
 #define BATON_OPS_HOST_ADAMW_H_
 
