@@ -115,9 +115,10 @@ class Tuner {
       return Better(*a.second, a.first, *b.second, b.first);
     });
     if (all.empty()) {
-      return absl::InvalidArgumentError(
-          "tune: no configuration could be simulated (every one was refused or "
-          "cannot fit)");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tune: no configuration fits in ", c_.memory_gib, " GiB of device memory (",
+          report_.pruned, " over it by the memory lower bound, ", report_.refused,
+          " refused)"));
     }
     report_.simulated = simulated_;
     for (size_t i = 0; i < all.size() && i < static_cast<size_t>(o_.keep); ++i) {
