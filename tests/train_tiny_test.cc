@@ -157,6 +157,9 @@ TEST(TrainTinyTest, PolicyFileRunsAsWritten) {
        "field \"reuse_edges\" must be true or false"},
       {"--policy-file=" + write("p3.json", R"({"shard_group": 3})") + " --nranks=4",
        "shard_group = 3 does not divide the world size 4"},
+      {"--policy-file=" + write("p4.json", R"({"shard_group": 2, "hpz_group": 4})") +
+           " --nranks=4",
+       "hpz_group = 4 is larger than the shard group (2 ranks)"},
       {"--policy-file=" + good + " --policy=baton", "--policy and --policy-file"},
       {"--policy-file=" + dir + "/missing.json", "cannot read policy file"},
   };
