@@ -264,7 +264,8 @@ std::string DescribeKnobs(const TuneCandidate& c) {
           ? absl::StrCat("merge:", p.merge_target_bytes >> 20, "MiB")
           : std::string("per_unit"),
       " prefetch=", p.forward_prefetch, "/", p.backward_prefetch,
-      " recompute=", p.recompute_blocks);
+      " recompute=",
+      p.recompute_blocks < 0 ? std::string("all") : absl::StrCat(p.recompute_blocks));
 }
 
 }  // namespace baton::sim

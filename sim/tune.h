@@ -77,7 +77,8 @@ StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
                           const TuneOptions& options = {});
 
 // One line of knob values: "mb=1 reduce=bfloat16 shard=8 hpz=0
-// buckets=per_unit prefetch=1/2 recompute=12".
+// buckets=per_unit prefetch=1/2 recompute=12" (recompute=all for every
+// block).
 std::string DescribeKnobs(const TuneCandidate& c);
 
 }  // namespace baton::sim
