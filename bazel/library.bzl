@@ -22,6 +22,7 @@ PUBLIC_HEADERS = [
     "scheduler/layout.h",
     "scheduler/model.h",
     "scheduler/policy.h",
+    "scheduler/policy_file.h",
     "scheduler/session.h",
     "scheduler/step_graph.h",
     "scheduler/streams.h",

@@ -5,11 +5,16 @@
 // schedule policies, on the same StepGraph and memory plan the executor
 // runs (see sim/simulator.h for the model). Prints one table; --json adds a
 // last line with one JSON object; --trace / --svg write pictures of the
-// first policy's step. Bad input: one line on stderr and exit code 2.
+// first policy's step. --policy-file runs a policy file
+// (scheduler/policy_file.h); --tune searches the knobs (sim/tune.h) and
+// --policy-out writes the best as a policy file. Bad input: one line on
+// stderr and exit code 2.
 #include <cstdio>
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +28,11 @@
 #include "nlohmann/json.hpp"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
+#include "baton/scheduler/policy_file.h"
 #include "baton/sim/cluster.h"
 #include "baton/sim/report.h"
 #include "baton/sim/simulator.h"
+#include "baton/sim/tune.h"
 
 namespace baton {
 namespace {
@@ -43,6 +50,10 @@ struct Flags {
   std::vector<std::string> policies;
   std::string trace, svg;
   bool json = false;
+  // Policy files and the tuner.
+  std::string policy_file, policy_out;
+  bool tune = false;
+  bool micro_batch_given = false, recompute_given = false;
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -60,6 +71,13 @@ const char kUsage[] =
     "   or a kernel table)  [--kernel-table=PATH] (measured kernel times\n"
     "   replacing the shipped H100 table, sim/kernel_table.h)\n"
     "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n"
+    "  [--policy-file=PATH] (a policy file, scheduler/policy_file.h: its\n"
+    "   micro_steps sets the micro-batch and its recompute_blocks the\n"
+    "   recompute unless --micro-batch / --recompute-layers are given)\n"
+    "  [--tune [--policy-out=PATH]] (search bucket bytes, prefetch depths,\n"
+    "   micro-batch, reduce dtype, shard and hpZ groups, with the fewest\n"
+    "   recomputed layers that fit; print the best 5 and write the best as\n"
+    "   a policy file that --policy-file runs)\n"
     "Limits: --gpus <= 2^20, --seq <= 2^24, batches <= 2^30, at most 4096\n"
     "micro-steps (global batch / gpus / micro-batch) and 32768 micro-steps x\n"
     "(layers + 3). A flag may be given once.\n";
@@ -97,6 +115,11 @@ Flags Parse(int argc, char** argv) {
       f.json = true;
       continue;
     }
+    if (a == "--tune") {
+      flags.Switch(a);
+      f.tune = true;
+      continue;
+    }
     const auto [key, v] = flags.Split(a);
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
@@ -107,7 +130,10 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--gpus") f.workload.gpus = static_cast<int>(Positive(key, v, kMaxGpus));
     else if (key == "--seq") f.workload.seq = Positive(key, v, kMaxSeq);
     else if (key == "--global-batch") f.workload.global_batch = Positive(key, v, kMaxBatch);
-    else if (key == "--micro-batch") f.workload.micro_batch = Positive(key, v, kMaxBatch);
+    else if (key == "--micro-batch") {
+      f.workload.micro_batch = Positive(key, v, kMaxBatch);
+      f.micro_batch_given = true;
+    }
     else if (key == "--shard-group") {
       f.workload.shard_group = static_cast<int>(
           examples::IntFlag("simulate", key, v, 0, kMaxGpus));
@@ -115,7 +141,9 @@ Flags Parse(int argc, char** argv) {
       f.workload.hpz_group = static_cast<int>(
           examples::IntFlag("simulate", key, v, 0, kMaxGpus));
     }
-    else if (key == "--recompute-layers") f.recompute = v;
+    else if (key == "--recompute-layers") { f.recompute = v; f.recompute_given = true; }
+    else if (key == "--policy-file") f.policy_file = v;
+    else if (key == "--policy-out") f.policy_out = v;
     else if (key == "--policy" || key == "--compare") {
       if (!f.policies.empty()) Fail("--policy and --compare both choose the policies; give one");
       f.policies = key == "--policy" ? std::vector<std::string>{v}
@@ -128,6 +156,19 @@ Flags Parse(int argc, char** argv) {
   if (!f.hf_config.empty() && f.model_given) {
     Fail("--model and --hf-config name two models; give one");
   }
+  const bool chosen = !f.policies.empty();
+  if (f.tune && (chosen || !f.policy_file.empty())) {
+    Fail("--tune searches the policy; drop --policy, --compare and --policy-file");
+  }
+  if (!f.policy_file.empty() && chosen) {
+    Fail("--policy-file and --policy / --compare both choose the policy; give one");
+  }
+  if (f.tune && (f.recompute_given || f.workload.shard_group >= 0 ||
+                 f.workload.hpz_group >= 0 || !f.trace.empty() || !f.svg.empty())) {
+    Fail("--tune chooses recompute, shard and hpZ groups and draws no pictures; "
+         "drop --recompute-layers, --shard-group, --hpz-group, --trace and --svg");
+  }
+  if (!f.policy_out.empty() && !f.tune) Fail("--policy-out needs --tune");
   if (f.policies.empty()) f.policies = scheduler::PolicyPresetNames();
   return f;
 }
@@ -142,6 +183,96 @@ void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   if (!out) Fail(absl::StrCat("cannot write ", path));
+}
+
+// The policy of --policy-file, with the flags given explicitly applied to
+// it: --micro-batch sets micro_steps (else micro_steps sets the
+// micro-batch), --shard-group / --hpz-group the groups.
+scheduler::Policy PolicyFromFile(const Flags& f, const scheduler::ModelSpec& model,
+                                 sim::Workload& w) {
+  auto p = scheduler::ReadPolicyFile(f.policy_file);
+  if (!p.ok()) Fail(std::string(p.status().message()));
+  const int64_t local = w.global_batch / w.gpus;
+  if (f.micro_batch_given) {
+    p->micro_steps = static_cast<int>(local / w.micro_batch);
+  } else if (local % p->micro_steps != 0) {
+    Fail(absl::StrCat("policy file ", f.policy_file, ": field \"micro_steps\" = ",
+                      p->micro_steps, " does not divide the local batch ", local,
+                      " (global batch / gpus)"));
+  } else {
+    w.micro_batch = local / p->micro_steps;
+  }
+  if (w.shard_group >= 0) p->shard_group = w.shard_group;
+  if (w.hpz_group >= 0) p->hpz_group = w.hpz_group;
+  if (!f.recompute_given && p->recompute_blocks > model.layers) {
+    Fail(absl::StrCat("policy file ", f.policy_file, ": field \"recompute_blocks\" = ",
+                      p->recompute_blocks, " is more than the model's ", model.layers,
+                      " blocks"));
+  }
+  if (auto g = scheduler::ResolveGroups(*p, w.gpus); !g.ok()) {
+    Fail(absl::StrCat("policy file ", f.policy_file, ": ", g.status().message()));
+  }
+  return *std::move(p);
+}
+
+// --tune: the search, its best candidates, and --policy-out.
+int TuneMain(const Flags& f, const scheduler::ModelSpec& model,
+             const sim::ClusterSpec& cluster, const sim::Workload& w,
+             const sim::Calibration& calibration) {
+  sim::TuneOptions o;
+  if (!calibration.tables.empty()) o.sim.calibration = &calibration;
+  if (calibration.kernels) o.sim.kernels = &*calibration.kernels;
+  o.max_step_units = kMaxStepUnits;
+  const auto start = std::chrono::steady_clock::now();
+  auto t = sim::Tune(model, cluster, w, o);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!t.ok()) Fail(std::string(t.status().message()));
+  std::printf("# tune: %d configurations simulated, %d skipped by the memory bound, "
+              "%d refused, in %.2f s\n",
+              t->simulated, t->pruned, t->refused, elapsed);
+  std::printf("%-4s %8s %6s %8s %5s  %s\n", "rank", "step_s", "MFU", "peak_GiB",
+              "fits", "knobs");
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < t->best.size(); ++i) {
+    const sim::TuneCandidate& c = t->best[i];
+    std::printf("%-4zu %8.3f %5.1f%% %8.1f %5s  %s\n", i + 1, c.result.step_s,
+                100 * c.result.mfu, c.result.memory.peak() / 1073741824.0,
+                c.result.fits ? "yes" : "NO", sim::DescribeKnobs(c).c_str());
+    rows.push_back({{"step_time_s", c.result.step_s},
+                    {"mfu", c.result.mfu},
+                    {"peak_memory_bytes", c.result.memory.peak()},
+                    {"fits", c.result.fits},
+                    {"micro_batch", c.workload.micro_batch},
+                    {"knobs", sim::DescribeKnobs(c)}});
+  }
+  if (!t->best[0].result.fits) {
+    std::printf("# nothing fits in %.0f GiB: the rows are the configurations "
+                "closest to fitting\n", cluster.memory_gib);
+    if (!f.policy_out.empty()) {
+      Fail(absl::StrCat("no configuration fits in device memory (",
+                        cluster.memory_gib, " GiB); no policy file written"));
+    }
+  }
+  if (!f.policy_out.empty()) {
+    if (Status s = scheduler::WritePolicyFile(f.policy_out, t->best[0].policy); !s.ok()) {
+      Fail(std::string(s.message()));
+    }
+    std::printf("# wrote the best to %s: simulate --policy-file=%s (same model, "
+                "cluster, --gpus, --seq, --global-batch) runs it\n",
+                f.policy_out.c_str(), f.policy_out.c_str());
+  }
+  if (f.json) {
+    nlohmann::json out = {{"model", model.name},
+                          {"cluster", cluster.name},
+                          {"gpus", w.gpus},
+                          {"tune_seconds", elapsed},
+                          {"simulated", t->simulated},
+                          {"best", rows}};
+    std::printf("%s\n",
+                out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return 0;
 }
 
 int Main(int argc, char** argv) {
@@ -171,8 +302,10 @@ int Main(int argc, char** argv) {
   if (Status s = sim::ValidateWorkload(f.workload); !s.ok()) {
     Fail(std::string(s.message()));
   }
-  const int64_t micro_steps =
-      f.workload.global_batch / f.workload.gpus / f.workload.micro_batch;
+  sim::Workload w = f.workload;
+  std::optional<scheduler::Policy> file_policy;
+  if (!f.policy_file.empty()) file_policy = PolicyFromFile(f, *model, w);
+  const int64_t micro_steps = w.global_batch / w.gpus / w.micro_batch;
   if (micro_steps * (model->layers + 3) > kMaxStepUnits) {
     Fail(absl::StrCat("the step would run ", micro_steps, " micro-steps of ",
                       model->layers + 3, " units (", micro_steps * (model->layers + 3),
@@ -180,7 +313,9 @@ int Main(int argc, char** argv) {
                       " unit-micro-steps: raise --micro-batch or --gpus"));
   }
   int recompute = sim::kAutoRecompute;
-  if (f.recompute == "all") {
+  if (file_policy && !f.recompute_given) {
+    recompute = file_policy->recompute_blocks;
+  } else if (f.recompute == "all") {
     recompute = -1;
   } else if (f.recompute != "auto") {
     int64_t n = -1;
@@ -191,11 +326,11 @@ int Main(int argc, char** argv) {
     recompute = static_cast<int>(n);
   }
   for (const std::string& p : f.policies) {
+    if (file_policy) break;
     if (!scheduler::PolicyPreset(p).ok()) {
       Fail(std::string(scheduler::PolicyPreset(p).status().message()));
     }
   }
-  const sim::Workload& w = f.workload;
   std::printf("# %s (%.2fB parameters) on %d x %s (%d per node), seq %lld, "
               "global batch %lld, micro-batch %lld\n",
               model->name.c_str(), scheduler::ParameterCount(*model) / 1e9,
@@ -213,6 +348,7 @@ int Main(int argc, char** argv) {
                 calibration.kernels->gpu.c_str(), calibration.kernels->gemm.size(),
                 calibration.kernels->launch_us);
   }
+  if (f.tune) return TuneMain(f, *model, *cluster, w, calibration);
   std::printf("%-7s %8s %8s %8s %8s %6s %9s %8s %30s %6s %5s\n", "policy",
               "step_s", "compute", "exp_AG", "exp_RS", "MFU", "tok/s/GPU",
               "peak_GiB", "(states+arena+act+logits+rsv)", "a/lb", "fits");
@@ -223,13 +359,16 @@ int Main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array();
   const double gib = 1073741824.0;
   bool first = true;
-  for (const std::string& name : f.policies) {
+  for (const std::string& name :
+       file_policy ? std::vector<std::string>{file_policy->name} : f.policies) {
     sim::SimOptions o;
     if (!calibration.tables.empty()) o.calibration = &calibration;
     if (calibration.kernels) o.kernels = &*calibration.kernels;
     o.timeline = first && (!f.trace.empty() || !f.svg.empty());
     scheduler::StepGraph graph;
-    auto r = sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);
+    auto r = file_policy ? sim::SimulatePolicy(*model, *cluster, w, *file_policy,
+                                               recompute, o, &graph)
+                         : sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);
     if (!r.ok()) Fail(absl::StrCat(name, ": ", r.status().message()));
     if (Status s = sim::ValidateResult(*r); !s.ok()) Fail(std::string(s.message()));
     const sim::MemoryBreakdown& m = r->memory;

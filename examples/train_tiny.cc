@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "baton/scheduler/layout.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
+#include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/step_graph.h"
 
 namespace baton {
@@ -58,6 +60,10 @@ struct Flags {
   std::string data;
   bool check_reference = false, json = false;
   int64_t timeout_s = 300;
+  // --policy-file (scheduler/policy_file.h), read by Parse.
+  std::string policy_file;
+  std::optional<scheduler::Policy> file_policy;
+  bool policy_given = false, dtype_given = false;
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -70,7 +76,9 @@ const char kUsage[] =
     "  [--micro-steps=N] [--steps=20] [--lr=1e-3] [--seed=1] [--policy=NAME]\n"
     "  [--backend=inproc|ucx|nccl] [--nranks=N] [--device=cpu|cuda]\n"
     "  [--dtype=f32|bf16] [--data=PATH] [--check-reference] [--json]\n"
-    "  [--timeout=SECONDS]\n"
+    "  [--timeout=SECONDS] [--policy-file=PATH] (a policy file, e.g. from\n"
+    "   simulate --tune --policy-out: its knobs as written, except that\n"
+    "   --dtype and --micro-steps override its param_dtype and micro_steps)\n"
     "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
     "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
     "A flag may be given once.\n";
@@ -124,10 +132,11 @@ Flags Parse(int argc, char** argv) {
                           "\""));
       }
     }
-    else if (key == "--policy") f.policy = v;
+    else if (key == "--policy") { f.policy = v; f.policy_given = true; }
+    else if (key == "--policy-file") f.policy_file = v;
     else if (key == "--backend") f.backend = v;
     else if (key == "--device") f.device = v;
-    else if (key == "--dtype") f.dtype = v;
+    else if (key == "--dtype") { f.dtype = v; f.dtype_given = true; }
     else if (key == "--data") f.data = v;
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
   }
@@ -142,6 +151,20 @@ Flags Parse(int argc, char** argv) {
   }
   if (f.dtype != "f32" && f.dtype != "bf16") {
     Fail(absl::StrCat("--dtype must be f32 or bf16, got \"", f.dtype, "\""));
+  }
+  if (!f.policy_file.empty()) {
+    if (f.policy_given) Fail("--policy and --policy-file both choose the policy; give one");
+    auto p = scheduler::ReadPolicyFile(f.policy_file);
+    if (!p.ok()) Fail(std::string(p.status().message()));
+    if (!f.dtype_given) {
+      if (p->param_dtype != DataType::kF32 && p->param_dtype != DataType::kBF16) {
+        Fail(absl::StrCat("policy file ", f.policy_file, ": field \"param_dtype\" = ",
+                          DataTypeName(p->param_dtype),
+                          ": train_tiny trains in float or bfloat16"));
+      }
+      f.dtype = p->param_dtype == DataType::kBF16 ? "bf16" : "f32";
+    }
+    f.file_policy = *std::move(p);
   }
   if (f.backend == "ucx" && f.device == "cuda") {
     Fail("--backend=ucx moves host memory: use --device=cpu (or --backend=nccl)");
@@ -187,6 +210,12 @@ scheduler::ModelSpec ModelFromFlags(const Flags& f) {
 }
 
 scheduler::Policy PolicyFromFlags(const Flags& f) {
+  if (f.file_policy) {
+    scheduler::Policy p = *f.file_policy;
+    p.param_dtype = f.dtype == "bf16" ? DataType::kBF16 : DataType::kF32;
+    if (f.micro_steps) p.micro_steps = static_cast<int>(f.micro_steps);
+    return p;
+  }
   auto p = scheduler::PolicyPreset(f.policy);
   if (!p.ok()) Fail(std::string(p.status().message()));
   p->param_dtype = f.dtype == "bf16" ? DataType::kBF16 : DataType::kF32;

@@ -1,6 +1,7 @@
 #include "baton/scheduler/session.h"
 
 #include "absl/strings/str_cat.h"
+#include "baton/scheduler/policy_file.h"
 
 namespace baton::scheduler {
 
@@ -17,6 +18,21 @@ StatusOr<std::unique_ptr<Session>> Session::Create(
     const ExecutorOptions& options) {
   return Create(std::make_shared<const StepGraph>(std::move(graph)), device,
                 comm, options);
+}
+
+StatusOr<std::unique_ptr<Session>> Session::Create(
+    const ModelSpec& spec, const Policy& policy, Device& device,
+    Communicator& comm, const ExecutorOptions& options) {
+  BATON_ASSIGN_OR_RETURN(StepGraph graph,
+                         BuildStepGraph(spec, policy, comm.size()));
+  return Create(std::move(graph), device, comm, options);
+}
+
+StatusOr<std::unique_ptr<Session>> Session::CreateFromPolicyFile(
+    const ModelSpec& spec, const std::string& policy_path, Device& device,
+    Communicator& comm, const ExecutorOptions& options) {
+  BATON_ASSIGN_OR_RETURN(const Policy policy, ReadPolicyFile(policy_path));
+  return Create(spec, policy, device, comm, options);
 }
 
 int Session::NextCompute() const {

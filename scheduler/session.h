@@ -40,6 +40,8 @@
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
 #include "baton/scheduler/executor.h"
+#include "baton/scheduler/model.h"
+#include "baton/scheduler/policy.h"
 #include "baton/scheduler/step_graph.h"
 
 namespace baton::scheduler {
@@ -63,6 +65,18 @@ class Session {
   static StatusOr<std::unique_ptr<Session>> Create(
       StepGraph graph, Device& device, Communicator& comm,
       const ExecutorOptions& options = {});
+  // Builds the step graph of `spec` under `policy` for comm.size() ranks
+  // (BuildStepGraph), then as above. InvalidArgument naming the knob for a
+  // policy that ValidatePolicy or ResolveGroups refuses.
+  static StatusOr<std::unique_ptr<Session>> Create(
+      const ModelSpec& spec, const Policy& policy, Device& device,
+      Communicator& comm, const ExecutorOptions& options = {});
+  // The same for the policy in a policy file (scheduler/policy_file.h, e.g.
+  // written by `simulate --tune --policy-out`): NotFound for a path that
+  // cannot be read, InvalidArgument naming the field for a bad file.
+  static StatusOr<std::unique_ptr<Session>> CreateFromPolicyFile(
+      const ModelSpec& spec, const std::string& policy_path, Device& device,
+      Communicator& comm, const ExecutorOptions& options = {});
 
   Executor& executor() { return *executor_; }
   const StepGraph& graph() const { return executor_->graph(); }

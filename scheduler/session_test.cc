@@ -1,5 +1,10 @@
 #include "baton/scheduler/session.h"
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "baton/scheduler/policy_file.h"
 #include "gtest/gtest.h"
 #include "baton/scheduler/testing.h"
 
@@ -158,6 +163,78 @@ TEST(SessionTest, OwnsItsGraph) {
   auto null_graph = Session::Create(std::shared_ptr<const StepGraph>(),
                                     *group->device, *group->comms[0]);
   EXPECT_EQ(null_graph.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A session made from a policy file runs the file's schedule: HSDP over
+// 4 ranks as 2 x 2 with prefetch 2, read from JSON, reproduces the
+// reference; a bad file is refused naming the field.
+TEST(SessionTest, CreatesFromAPolicyFile) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp ? tmp : "/tmp", "/session_policy.json");
+  Policy p = *PolicyPreset("hsdp");
+  p.name = "from_file";
+  p.shard_group = 2;
+  p.forward_prefetch = 2;
+  p.backward_prefetch = 2;
+  p.param_dtype = DataType::kF32;
+  p.micro_steps = 2;
+  ASSERT_TRUE(WritePolicyFile(path, p).ok());
+  const int ranks = 4;
+  const ModelSpec spec = *ModelPreset("micro");
+  auto group = CreateInprocGroup(ranks);
+  ASSERT_TRUE(group.ok());
+  auto layout = BuildLayout(spec, LayoutOptionsFor(p, ranks));
+  ASSERT_TRUE(layout.ok());
+  ToyModel::Reference ref = ToyModel::InitialReference(*layout);
+  for (int s = 0; s < 2; ++s) {
+    ToyModel::ReferenceStep(*layout, ranks, 2, DataType::kF32, ref);
+  }
+  ToyModel toy(ranks);
+  std::vector<std::string> errors(ranks);
+  RunRanks(ranks, [&](int r) {
+    auto session = Session::CreateFromPolicyFile(spec, path, *group->device,
+                                                 *group->comms[r]);
+    if (!session.ok()) {
+      errors[r] = session.status().ToString();
+      return;
+    }
+    if ((*session)->graph().policy.name != "from_file" ||
+        (*session)->graph().groups.replicas != 2) {
+      errors[r] = "the session does not run the file's policy";
+      return;
+    }
+    Status st = (*session)->executor().InitParameters(
+        [](const ParamSlot& slot, float* out) {
+          for (int64_t i = 0; i < slot.numel; ++i) {
+            out[i] = testing::InitialValue(slot, i);
+          }
+        });
+    for (int s = 0; st.ok() && s < 2; ++s) st = HookStep(**session, toy, r);
+    if (st.ok()) st = (*session)->executor().Synchronize();
+    errors[r] = st.ok() ? ToyModel::CompareShards((*session)->executor(), ref)
+                        : st.ToString();
+    if (!st.ok()) group->comms[r]->Abort();
+  });
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[r], "") << r;
+
+  // Bad files and groups that do not fit the communicator.
+  auto one = CreateInprocGroup(3);
+  ASSERT_TRUE(one.ok());
+  auto groups = Session::CreateFromPolicyFile(spec, path, *one->device, *one->comms[0]);
+  EXPECT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(groups.status().message().find("shard_group"), std::string::npos)
+      << groups.status();
+  auto missing = Session::CreateFromPolicyFile(spec, path + ".missing", *one->device,
+                                               *one->comms[0]);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  const std::string bad = absl::StrCat(tmp ? tmp : "/tmp", "/session_bad.json");
+  FILE* f = std::fopen(bad.c_str(), "w");
+  std::fputs(R"({"micro_step": 2})", f);
+  std::fclose(f);
+  auto unknown = Session::CreateFromPolicyFile(spec, bad, *one->device, *one->comms[0]);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("\"micro_step\""), std::string::npos)
+      << unknown.status();
 }
 
 }  // namespace

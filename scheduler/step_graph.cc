@@ -150,6 +150,11 @@ class Builder {
   std::vector<std::vector<bool>> grad_written_;  // bucket -> slot written
   std::vector<int> last_consumer_;  // bucket -> last compute node this phase
   std::vector<int> reducer_;        // bucket -> reduce node this micro-step
+  // bucket -> the node the reduce window waits for this micro-step: the
+  // last reader of the full gradient buffer (the reduce-scatter), not the
+  // replica all-reduce of its shard after it, which then overlaps the rest
+  // of the backward instead of gating it.
+  std::vector<int> window_src_;
   std::vector<int> final_reduce_;   // bucket -> last node producing gshard
   int resident_view_ = -1;
   std::vector<int> hpz_;  // bucket -> its current hpZ secondary shard
@@ -291,6 +296,7 @@ void Builder::Backward(int m) {
   const bool reduce_now = p_.reduce_every_micro_step || m == p_.micro_steps - 1;
   std::fill(last_consumer_.begin(), last_consumer_.end(), -1);
   std::fill(reducer_.begin(), reducer_.end(), -1);
+  std::fill(window_src_.begin(), window_src_.end(), -1);
   auto bwd = [&](int j) { return fwd_order_[n - 1 - j]; };
   int issued = 0;
   const int nu = static_cast<int>(layout_.units.size());
@@ -341,7 +347,7 @@ void Builder::Backward(int m) {
       // Reduce window: the first backward of bucket k waits for the reduce
       // of bucket k - w.
       if (reduce_now && B(b).units.back() == u && k - p_.reduce_window >= 0) {
-        const int src = reducer_[bwd(k - p_.reduce_window)];
+        const int src = window_src_[bwd(k - p_.reduce_window)];
         if (src >= 0) window_edges_.push_back({src, node, EdgeKind::kWindow});
       }
       last_consumer_[b] = node;
@@ -377,6 +383,7 @@ int Builder::Reduce(int b, int m) {
                  : AddNode(NodeKind::kReduceScatter, rs_, -1, b, m, {src},
                            {out}, absl::StrCat("RS ", suffix));
   if (!p_.all_reduce && g_.groups.replicas > 1) {
+    window_src_[b] = node;
     // HSDP: the shard group's sum, then the sum over the replicas.
     node = AddNode(NodeKind::kAllReduce, rs_, -1, b, m, {out}, {out},
                    absl::StrCat("AR-R ", suffix));
@@ -388,6 +395,7 @@ int Builder::Reduce(int b, int m) {
   }
   grad_[b] = -1;
   final_reduce_[b] = node;
+  if (g_.groups.replicas <= 1 || p_.all_reduce) window_src_[b] = node;
   return node;
 }
 
@@ -571,6 +579,7 @@ StatusOr<StepGraph> Builder::Build(const GraphOptions& options) {
   grad_written_.assign(nb, {});
   last_consumer_.assign(nb, -1);
   reducer_.assign(nb, -1);
+  window_src_.assign(nb, -1);
   final_reduce_.assign(nb, -1);
   Persistent();
   if (p_.all_reduce) view_ = shard_;  // whole parameters, never gathered

@@ -333,6 +333,25 @@ TEST(StepGraphTest, PresetsHsdpAndZeroppUseTheirGroups) {
   EXPECT_TRUE(VerifyStepGraph(*z).ok());
 }
 
+// The reduce window waits for a bucket's reduce-scatter (the last reader
+// of its full gradient buffer), never for the replica all-reduce of its
+// shard, which overlaps the rest of the backward.
+TEST(StepGraphTest, ReduceWindowDoesNotWaitForTheReplicaAllReduce) {
+  Policy p = Preset("hsdp");
+  p.reduce_window = 1;
+  auto g = BuildStepGraph(Micro(false), p, 8);
+  ASSERT_TRUE(g.ok()) << g.status();
+  int window_from_rs = 0;
+  for (const GraphEdge& e : g->edges) {
+    const Node& from = g->nodes[e.from];
+    const Node& to = g->nodes[e.to];
+    if (e.kind != EdgeKind::kWindow || to.kind != NodeKind::kBackward) continue;
+    EXPECT_NE(from.kind, NodeKind::kAllReduce) << from.name << " -> " << to.name;
+    if (from.kind == NodeKind::kReduceScatter) ++window_from_rs;
+  }
+  EXPECT_GT(window_from_rs, 0);
+}
+
 TEST(StepGraphTest, VerifyCatchesAMissingReplicaAllReduce) {
   Policy p = Preset("hsdp");
   auto g = BuildStepGraph(Micro(false), p, 8);

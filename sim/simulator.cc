@@ -596,6 +596,27 @@ StatusOr<SimResult> Simulate(const ModelSpec& model, const ClusterSpec& cluster,
                              StepGraph* graph) {
   BATON_ASSIGN_OR_RETURN(scheduler::Policy policy,
                          SimPolicy(policy_name, workload, cluster.gpus_per_node));
+  return SimulatePolicy(model, cluster, workload, std::move(policy),
+                        recompute_blocks, options, graph);
+}
+
+StatusOr<SimResult> SimulatePolicy(const ModelSpec& model,
+                                   const ClusterSpec& cluster,
+                                   const Workload& workload,
+                                   scheduler::Policy policy,
+                                   int recompute_blocks,
+                                   const SimOptions& options,
+                                   StepGraph* graph) {
+  BATON_RETURN_IF_ERROR(ValidateWorkload(workload));
+  BATON_RETURN_IF_ERROR(scheduler::ValidatePolicy(policy));
+  if (policy.micro_steps !=
+      workload.global_batch / workload.gpus / workload.micro_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", policy.name, ": micro_steps = ", policy.micro_steps,
+        ", but the workload takes ",
+        workload.global_batch / workload.gpus / workload.micro_batch,
+        " micro-steps (global batch / gpus / micro-batch)"));
+  }
   if (recompute_blocks == kAutoRecompute) {
     // Arena and states do not depend on recompute: plan once, then pick the
     // fewest recomputed blocks that fit.

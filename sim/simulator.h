@@ -207,6 +207,19 @@ StatusOr<SimResult> Simulate(const scheduler::ModelSpec& model,
                              const SimOptions& options = {},
                              scheduler::StepGraph* graph = nullptr);
 
+// Simulate for a policy given in full (a policy file, the tuner's
+// candidates): `policy` as is, except recompute_blocks, which
+// `recompute_blocks` sets as above (pass policy.recompute_blocks to keep
+// it). InvalidArgument when the policy fails ValidatePolicy or its
+// micro_steps is not the workload's (global batch / gpus / micro-batch).
+StatusOr<SimResult> SimulatePolicy(const scheduler::ModelSpec& model,
+                                   const ClusterSpec& cluster,
+                                   const Workload& workload,
+                                   scheduler::Policy policy,
+                                   int recompute_blocks = kAutoRecompute,
+                                   const SimOptions& options = {},
+                                   scheduler::StepGraph* graph = nullptr);
+
 }  // namespace baton::sim
 
 #endif  // BATON_SIM_SIMULATOR_H_

@@ -120,6 +120,57 @@ TEST(TrainTinyTest, MicroStepsAndBf16) {
   EXPECT_LE(j["loss_last"].get<double>(), 0.7 * j["loss_first"].get<double>());
 }
 
+// A policy file (scheduler/policy_file.h) runs as written: HSDP over 2 x 4
+// ranks with deeper prefetch and merged buckets, from a file, matches the
+// unsharded run; bad files are refused naming the field.
+TEST(TrainTinyTest, PolicyFileRunsAsWritten) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = absl::StrCat(dir, "/", name);
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    return path;
+  };
+  const std::string good = write(
+      "policy.json",
+      R"({"preset": "hsdp", "name": "from_file", "shard_group": 4,
+          "forward_prefetch": 2, "backward_prefetch": 2,
+          "param_dtype": "float", "reduce_dtype": "float",
+          "bucket_policy": "merge", "merge_target_bytes": 400000})");
+  const Outcome r = Execute(absl::StrCat(kModel, " --steps=20 --nranks=8 --batch=1",
+                                         " --policy-file=", good,
+                                         " --check-reference --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = LastLineJson(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["policy"], "from_file");
+  EXPECT_EQ(j["dtype"], "f32");
+  EXPECT_LE(j["max_rel_diff_vs_reference"].get<double>(), 1e-5) << r.out;
+  EXPECT_LE(j["loss_last"].get<double>(), 0.7 * j["loss_first"].get<double>());
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--policy-file=" + write("p1.json", R"({"forward_prefech": 2})"),
+       "unknown field \"forward_prefech\""},
+      {"--policy-file=" + write("p2.json", R"({"reuse_edges": 1})"),
+       "field \"reuse_edges\" must be true or false"},
+      {"--policy-file=" + write("p3.json", R"({"shard_group": 3})") + " --nranks=4",
+       "shard_group = 3 does not divide the world size 4"},
+      {"--policy-file=" + write("p4.json", R"({"shard_group": 2, "hpz_group": 4})") +
+           " --nranks=4",
+       "hpz_group = 4 is larger than the shard group (2 ranks)"},
+      {"--policy-file=" + good + " --policy=baton", "--policy and --policy-file"},
+      {"--policy-file=" + dir + "/missing.json", "cannot read policy file"},
+  };
+  for (const auto& [args, want] : bad) {
+    const Outcome b = Execute(absl::StrCat("--steps=1 ", args));
+    EXPECT_EQ(b.exit_code, 2) << args << ": " << b.out;
+    EXPECT_NE(b.out.find(want), std::string::npos) << args << ": " << b.out;
+    EXPECT_EQ(b.out.find("train_tiny: "), 0u) << args << ": " << b.out;
+  }
+}
+
 // Bad input: exit code 2 and one line that names the problem.
 TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
   const char* tmp = std::getenv("TEST_TMPDIR");

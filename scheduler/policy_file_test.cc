@@ -1,0 +1,161 @@
+#include "baton/scheduler/policy_file.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace baton::scheduler {
+namespace {
+
+// A policy with every knob away from its default.
+Policy Unusual() {
+  Policy p;
+  p.name = "tuned \"x\"";
+  p.forward_prefetch = 3;
+  p.backward_prefetch = 2;
+  p.reshard_after_forward = true;
+  p.param_dtype = DataType::kF16;
+  p.reduce_dtype = DataType::kBF16;
+  p.micro_steps = 8;
+  p.reduce_every_micro_step = true;
+  p.recompute_blocks = -1;
+  p.shared_comm_stream = true;
+  p.reduce_window = 5;
+  p.host_limit = 4;
+  p.copy_in_out = true;
+  p.all_reduce = false;
+  p.reuse_edges = false;
+  p.shard_group = 16;
+  p.hpz_group = 8;
+  p.bucket_policy = BucketPolicy::kMerge;
+  p.merge_target_bytes = (int64_t{1} << 40) + 3;
+  p.resident_small_params = false;
+  p.resident_max_numel = 123457;
+  return p;
+}
+
+TEST(PolicyFileTest, RoundTripIsExactForPresetsAndEveryKnob) {
+  for (const std::string& name : PolicyPresetNames()) {
+    const Policy p = *PolicyPreset(name);
+    auto back = PolicyFromJson(PolicyToJson(p));
+    ASSERT_TRUE(back.ok()) << name << ": " << back.status();
+    EXPECT_TRUE(SamePolicy(p, *back)) << name << "\n" << PolicyToJson(p);
+  }
+  const Policy u = Unusual();
+  ASSERT_TRUE(ValidatePolicy(u).ok());
+  auto back = PolicyFromJson(PolicyToJson(u));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SamePolicy(u, *back)) << PolicyToJson(u) << "\n" << PolicyToJson(*back);
+  EXPECT_EQ(back->merge_target_bytes, (int64_t{1} << 40) + 3);
+  EXPECT_EQ(back->name, "tuned \"x\"");
+}
+
+TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
+  const std::string text = PolicyToJson(Policy{});
+  for (const std::string& key : PolicyFileFields()) {
+    EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
+  }
+  EXPECT_EQ(PolicyFileFields().size(), 20u);
+  // Each knob of Unusual() differs from the default, and SamePolicy sees
+  // each one: set them one at a time through the file.
+  const std::string unusual = PolicyToJson(Unusual());
+  for (const std::string& key : PolicyFileFields()) {
+    // false / true in both
+    if (key == "all_reduce" || key == "reshard_after_forward") continue;
+    const size_t at = unusual.find(absl::StrCat("\"", key, "\":"));
+    const size_t end = unusual.find_first_of(",\n", at);
+    const std::string one =
+        absl::StrCat("{", unusual.substr(at, end - at),
+                     key == "host_limit" ? ", \"forward_prefetch\": 3" : "",
+                     key == "merge_target_bytes" ? ", \"bucket_policy\": \"merge\"" : "",
+                     key == "bucket_policy" ? ", \"merge_target_bytes\": 1" : "",
+                     "}");
+    auto p = PolicyFromJson(one);
+    ASSERT_TRUE(p.ok()) << one << ": " << p.status();
+    EXPECT_FALSE(SamePolicy(*p, Policy{})) << one;
+  }
+}
+
+TEST(PolicyFileTest, PresetIsTheBaseAndKnobsOverrideIt) {
+  auto p = PolicyFromJson(R"({"preset": "zero3", "forward_prefetch": 2,
+                              "host_limit": 3})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  Policy want = *PolicyPreset("zero3");
+  want.forward_prefetch = 2;
+  want.host_limit = 3;
+  EXPECT_TRUE(SamePolicy(*p, want));
+  EXPECT_EQ(p->name, "zero3");
+  auto named = PolicyFromJson(R"({"preset": "hsdp", "name": "mine"})");
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(named->name, "mine");
+  EXPECT_EQ(named->shard_group, 4);
+  auto empty = PolicyFromJson("{}");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(SamePolicy(*empty, Policy{}));
+}
+
+// Each bad input is InvalidArgument whose message names the field.
+TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
+  const struct {
+    const char* text;
+    const char* names;
+  } cases[] = {
+      {R"({"forward_prefech": 1})", "unknown field \"forward_prefech\""},
+      {R"({"forward_prefetch": "1"})", "\"forward_prefetch\""},
+      {R"({"forward_prefetch": 1.5})", "\"forward_prefetch\""},
+      {R"({"forward_prefetch": 2.0})", "\"forward_prefetch\""},
+      {R"({"backward_prefetch": -1})", "\"backward_prefetch\""},
+      {R"({"micro_steps": 0})", "\"micro_steps\""},
+      {R"({"shard_group": 99999999999})", "\"shard_group\""},
+      {R"({"recompute_blocks": -2})", "\"recompute_blocks\""},
+      {R"({"reshard_after_forward": 1})", "\"reshard_after_forward\""},
+      {R"({"reuse_edges": "true"})", "\"reuse_edges\""},
+      {R"({"reduce_dtype": "int32"})", "\"reduce_dtype\""},
+      {R"({"param_dtype": "fp8"})", "\"param_dtype\""},
+      {R"({"param_dtype": 1})", "\"param_dtype\""},
+      {R"({"bucket_policy": "greedy"})", "\"bucket_policy\""},
+      {R"({"bucket_policy": "merge"})", "merge_target_bytes"},
+      {R"({"host_limit": 1})", "host_limit"},
+      {R"({"preset": "fsdp3"})", "\"preset\""},
+      {R"({"preset": 3})", "\"preset\""},
+      {R"({"name": ""})", "\"name\""},
+      {R"({"hpz_group": null})", "\"hpz_group\""},
+      {R"([1, 2])", "JSON object"},
+      {R"({"micro_steps": 1)", "not valid JSON"},
+  };
+  for (const auto& c : cases) {
+    auto p = PolicyFromJson(c.text, "my.json");
+    ASSERT_FALSE(p.ok()) << c.text;
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_NE(p.status().message().find(c.names), std::string::npos)
+        << c.text << " -> " << p.status().message();
+    EXPECT_NE(p.status().message().find("my.json"), std::string::npos)
+        << p.status().message();
+    EXPECT_EQ(p.status().message().find('\n'), std::string::npos);
+  }
+}
+
+TEST(PolicyFileTest, WriteThenReadAFile) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp ? tmp : "/tmp", "/policy_file_test.json");
+  ASSERT_TRUE(WritePolicyFile(path, Unusual()).ok());
+  auto back = ReadPolicyFile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SamePolicy(*back, Unusual()));
+
+  auto missing = ReadPolicyFile(absl::StrCat(path, ".missing"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  auto dir = ReadPolicyFile(tmp ? tmp : "/tmp");
+  EXPECT_EQ(dir.status().code(), absl::StatusCode::kInvalidArgument);
+
+  Policy bad;
+  bad.micro_steps = 0;
+  EXPECT_EQ(WritePolicyFile(path, bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(WritePolicyFile("/nonexistent-dir/x.json", Policy{}).ok());
+}
+
+}  // namespace
+}  // namespace baton::scheduler

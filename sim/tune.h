@@ -1,0 +1,86 @@
+// The schedule tuner behind `simulate --tune`: searches the policy's knobs
+// for the fastest simulated step that fits in device memory.
+//
+// Knobs searched (values for a model, cluster and workload):
+//   micro_batch        every divisor of the local batch (global / gpus)
+//                      within kMaxMicroSteps and TuneOptions::max_step_units
+//   reduce_dtype       float, bfloat16
+//   shard_group        0 (all ranks) and gpus_per_node x 2^k dividing the world
+//   hpz_group          0, gpus_per_node and 2 x gpus_per_node, where they
+//                      divide the shard group and are smaller than it
+//   buckets            per unit, or merged to 2, 4 or 8 blocks' bytes
+//   forward_prefetch, backward_prefetch   0 .. TuneOptions::max_prefetch
+//   recompute_blocks   not searched: for the other knobs fixed, more
+//                      recompute only adds compute, so each candidate gets
+//                      the fewest recomputed blocks with which it fits
+//                      (Simulate's kAutoRecompute).
+// Search: the baton, hsdp (one node's GPUs) and zeropp presets, then
+// coordinate descent from the fastest: each knob in turn tries all of its
+// values with the others fixed and keeps the best, until a pass changes
+// nothing (at most TuneOptions::max_passes). Each configuration is
+// simulated once (a cache). Before building a graph, a memory lower bound
+// (12 bytes per parameter of fp32 master and moments over the shard group,
+// the cluster's reserve, and activations and logits with every block
+// recomputed) skips configurations that cannot fit.
+// Order: fitting before not fitting (those by peak memory: the closest to
+// fitting first), then step time, then peak memory, then the knob values
+// (so ties are broken the same way every time): the same input gives the
+// same answer.
+//
+// Stateless; thread-compatible (SimOptions' tables are read only).
+#ifndef BATON_SIM_TUNE_H_
+#define BATON_SIM_TUNE_H_
+
+#include <string>
+#include <vector>
+
+#include "baton/runtime/status.h"
+#include "baton/scheduler/model.h"
+#include "baton/scheduler/policy.h"
+#include "baton/sim/cluster.h"
+#include "baton/sim/simulator.h"
+
+namespace baton::sim {
+
+struct TuneOptions {
+  int keep = 5;            // candidates returned
+  int max_prefetch = 3;    // deepest prefetch tried, each way
+  int max_passes = 4;      // coordinate-descent passes
+  // Micro-steps x (layers + 3) of one step at most (simulate's limit).
+  int64_t max_step_units = int64_t{1} << 15;
+  SimOptions sim;          // calibration and kernel tables
+};
+
+struct TuneCandidate {
+  // Complete: simulate it with SimulatePolicy(model, cluster, workload,
+  // policy, policy.recompute_blocks) for `result` again.
+  scheduler::Policy policy;
+  Workload workload;  // micro_batch is a knob; shard / hpz groups in policy
+  SimResult result;
+};
+
+struct TuneReport {
+  std::vector<TuneCandidate> best;  // at most keep, best first
+  int simulated = 0;  // configurations simulated
+  int pruned = 0;     // skipped by the memory lower bound
+  int refused = 0;    // refused by the graph builder (invalid combinations)
+};
+
+// InvalidArgument for a workload ValidateWorkload refuses, a model or
+// cluster that fails validation, or options out of range (keep < 1,
+// max_prefetch < 0, max_passes < 1), and when no configuration could be
+// simulated (every one cannot fit by the lower bound, or was refused).
+// Candidates that were simulated but do not fit even with every block
+// recomputed come after all that fit (result.fits says).
+StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
+                          const ClusterSpec& cluster, const Workload& workload,
+                          const TuneOptions& options = {});
+
+// One line of knob values: "mb=1 reduce=bfloat16 shard=8 hpz=0
+// buckets=per_unit prefetch=1/2 recompute=12" (recompute=all for every
+// block).
+std::string DescribeKnobs(const TuneCandidate& c);
+
+}  // namespace baton::sim
+
+#endif  // BATON_SIM_TUNE_H_

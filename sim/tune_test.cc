@@ -1,0 +1,122 @@
+#include "baton/sim/tune.h"
+
+#include <string>
+
+#include "baton/scheduler/policy_file.h"
+#include "gtest/gtest.h"
+
+namespace baton::sim {
+namespace {
+
+using scheduler::ModelPreset;
+using scheduler::ModelSpec;
+
+struct Case {
+  ModelSpec model = *ModelPreset("llama3-8b");
+  ClusterSpec cluster = *ClusterPreset("h100");
+  Workload w;
+  Case() {
+    w.gpus = 32;
+    w.seq = 4096;
+    w.global_batch = 128;  // local batch 4: micro-batches 1, 2, 4
+    w.micro_batch = 1;
+  }
+};
+
+// The tuning of Case(), done once for the tests that only read it.
+const StatusOr<TuneReport>& Tuned() {
+  static const auto* tuned = new StatusOr<TuneReport>([] {
+    Case c;
+    return Tune(c.model, c.cluster, c.w);
+  }());
+  return *tuned;
+}
+
+TEST(TuneTest, SameInputSameAnswer) {
+  Case c;
+  const auto& a = Tuned();
+  auto b = Tune(c.model, c.cluster, c.w);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->best.size(), b->best.size());
+  EXPECT_EQ(a->simulated, b->simulated);
+  for (size_t i = 0; i < a->best.size(); ++i) {
+    EXPECT_TRUE(scheduler::SamePolicy(a->best[i].policy, b->best[i].policy)) << i;
+    EXPECT_EQ(a->best[i].workload.micro_batch, b->best[i].workload.micro_batch);
+    EXPECT_EQ(a->best[i].result.step_s, b->best[i].result.step_s) << i;
+  }
+}
+
+TEST(TuneTest, BestFitsIsSortedAndBeatsThePresets) {
+  Case c;
+  const auto& t = Tuned();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->best.size(), 5u);
+  EXPECT_GT(t->simulated, 10);
+  for (size_t i = 0; i < t->best.size(); ++i) {
+    EXPECT_TRUE(t->best[i].result.fits) << i;
+    if (i > 0) {
+      EXPECT_LE(t->best[i - 1].result.step_s, t->best[i].result.step_s);
+    }
+  }
+  const double best = t->best[0].result.step_s;
+  for (const char* preset : {"baton", "hsdp", "zeropp"}) {
+    auto r = Simulate(c.model, c.cluster, c.w, preset);
+    ASSERT_TRUE(r.ok()) << preset << ": " << r.status();
+    if (r->fits) {
+      EXPECT_LE(best, r->step_s) << preset;
+    }
+  }
+  // Tuning is worth something on this case (a larger micro-batch and
+  // bf16 reduction beat baton's defaults).
+  EXPECT_LT(best, Simulate(c.model, c.cluster, c.w, "baton")->step_s);
+}
+
+// The winner, simulated again from its policy (and through a policy file),
+// gives the same step time: the tuned schedule is the one that runs.
+TEST(TuneTest, BestReproducesThroughAPolicyFile) {
+  Case c;
+  const auto& t = Tuned();
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const TuneCandidate& cand : t->best) {
+    auto p = scheduler::PolicyFromJson(scheduler::PolicyToJson(cand.policy));
+    ASSERT_TRUE(p.ok()) << p.status();
+    auto r = SimulatePolicy(c.model, c.cluster, cand.workload, *p,
+                            p->recompute_blocks);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->step_s, cand.result.step_s) << DescribeKnobs(cand);
+    EXPECT_EQ(r->memory.peak(), cand.result.memory.peak());
+  }
+}
+
+// Tight memory: the tuner recomputes and prunes what cannot fit, and the
+// winner fits.
+TEST(TuneTest, TightMemoryIsRespected) {
+  Case c;
+  c.cluster.memory_gib = 18;
+  auto t = Tune(c.model, c.cluster, c.w);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const TuneCandidate& best = t->best[0];
+  EXPECT_TRUE(best.result.fits);
+  EXPECT_LE(best.result.memory.peak(), 18.0 * 1073741824.0);
+  EXPECT_GT(best.policy.recompute_blocks, 0);
+  EXPECT_GT(t->pruned, 0);  // shard groups of 8: 12 GiB of states alone
+  // A cluster no configuration fits: refused, not a wrong answer.
+  c.cluster.memory_gib = 5;
+  auto none = Tune(c.model, c.cluster, c.w);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TuneTest, BadOptionsAreRefused) {
+  Case c;
+  TuneOptions o;
+  o.keep = 0;
+  EXPECT_EQ(Tune(c.model, c.cluster, c.w, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  c.w.global_batch = 100;
+  EXPECT_EQ(Tune(c.model, c.cluster, c.w).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace baton::sim
