@@ -95,7 +95,7 @@ struct Report {
       const bool mem = m.bound == Bound::kMemory;
       char ref[32] = "-";
       if (m.reference_s > 0) std::snprintf(ref, sizeof(ref), "%.1f", m.reference_s * 1e6);
-      std::printf("%-14s %-5s %-24s %12.1f %9.3f %-4s %7.3f %14s\n", m.op.c_str(),
+      std::printf("%-14s %-5s %-24s %12.1f %9.4g %-4s %7.3f %14s\n", m.op.c_str(),
                   m.pass.c_str(), m.shape.c_str(), m.seconds * 1e6, m.rate,
                   mem ? "GB/s" : "TF/s", m.ratio, ref);
       std::fflush(stdout);

@@ -87,14 +87,14 @@ Flags Parse(int argc, char** argv) {
     f.models = cuda ? std::vector<std::string>{"llama3-8b", "llama3-70b"}
                     : std::vector<std::string>{"tiny"};
   }
-  if (f.tokens.empty()) f.tokens = cuda ? std::vector<int64_t>{2048, 8192} : std::vector<int64_t>{256, 1024};
+  if (f.tokens.empty()) f.tokens = cuda ? std::vector<int64_t>{2048, 8192} : std::vector<int64_t>{128, 512};
   if (f.seqs.empty()) {
     f.seqs = cuda ? std::vector<int64_t>{1024, 2048, 4096, 8192} : std::vector<int64_t>{64, 128, 256};
   }
   if (f.attention_tokens == 0) f.attention_tokens = cuda ? 8192 : 512;
   if (f.adamw_params.empty()) {
     f.adamw_params = cuda ? std::vector<int64_t>{1 << 24, 1 << 26, 1 << 28}
-                          : std::vector<int64_t>{1 << 18, 1 << 20, 1 << 22};
+                          : std::vector<int64_t>{1 << 16, 1 << 18, 1 << 20};
   }
   for (int64_t s : f.seqs) {
     if (f.attention_tokens % s != 0 || s > f.attention_tokens) {
@@ -145,7 +145,7 @@ int Main(int argc, char** argv) {
   if (!limits.ok()) Die(limits.status());
   std::printf("# baton %s //bench:kernels on %s (models %s), bf16\n", BATON_VERSION,
               dev.device->name().c_str(), absl::StrJoin(f.models, ", ").c_str());
-  std::printf("# limits (this run): copy %.2f GB/s; GEMM %lld^3 bf16 %.3f TFLOP/s; one tiny op "
+  std::printf("# limits (this run): copy %.2f GB/s; GEMM %lld^3 bf16 %.4g TFLOP/s; one tiny op "
               "%.2f us\n", limits->copy_gbps, static_cast<long long>(limits->gemm_n),
               limits->gemm_tflops, limits->launch_s * 1e6);
   PrintHeader();
@@ -165,7 +165,8 @@ int Main(int argc, char** argv) {
       "embedding, cross_entropy, AdamW (fp32 master and moments, fused bf16 cast): "
       "baton's ops. Times: median over batches of back-to-back calls, wall clock "
       "between stream synchronizations, >= ", timing.min_seconds, " s per pass. "
-      "cross_entropy bwd_s: the fused pass minus the loss-only pass. launch_overhead_us: "
+      "cross_entropy bwd_s: the fused pass minus the loss-only pass (at least 1% of the "
+      "fused pass). launch_overhead_us: "
       "one SwiGLU on one element, back to back. Copy rate in the same run: ",
       limits->copy_gbps, " GB/s counting read + write (", copy_bytes >> 20,
       " MiB copy); bf16 GEMM ", limits->gemm_n, "^3: ", limits->gemm_tflops, " TFLOP/s.");

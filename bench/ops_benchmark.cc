@@ -97,7 +97,7 @@ int Main(int argc, char** argv) {
   std::printf("# baton %s //bench:ops on %s, %s, median of timed batches (>= %.3g s per pass)\n",
               BATON_VERSION, dev.device->name().c_str(), dtype, timing.min_seconds);
   std::printf("# limits (this run): copy %.2f GB/s (%zu MiB, read + write); GEMM %lld^3 %s "
-              "%.3f TFLOP/s (%s); one tiny op %.2f us\n",
+              "%.4g TFLOP/s (%s); one tiny op %.2f us\n",
               limits->copy_gbps, copy_bytes >> 20, static_cast<long long>(limits->gemm_n),
               dtype, limits->gemm_tflops, cuda ? "cuBLAS" : "host GEMM",
               limits->launch_s * 1e6);
