@@ -37,8 +37,12 @@ CaseSpec Spec(const std::string& op, std::vector<int64_t> d, DataType t) {
     s.build = [d, t](Filler& f) { return LinearCases(f, d[0], d[1], d[2], t, true); };
   } else if (op == "gemm") {  // the kernel table's GEMMs: the forward only
     s.build = [d, t](Filler& f) { return LinearCases(f, d[0], d[1], d[2], t, false); };
-  } else {  // adamw
+  } else if (op == "adamw") {
     s.build = [d](Filler& f) { return AdamWCases(f, d[0]); };
+  } else {
+    s.build = [op](Filler&) -> StatusOr<std::vector<OpCase>> {
+      return absl::InternalError(absl::StrCat("bench: no cases for op \"", op, "\""));
+    };
   }
   return s;
 }
