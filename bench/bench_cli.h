@@ -56,6 +56,12 @@ inline TimingOptions Timing(const CommonFlags& f) {
   return o;
 }
 
+// A failure after the flags were read: one line on stderr, exit 1.
+[[noreturn]] inline void Die(const char* program, const Status& s) {
+  std::fprintf(stderr, "%s: %s\n", program, s.ToString().c_str());
+  std::exit(1);
+}
+
 // The device and a stream on it; one line on stderr and exit 1 if either
 // cannot be had (no GPU, a build without CUDA).
 struct Opened {
@@ -65,16 +71,31 @@ struct Opened {
 inline Opened OpenDevice(const char* program, const CommonFlags& f) {
   StatusOr<std::unique_ptr<Device>> d =
       f.device == DeviceKind::kCuda ? CreateCudaDevice(0) : CreateHostDevice();
-  if (!d.ok()) {
-    std::fprintf(stderr, "%s: %s\n", program, std::string(d.status().message()).c_str());
-    std::exit(1);
-  }
+  if (!d.ok()) Die(program, d.status());
   StatusOr<std::unique_ptr<Stream>> s = (*d)->CreateStream({0, "bench"});
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", program, std::string(s.status().message()).c_str());
-    std::exit(1);
-  }
+  if (!s.ok()) Die(program, s.status());
   return {*std::move(d), *std::move(s)};
+}
+
+// The run's limits (op_timing.h): a 1 GiB copy and a bf16 (or `t`) 8192^3
+// GEMM on CUDA; 64 MiB and 512^3 on the host. Exits 1 on failure.
+inline Limits RunLimits(const char* program, Opened& dev, DataType t,
+                        const TimingOptions& timing) {
+  const bool cuda = dev.device->kind() == DeviceKind::kCuda;
+  StatusOr<Limits> l = MeasureLimits(*dev.device, *dev.stream,
+                                     cuda ? size_t{1} << 30 : size_t{64} << 20,
+                                     cuda ? 8192 : 512, t, timing);
+  if (!l.ok()) Die(program, l.status());
+  return *l;
+}
+
+inline void PrintLimits(const Limits& l, const Opened& dev) {
+  std::printf("# limits (this run): copy %.2f GB/s (%zu MiB, read + write); GEMM %lld^3 %s "
+              "%.4g TFLOP/s (%s); one tiny op %.2f us\n",
+              l.copy_gbps, l.copy_bytes >> 20, static_cast<long long>(l.gemm_n),
+              DataTypeName(l.gemm_dtype), l.gemm_tflops,
+              dev.device->kind() == DeviceKind::kCuda ? "cuBLAS" : "host GEMM",
+              l.launch_s * 1e6);
 }
 
 // The rows both benches print as they measure, and collect as JSON:

@@ -105,11 +105,6 @@ Flags Parse(int argc, char** argv) {
   return f;
 }
 
-[[noreturn]] void Die(const Status& s) {
-  std::fprintf(stderr, "%s: %s\n", kProgram, s.ToString().c_str());
-  std::exit(1);
-}
-
 std::string Today() {
   char buf[32];
   const std::time_t now = std::time(nullptr);
@@ -139,21 +134,16 @@ int Main(int argc, char** argv) {
   Opened dev = OpenDevice(kProgram, f.common);
   const bool cuda = f.common.device == DeviceKind::kCuda;
   const TimingOptions timing = Timing(f.common);
-  const size_t copy_bytes = cuda ? size_t{1} << 30 : size_t{64} << 20;
-  StatusOr<Limits> limits = MeasureLimits(*dev.device, *dev.stream, copy_bytes,
-                                          cuda ? 8192 : 512, DataType::kBF16, timing);
-  if (!limits.ok()) Die(limits.status());
+  const Limits limits = RunLimits(kProgram, dev, DataType::kBF16, timing);
   std::printf("# baton %s //bench:kernels on %s (models %s), bf16\n", BATON_VERSION,
               dev.device->name().c_str(), absl::StrJoin(f.models, ", ").c_str());
-  std::printf("# limits (this run): copy %.2f GB/s; GEMM %lld^3 bf16 %.4g TFLOP/s; one tiny op "
-              "%.2f us\n", limits->copy_gbps, static_cast<long long>(limits->gemm_n),
-              limits->gemm_tflops, limits->launch_s * 1e6);
+  PrintLimits(limits, dev);
   PrintHeader();
   Report report;
   StatusOr<std::vector<Measured>> rows =
-      RunSpecs(*dev.device, *dev.stream, KernelTableSpecs(shapes), *limits, timing,
+      RunSpecs(*dev.device, *dev.stream, KernelTableSpecs(shapes), limits, timing,
                report.OnRow(), report.OnSkip());
-  if (!rows.ok()) Die(rows.status());
+  if (!rows.ok()) Die(kProgram, rows.status());
 
   const std::string gpu = DeviceLabel(*dev.device);
   const std::string provenance = absl::StrCat(
@@ -168,10 +158,10 @@ int Main(int argc, char** argv) {
       "cross_entropy bwd_s: the fused pass minus the loss-only pass (at least 1% of the "
       "fused pass). launch_overhead_us: "
       "one SwiGLU on one element, back to back. Copy rate in the same run: ",
-      limits->copy_gbps, " GB/s counting read + write (", copy_bytes >> 20,
-      " MiB copy); bf16 GEMM ", limits->gemm_n, "^3: ", limits->gemm_tflops, " TFLOP/s.");
-  StatusOr<nlohmann::json> table = KernelTableJson(gpu, provenance, *limits, *rows);
-  if (!table.ok()) Die(table.status());
+      limits.copy_gbps, " GB/s counting read + write (", limits.copy_bytes >> 20,
+      " MiB copy); bf16 GEMM ", limits.gemm_n, "^3: ", limits.gemm_tflops, " TFLOP/s.");
+  StatusOr<nlohmann::json> table = KernelTableJson(gpu, provenance, limits, *rows);
+  if (!table.ok()) Die(kProgram, table.status());
   std::ofstream out(f.out);
   out << table->dump(1) << "\n";
   if (!out) {
@@ -187,8 +177,8 @@ int Main(int argc, char** argv) {
                             {"sdpa", (*table)["sdpa"].size()},
                             {"elementwise", (*table)["elementwise"].size()},
                             {"adamw", (*table)["adamw"].size()},
-                            {"launch_overhead_us", limits->launch_s * 1e6},
-                            {"copy_gbps", limits->copy_gbps},
+                            {"launch_overhead_us", limits.launch_s * 1e6},
+                            {"copy_gbps", limits.copy_gbps},
                             {"skipped", report.skipped.size()},
                             {"wall_s", wall}};
   std::printf("# wrote %s\n%s\n", f.out.c_str(), summary.dump().c_str());

@@ -73,45 +73,32 @@ Flags Parse(int argc, char** argv) {
   return f;
 }
 
-[[noreturn]] void Die(const Status& s) {
-  std::fprintf(stderr, "%s: %s\n", kProgram, s.ToString().c_str());
-  std::exit(1);
-}
-
 int Main(int argc, char** argv) {
   const Flags f = Parse(argc, argv);
   Opened dev = OpenDevice(kProgram, f.common);
-  const bool cuda = f.common.device == DeviceKind::kCuda;
   const TimingOptions timing = Timing(f.common);
   StatusOr<std::vector<CaseSpec>> all = OpsBenchSpecs(f.common.device, f.dtype);
-  if (!all.ok()) Die(all.status());
+  if (!all.ok()) Die(kProgram, all.status());
   std::vector<CaseSpec> specs;
   for (CaseSpec& s : *all) {
     if (f.ops.empty() || f.ops.count(s.op)) specs.push_back(std::move(s));
   }
-  const size_t copy_bytes = cuda ? size_t{1} << 30 : size_t{64} << 20;
-  StatusOr<Limits> limits = MeasureLimits(*dev.device, *dev.stream, copy_bytes,
-                                          cuda ? 8192 : 512, f.dtype, timing);
-  if (!limits.ok()) Die(limits.status());
+  const Limits limits = RunLimits(kProgram, dev, f.dtype, timing);
   const char* dtype = f.dtype == DataType::kBF16 ? "bf16" : "f32";
   std::printf("# baton %s //bench:ops on %s, %s, median of timed batches (>= %.3g s per pass)\n",
               BATON_VERSION, dev.device->name().c_str(), dtype, timing.min_seconds);
-  std::printf("# limits (this run): copy %.2f GB/s (%zu MiB, read + write); GEMM %lld^3 %s "
-              "%.4g TFLOP/s (%s); one tiny op %.2f us\n",
-              limits->copy_gbps, copy_bytes >> 20, static_cast<long long>(limits->gemm_n),
-              dtype, limits->gemm_tflops, cuda ? "cuBLAS" : "host GEMM",
-              limits->launch_s * 1e6);
+  PrintLimits(limits, dev);
   PrintHeader();
   Report report;
   StatusOr<std::vector<Measured>> done =
-      RunSpecs(*dev.device, *dev.stream, specs, *limits, timing, report.OnRow(), report.OnSkip());
-  if (!done.ok()) Die(done.status());
+      RunSpecs(*dev.device, *dev.stream, specs, limits, timing, report.OnRow(), report.OnSkip());
+  if (!done.ok()) Die(kProgram, done.status());
   nlohmann::json out = {{"bench", "ops"},
                         {"device", dev.device->name()},
                         {"dtype", dtype},
-                        {"copy_gbps", limits->copy_gbps},
-                        {"gemm_tflops", limits->gemm_tflops},
-                        {"launch_us", limits->launch_s * 1e6},
+                        {"copy_gbps", limits.copy_gbps},
+                        {"gemm_tflops", limits.gemm_tflops},
+                        {"launch_us", limits.launch_s * 1e6},
                         {"ops", report.rows},
                         {"skipped", report.skipped}};
   std::printf("%s\n", out.dump().c_str());
