@@ -1,7 +1,7 @@
 // The command-line flags //bench:ops and //bench:kernels share, on top of
 // examples/cli.h's FlagReader (bad input: one line on stderr, exit 2):
 //   --device=host|cuda   the runtime to time on (default host)
-//   --min-time=S         seconds of timed batches per pass, in (0, 60]
+//   --min-time=S         seconds of timed batches per pass, in [1e-6, 60]
 //                        (default 0.1 on CUDA, 0.05 on the host)
 // opening the device (a missing GPU: one line, exit 1), and the rows both
 // print.
@@ -20,6 +20,7 @@
 #include "baton/bench/op_timing.h"
 #include "baton/examples/cli.h"
 #include "baton/runtime/device.h"
+#include "baton/runtime/dtype.h"
 
 namespace baton::bench {
 
