@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs baton's portable GPU suite: every CUDA-capable test binary (a cc_test
 # that links cudart), train_tiny (which train_tiny_test runs) and the GPU
-# benches, built -c opt, with the non-system shared libraries they load, into
+# benches (and simulate, which reads the measured kernel table), built -c opt, with the non-system shared libraries they load, into
 # one folder that runs on a GPU machine without Bazel:
 #
 #   tools/gpu_bundle.sh DIR        # on the build machine
@@ -31,7 +31,8 @@ fi
 mapfile -t tests < <(./bazelw query --noshow_progress \
   'kind("cc_test", rdeps(//..., @local_cuda//:cudart)) except //tests:ucx_collectives_test' \
   2>/dev/null | sort)
-binaries=(//examples:train_tiny //bench:runtime //bench:collectives)
+binaries=(//examples:train_tiny //examples:simulate //bench:runtime //bench:collectives
+          //bench:ops //bench:kernels)
 echo "gpu_bundle: ${#tests[@]} tests, ${#binaries[@]} binaries"
 ./bazelw build -c opt "${tests[@]}" "${binaries[@]}"
 bin="$(./bazelw info -c opt bazel-bin 2>/dev/null)"
