@@ -14,8 +14,13 @@
 namespace baton::ops {
 namespace {
 
-constexpr int64_t kCudaMaxSeq = 4096;
+#ifdef BATON_HAVE_CUDA
+constexpr int64_t kCudaMaxSeq = ops_internal::kAttentionCudaMaxSeq;
+constexpr int64_t kCudaMaxHeadDim = ops_internal::kAttentionCudaMaxHeadDim;
+#else
+constexpr int64_t kCudaMaxSeq = 4096;  // unused without CUDA
 constexpr int64_t kCudaMaxHeadDim = 512;
+#endif
 
 Status Check(const char* op, Stream& stream, const AttentionShape& s) {
   BATON_RETURN_IF_ERROR(CheckPositive(op, {{"batch", s.batch},
