@@ -590,12 +590,21 @@ Status Executor::CaptureStep(const StepCallbacks& callbacks) {
           " blocks the host inside the step; it cannot be captured"));
     }
   }
+  if (step_ == 0) {
+    // The libraries build handles, workspaces and plans on first use
+    // (cuBLAS, cuDNN's attention plans, NCCL's buffers), with calls that are
+    // illegal inside a capture; an eager step makes them first.
+    return absl::FailedPreconditionError(
+        "CaptureStep: run one eager Step first (the libraries set themselves "
+        "up on first use, which a capture cannot record)");
+  }
   BATON_RETURN_IF_ERROR(Synchronize());
+  // Created before the capture and kept alive until it ended.
+  BATON_ASSIGN_OR_RETURN(auto fork, device_.CreateEvent());
   auto origin = static_cast<cudaStream_t>(streams_[0]->native_handle());
   BATON_CUDA_CHECK(
       cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
   Status st = [&]() -> Status {
-    BATON_ASSIGN_OR_RETURN(auto fork, device_.CreateEvent());
     BATON_RETURN_IF_ERROR(fork->Record(*streams_[0]));
     for (size_t s = 1; s < streams_.size(); ++s) {
       BATON_RETURN_IF_ERROR(streams_[s]->Wait(*fork));

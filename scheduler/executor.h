@@ -177,7 +177,14 @@ class Executor {
 
   // CUDA only: captures one step as a CUDA graph (callbacks are called
   // during capture), then each ReplayStep launches it. Unimplemented on
-  // host streams; FailedPrecondition for ReplayStep before CaptureStep.
+  // host streams and with a communicator that cannot be captured (inproc);
+  // FailedPrecondition before one eager Step (libraries set themselves up
+  // on first use, which a capture cannot record) and for ReplayStep before
+  // CaptureStep. Every replay repeats the captured kernels with their
+  // captured arguments: a callback must not bake per-step values into its
+  // launches (the step number of ComputeContext / OptimizerContext is the
+  // capture's for every replay; AdamW's bias correction needs it from
+  // device memory before a replay can match eager steps).
   Status CaptureStep(const StepCallbacks& callbacks);
   Status ReplayStep();
 

@@ -31,7 +31,7 @@ fi
 mapfile -t tests < <(./bazelw query --noshow_progress \
   'kind("cc_test", rdeps(//..., @local_cuda//:cudart)) except //tests:ucx_collectives_test' \
   2>/dev/null | sort)
-binaries=(//examples:train_tiny //bench:runtime //bench:collectives)
+binaries=(//examples:train_tiny //bench:runtime //bench:collectives //bench:scheduler)
 echo "gpu_bundle: ${#tests[@]} tests, ${#binaries[@]} binaries"
 ./bazelw build -c opt "${tests[@]}" "${binaries[@]}"
 bin="$(./bazelw info -c opt bazel-bin 2>/dev/null)"

@@ -9,7 +9,8 @@
 #    `compute-sanitizer --tool memcheck`, and the ops with shared-memory
 #    kernels (attention, rmsnorm, cross_entropy) under racecheck too;
 # 3. with a GPU: the GPU benches (runtime, inproc on device memory with
-#    2/4/8 ranks, nccl with 1 rank).
+#    2/4/8 ranks, nccl with 1 rank, scheduler --cuda: eager vs CUDA-graph
+#    replay).
 # Ends with one line `N passed, M failed, K skipped` (test cases, from gtest's
 # XML; a binary that dies without its XML counts as one failure, named),
 # then the bench figures. Exit status 1 if anything failed.
@@ -106,6 +107,8 @@ if [ $gpu -eq 1 ]; then
   ./bench/collectives --backend=nccl --nranks=1 --collective=all_gather \
     -b 1M -e 256M -f 4 >> "$bench" 2>&1 ||
     failures+=("bench collectives nccl 1 rank: exit $?")
+  ./bench/scheduler --model=tiny --ranks=8 --issue-steps=20 --cuda >> "$bench" 2>&1 ||
+    failures+=("bench scheduler --cuda: exit $?")
 fi
 
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
