@@ -9,10 +9,11 @@
 - baton_cuda_library: compiles .cu files with nvcc (one genrule per source)
   into objects linked through a cc_library. With no CUDA toolkit it creates
   an empty cc_library, so dependents still build.
-- if_cuda(a, b): a when the toolkit was found, else b.
+- if_cuda(a, b): a when the toolkit was found, else b (if_nccl, if_cudnn
+  likewise for NCCL and the cuDNN 9 headers).
 """
 
-load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "CUDA_PATH", "NCCL_ENABLED")
+load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "CUDA_PATH", "CUDNN_ENABLED", "NCCL_ENABLED")
 
 BATON_COPTS = [
     "-Wall",
@@ -30,6 +31,14 @@ def if_cuda(if_true, if_false = []):
 
 def if_nccl(if_true, if_false = []):
     return if_true if NCCL_ENABLED else if_false
+
+def if_cudnn(if_true, if_false = []):
+    """if_true when the cuDNN 9 headers were found with the toolkit."""
+    return if_true if CUDNN_ENABLED else if_false
+
+# Defines for code that loads cuDNN at run time: BATON_HAVE_CUDNN and the
+# toolkit's path (a place to look for libcudnn.so.9 besides the loader's).
+CUDNN_COPTS = ["-DBATON_HAVE_CUDNN=1", "-DBATON_CUDA_PATH=\\\"%s\\\"" % CUDA_PATH] if CUDNN_ENABLED else []
 
 def _repo_root():
     """The execroot-relative path of the repository being built: "." for

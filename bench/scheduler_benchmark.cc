@@ -7,7 +7,11 @@
 // object; build_and_plan_ms and issue_us_per_node are baton's own policy.
 //
 // Flags: --model=llama3-405b --ranks=16384 --issue-model=tiny
-//        --issue-steps=200
+//        --issue-steps=200 [--cuda [--cuda-steps=20]]
+// --cuda: also eager vs CUDA-graph replay of baton's policy on one GPU, nccl
+// with 1 rank, for `tiny` and the 8-block shape (bench/cuda_graph_step.h):
+// host and GPU time per step, into the JSON's "cuda_graph" (otherwise
+// null; "not_measured" with the reason where no GPU or NCCL is).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +28,7 @@
 #include "baton/runtime/device.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/step_graph.h"
+#include "bench/cuda_graph_step.h"
 
 namespace baton::scheduler {
 namespace {
@@ -39,13 +44,15 @@ struct Flags {
   int ranks = 16384;
   std::string issue_model = "tiny";
   int issue_steps = 200;
+  bool cuda = false;
+  int cuda_steps = 20;
 };
 
 [[noreturn]] void Usage(const std::string& error) {
   std::fprintf(stderr, "bench/scheduler: %s\n", error.c_str());
   std::fprintf(stderr,
                "usage: scheduler [--model=NAME] [--ranks=N] "
-               "[--issue-model=NAME] [--issue-steps=N]\n");
+               "[--issue-model=NAME] [--issue-steps=N] [--cuda] [--cuda-steps=N]\n");
   std::exit(2);
 }
 
@@ -69,6 +76,8 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--ranks") f.ranks = number(1);
     else if (key == "--issue-model") f.issue_model = value;
     else if (key == "--issue-steps") f.issue_steps = number(1);
+    else if (a == "--cuda") f.cuda = true;
+    else if (key == "--cuda-steps") f.cuda_steps = number(1);
     else Usage(absl::StrCat("unknown flag ", a));
   }
   return f;
@@ -122,6 +131,39 @@ StatusOr<IssueCost> MeasureIssue(const ModelSpec& spec, const Policy& policy,
   for (const auto& v : samples) all.insert(all.end(), v.begin(), v.end());
   std::sort(all.begin(), all.end());
   return IssueCost{all[all.size() / 2], static_cast<int>(graph->nodes.size())};
+}
+
+// --cuda: eager vs replay for tiny and the 8-block shape (issue 13).
+nlohmann::json MeasureCudaGraph(const Flags& f) {
+  ModelSpec eight = *ModelPreset("tiny");
+  eight.name = "8-block";
+  eight.layers = 8;
+  eight.hidden = 1024;
+  eight.heads = 16;
+  eight.kv_heads = 4;
+  eight.head_dim = 64;
+  eight.intermediate = 2816;
+  eight.vocab = 32000;
+  Policy policy = *PolicyPreset("baton");
+  policy.param_dtype = DataType::kBF16;
+  nlohmann::json models = nlohmann::json::array();
+  std::printf("# CUDA graph: baton policy, nccl 1 rank, bf16 parameters, compute callbacks "
+              "empty; median of %d steps\n", f.cuda_steps);
+  std::printf("%-8s %6s %14s %13s %15s %14s\n", "model", "nodes", "eager_host_us",
+              "eager_gpu_us", "replay_host_us", "replay_gpu_us");
+  for (const ModelSpec& spec : {*ModelPreset("tiny"), eight}) {
+    auto r = bench::MeasureCudaGraphStep(spec.name, spec, policy, f.cuda_steps);
+    if (!r.ok()) {
+      std::printf("%-8s %s\n", spec.name.c_str(), std::string(r.status().message()).c_str());
+      return {{"not_measured", std::string(r.status().message())}};
+    }
+    std::printf("%-8s %6d %14.1f %13.1f %15.1f %14.1f\n", spec.name.c_str(),
+                (*r)["nodes"].get<int>(), (*r)["eager_host_us"].get<double>(),
+                (*r)["eager_gpu_us"].get<double>(), (*r)["replay_host_us"].get<double>(),
+                (*r)["replay_gpu_us"].get<double>());
+    models.push_back(*r);
+  }
+  return {{"backend", "nccl"}, {"ranks", 1}, {"policy", "baton"}, {"models", models}};
 }
 
 int Main(int argc, char** argv) {
@@ -179,7 +221,7 @@ int Main(int argc, char** argv) {
     }
   }
   out["policies"] = rows;
-  out["cuda_graph"] = nullptr;  // eager vs replay: needs a GPU and nccl
+  out["cuda_graph"] = f.cuda ? MeasureCudaGraph(f) : nlohmann::json();
   std::printf("# targets: build_and_plan_ms <= 1000, issue_us_per_node <= 5\n");
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -7,7 +7,11 @@
 //     [--micro-steps=N] [--steps=20] [--lr=1e-3] [--seed=1]
 //     [--policy=baton] [--backend=inproc|ucx|nccl] [--nranks=N]
 //     [--device=cpu|cuda] [--dtype=f32|bf16] [--data=PATH]
-//     [--check-reference] [--json] [--timeout=SECONDS]
+//     [--check-reference] [--json] [--timeout=SECONDS] [--trace=PATH]
+//
+// --trace=PATH writes a Perfetto / Chrome trace of every step: one process
+// per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
+// slices for compute, copies (collectives) and waits (scheduler/step_trace.h).
 //
 // ucx and nccl run one process per rank: started under a launcher (RANK,
 // WORLD_SIZE, ... set) each process is one rank; started without one,
@@ -17,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +45,7 @@
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/step_graph.h"
+#include "baton/scheduler/step_trace.h"
 
 namespace baton {
 namespace {
@@ -64,6 +70,7 @@ struct Flags {
   std::string policy_file;
   std::optional<scheduler::Policy> file_policy;
   bool policy_given = false, dtype_given = false;
+  std::string trace;  // --trace=PATH
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -79,6 +86,7 @@ const char kUsage[] =
     "  [--timeout=SECONDS] [--policy-file=PATH] (a policy file, e.g. from\n"
     "   simulate --tune --policy-out: its knobs as written, except that\n"
     "   --dtype and --micro-steps override its param_dtype and micro_steps)\n"
+    "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
     "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
     "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
     "A flag may be given once.\n";
@@ -138,6 +146,10 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--device") f.device = v;
     else if (key == "--dtype") { f.dtype = v; f.dtype_given = true; }
     else if (key == "--data") f.data = v;
+    else if (key == "--trace") {
+      if (v.empty()) Fail("--trace needs a file path");
+      f.trace = v;
+    }
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
   }
   if (f.model_given && !f.hf_config.empty()) {
@@ -241,13 +253,18 @@ struct Job {
   bool progress = false;  // rank 0 prints a line per step
 };
 
-// Trains on one rank through the executor; every rank calls it.
+// Trains on one rank through the executor; every rank calls it. `observer`
+// (may be null): the rank's step trace recorder.
 Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> graph,
-                 const Corpus& corpus, Device& device, Communicator& comm, RunResult* out) {
+                 const Corpus& corpus, Device& device, Communicator& comm, RunResult* out,
+                 scheduler::NodeObserver* observer = nullptr) {
   const int rank = comm.rank(), ranks = comm.size();
   BATON_ASSIGN_OR_RETURN(auto model, LlamaRank::Create(*graph, job.config, corpus, device,
                                                        ranks, rank));
-  BATON_ASSIGN_OR_RETURN(auto executor, scheduler::Executor::Create(graph, device, comm));
+  scheduler::ExecutorOptions options;
+  options.observer = observer;
+  BATON_ASSIGN_OR_RETURN(auto executor,
+                         scheduler::Executor::Create(graph, device, comm, options));
   const uint64_t seed = job.config.seed;
   BATON_RETURN_IF_ERROR(executor->InitParameters([seed](const scheduler::ParamSlot& slot,
                                                         float* values) {
@@ -309,8 +326,10 @@ StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordina
 }
 
 // n ranks as threads of this process (inproc backend).
+// `trace`: a path for the ranks' step trace ("" none).
 StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::string& device_kind,
-                              int n, const std::string& group, absl::Duration timeout) {
+                              int n, const std::string& group, absl::Duration timeout,
+                              const std::string& trace = "") {
   BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
                          scheduler::BuildStepGraph(job.spec, job.policy, n));
   // One graph shared by the ranks' executors and models.
@@ -324,9 +343,14 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   std::vector<RunResult> results(n);
   std::vector<Status> status(n);
   std::vector<std::thread> threads;
+  scheduler::StepTrace step_trace;
+  std::vector<scheduler::NodeObserver*> observers(n, nullptr);
+  if (!trace.empty()) {
+    for (int r = 0; r < n; ++r) observers[r] = step_trace.ForRank(r, *graph);
+  }
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r]() {
-      status[r] = TrainRank(job, graph, corpus, *device, *comms[r], &results[r]);
+      status[r] = TrainRank(job, graph, corpus, *device, *comms[r], &results[r], observers[r]);
     });
   }
   for (auto& t : threads) t.join();
@@ -335,6 +359,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
       return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
     }
   }
+  if (!trace.empty()) BATON_RETURN_IF_ERROR(step_trace.Write(trace));  // streams synced
   return results[0];
 }
 
@@ -357,7 +382,11 @@ StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const F
   cfg.timeout = timeout;
   BATON_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(cfg));
   RunResult result;
-  BATON_RETURN_IF_ERROR(TrainRank(job, graph, corpus, *device, *comm, &result));
+  scheduler::StepTrace step_trace;  // rank 0's tracks only
+  const bool traced = !f.trace.empty() && info.rank == 0;
+  BATON_RETURN_IF_ERROR(TrainRank(job, graph, corpus, *device, *comm, &result,
+                                  traced ? step_trace.ForRank(0, *graph) : nullptr));
+  if (traced) BATON_RETURN_IF_ERROR(step_trace.Write(f.trace));
   BATON_RETURN_IF_ERROR(store->Barrier("train_tiny_done", timeout));
   return result;
 }
@@ -376,6 +405,9 @@ int Main(int argc, char** argv) {
                                                  : std::max(f.nranks, 1);
     const auto groups = scheduler::ResolveGroups(PolicyFromFlags(f), world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
+  }
+  if (!f.trace.empty() && !std::ofstream(f.trace, std::ios::app)) {
+    Fail(absl::StrCat("--trace: cannot write ", f.trace));
   }
   if (multi_process && absl::IsNotFound(info.status())) {
     // Start --nranks copies of this program as the ranks of one job.
@@ -419,7 +451,8 @@ int Main(int argc, char** argv) {
     nranks = info->world_size;
     result = RunProcessRank(job, *corpus, f, *info);
   } else {
-    result = RunInproc(job, *corpus, f.device, nranks, "train_tiny", absl::Seconds(f.timeout_s));
+    result = RunInproc(job, *corpus, f.device, nranks, "train_tiny", absl::Seconds(f.timeout_s),
+                       f.trace);
   }
   if (!result.ok()) {
     std::fprintf(stderr, "train_tiny: rank %d: %s\n", rank, result.status().ToString().c_str());

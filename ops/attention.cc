@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "baton/ops/cudnn_attention.h"
 #include "baton/ops/op_util.h"
 
 #ifdef BATON_HAVE_CUDA
@@ -14,8 +17,13 @@
 namespace baton::ops {
 namespace {
 
-constexpr int64_t kCudaMaxSeq = 4096;
+#ifdef BATON_HAVE_CUDA
+constexpr int64_t kCudaMaxSeq = ops_internal::kAttentionCudaMaxSeq;
+constexpr int64_t kCudaMaxHeadDim = ops_internal::kAttentionCudaMaxHeadDim;
+#else
+constexpr int64_t kCudaMaxSeq = 4096;  // unused without CUDA
 constexpr int64_t kCudaMaxHeadDim = 512;
+#endif
 
 Status Check(const char* op, Stream& stream, const AttentionShape& s) {
   BATON_RETURN_IF_ERROR(CheckPositive(op, {{"batch", s.batch},
@@ -28,6 +36,11 @@ Status Check(const char* op, Stream& stream, const AttentionShape& s) {
         op, ": kv_heads ", s.kv_heads, " does not divide heads ", s.heads));
   }
   BATON_RETURN_IF_ERROR(CheckFloatType(op, "dtype", s.dtype));
+  return absl::OkStatus();
+}
+
+// The limits of baton's own CUDA kernels (cuDNN's path has its own).
+Status CheckCudaKernel(const char* op, Stream& stream, const AttentionShape& s) {
   if (stream.kind() == DeviceKind::kCuda &&
       (s.seq > kCudaMaxSeq || s.head_dim > kCudaMaxHeadDim)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -35,6 +48,19 @@ Status Check(const char* op, Stream& stream, const AttentionShape& s) {
         kCudaMaxHeadDim, ", got ", s.seq, " and ", s.head_dim));
   }
   return absl::OkStatus();
+}
+
+// cuDNN's fused attention (ops/cudnn_attention.h) where it is enabled and
+// applies; nullopt lets baton's kernels run (no cuDNN, a shape it does not
+// take, or no cuDNN plan for the shape), else the call's own status.
+std::optional<Status> TryCudnn(Stream& stream, const AttentionShape& s,
+                               const std::function<Status()>& run) {
+  if (!CudnnAttentionEnabled() || !CudnnAttentionApplies(stream, s).ok()) {
+    return std::nullopt;
+  }
+  Status st = run();
+  if (absl::IsUnimplemented(st)) return std::nullopt;
+  return st;
 }
 
 float Dot(const float* a, const float* b, int64_t n) {
@@ -147,6 +173,12 @@ Status AttentionForward(Stream& stream, const AttentionShape& s, const void* q,
   BATON_RETURN_IF_ERROR(Check(kOp, stream, s));
   BATON_RETURN_IF_ERROR(CheckNotNull(
       kOp, {{"q", q}, {"k", k}, {"v", v}, {"out", out}, {"lse", lse}}));
+  if (auto done = TryCudnn(stream, s, [&] {
+        return CudnnAttentionForward(stream, s, q, k, v, out, lse);
+      })) {
+    return *done;
+  }
+  BATON_RETURN_IF_ERROR(CheckCudaKernel(kOp, stream, s));
   return OnStream(
       stream, kOp,
       [=]() {
@@ -175,6 +207,12 @@ Status AttentionBackward(Stream& stream, const AttentionShape& s,
                                            {"dq", dq},
                                            {"dk", dk},
                                            {"dv", dv}}));
+  if (auto done = TryCudnn(stream, s, [&] {
+        return CudnnAttentionBackward(stream, s, dout, q, k, v, out, lse, dq, dk, dv);
+      })) {
+    return *done;
+  }
+  BATON_RETURN_IF_ERROR(CheckCudaKernel(kOp, stream, s));
   return OnStream(
       stream, kOp,
       [=]() {

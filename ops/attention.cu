@@ -9,6 +9,8 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kMaxPerThread = 4;  // head_dim <= kThreads * kMaxPerThread
+static_assert(kThreads * kMaxPerThread >= kAttentionCudaMaxHeadDim,
+              "BackwardKV keeps kMaxPerThread accumulators per thread");
 
 // Floats of one shared row of `seq` scores, rounded up to 16 bytes. ptxas
 // unrolls the loops over a row by 4 and loads the 1-3 leftover scores with
@@ -16,7 +18,26 @@ constexpr int kMaxPerThread = 4;  // head_dim <= kThreads * kMaxPerThread
 // are left, so a row must be readable up to its next 16-byte boundary: with
 // exactly `seq` floats, seq = 1 read 12 bytes past a 4-byte allocation
 // (compute-sanitizer memcheck, issue 13).
-__host__ __device__ inline int64_t PaddedRow(int64_t seq) { return (seq + 3) / 4 * 4; }
+__host__ __device__ constexpr int64_t PaddedRow(int64_t seq) { return (seq + 3) / 4 * 4; }
+
+// What the padding must guarantee, for every seq the kernels accept: a row
+// of n <= seq scores that starts 16-byte aligned (the dynamic shared block
+// and every PaddedRow offset are) has every 16-byte chunk that holds one of
+// its scores allocated, so the leftover vector load (which starts at a
+// multiple of 4 floats and reads at most 3) stays inside the row. The
+// allocation of exactly `seq` floats fails this check at seq = 1.
+constexpr bool LeftoverLoadsStayInside(int64_t max_seq) {
+  for (int64_t n = 1; n <= max_seq; ++n) {
+    const int64_t leftover_start = n / 4 * 4;      // after the unrolled loop
+    if (n % 4 != 0 && PaddedRow(n) < leftover_start + 3) return false;
+    if (PaddedRow(n) % 4 != 0) return false;       // the next row stays aligned
+  }
+  return true;
+}
+static_assert(LeftoverLoadsStayInside(kAttentionCudaMaxSeq),
+              "attention's shared score rows must cover the leftover vector loads");
+static_assert(2 * PaddedRow(kAttentionCudaMaxSeq) * sizeof(float) <= 48 * 1024,
+              "BackwardKV's two score rows must fit the default dynamic shared memory");
 
 struct Dims {
   int64_t seq, heads, kv_heads, head_dim;
@@ -39,7 +60,7 @@ __device__ float DotRows(const void* a, int64_t ai, const void* b, int64_t bi,
 // grid (seq, heads, batch)
 __global__ void Forward(const void* q, const void* k, const void* v, void* out,
                         float* lse, Dims m) {
-  extern __shared__ float p[];
+  extern __shared__ __align__(16) float p[];
   const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t g = h / (m.heads / m.kv_heads);
   const float c = rsqrtf(static_cast<float>(m.head_dim));
@@ -79,7 +100,7 @@ __global__ void RowDot(const void* dout, const void* out, float* dd,
 __global__ void BackwardQ(const void* dout, const void* q, const void* k,
                           const void* v, const float* lse, const float* dd,
                           void* dq, Dims m) {
-  extern __shared__ float ds[];
+  extern __shared__ __align__(16) float ds[];
   const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t g = h / (m.heads / m.kv_heads);
   const float c = rsqrtf(static_cast<float>(m.head_dim));
@@ -103,7 +124,7 @@ __global__ void BackwardQ(const void* dout, const void* q, const void* k,
 __global__ void BackwardKV(const void* dout, const void* q, const void* k,
                            const void* v, const float* lse, const float* dd,
                            void* dk, void* dv, Dims m) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
   float* ps = smem;                          // p_ij for i in [j, seq)
   float* ds = smem + PaddedRow(m.seq);       // ds_ij
   const int64_t j = blockIdx.x, g = blockIdx.y, b = blockIdx.z;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "baton/ops/cudnn_attention.h"
 #include "baton/ops/test_util.h"
 
 namespace baton::ops {
@@ -58,7 +59,13 @@ double Loss(const AttentionShape& s, const std::vector<double>& q, const std::ve
   return l;
 }
 
-class AttentionTest : public ::testing::TestWithParam<DataType> {};
+// baton's own kernels: cuDNN's path (which AttentionForward/Backward take on
+// a GPU with cuDNN, for bf16) has its own test, cudnn_attention_test.cc.
+class AttentionTest : public ::testing::TestWithParam<DataType> {
+ protected:
+  void SetUp() override { SetCudnnAttentionEnabled(false); }
+  void TearDown() override { SetCudnnAttentionEnabled(true); }
+};
 
 // Forward against float64; backward against float64 central differences of
 // L = sum(out * dout) (the reference is exact enough for that).

@@ -36,6 +36,11 @@ int LaunchEmbeddingBackward(const int32_t* ids, const void* dy, void* dtable,
                             int64_t vocab, int64_t hidden, int dtype,
                             void* stream);
 
+// Limits of the CUDA attention kernels (a query row's scores live in shared
+// memory; BackwardKV keeps head_dim / 128 accumulators per thread).
+constexpr int64_t kAttentionCudaMaxSeq = 4096;
+constexpr int64_t kAttentionCudaMaxHeadDim = 512;
+
 int LaunchAttentionForward(const void* q, const void* k, const void* v,
                            void* out, float* lse, int64_t batch, int64_t seq,
                            int64_t heads, int64_t kv_heads, int64_t head_dim,

@@ -314,7 +314,9 @@ Status Executor::PreNode(int i) {
   if (n.host_wait >= 0) {
     BATON_RETURN_IF_ERROR(node_events_[n.host_wait]->Synchronize());
   }
+  BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWaits, s));
   for (int w : n.waits) BATON_RETURN_IF_ERROR(s.Wait(*node_events_[w]));
+  BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWork, s));
   if (options_.max_delay_us > 0) {
     const int us = static_cast<int>(rng_() % (options_.max_delay_us + 1));
     BATON_RETURN_IF_ERROR(s.Enqueue([us]() {
@@ -347,9 +349,15 @@ Status Executor::PreNode(int i) {
   return absl::OkStatus();
 }
 
+Status Executor::Observe(int i, NodeObserver::Point point, Stream& s) {
+  if (options_.observer == nullptr) return absl::OkStatus();
+  return options_.observer->Observe(i, step_, point, s);
+}
+
 Status Executor::PostNode(int i) {
   const Node& n = graph_.nodes[i];
   Stream& s = stream(n.stream);
+  BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kAfterWork, s));
   for (int w : n.writes) {
     if (!graph_.buffers[w].persistent) {
       BATON_RETURN_IF_ERROR(arena_->MarkWritten(graph_.buffers[w].plan_id, s));
@@ -582,12 +590,21 @@ Status Executor::CaptureStep(const StepCallbacks& callbacks) {
           " blocks the host inside the step; it cannot be captured"));
     }
   }
+  if (step_ == 0) {
+    // The libraries build handles, workspaces and plans on first use
+    // (cuBLAS, cuDNN's attention plans, NCCL's buffers), with calls that are
+    // illegal inside a capture; an eager step makes them first.
+    return absl::FailedPreconditionError(
+        "CaptureStep: run one eager Step first (the libraries set themselves "
+        "up on first use, which a capture cannot record)");
+  }
   BATON_RETURN_IF_ERROR(Synchronize());
+  // Created before the capture and kept alive until it ended.
+  BATON_ASSIGN_OR_RETURN(auto fork, device_.CreateEvent());
   auto origin = static_cast<cudaStream_t>(streams_[0]->native_handle());
   BATON_CUDA_CHECK(
       cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
   Status st = [&]() -> Status {
-    BATON_ASSIGN_OR_RETURN(auto fork, device_.CreateEvent());
     BATON_RETURN_IF_ERROR(fork->Record(*streams_[0]));
     for (size_t s = 1; s < streams_.size(); ++s) {
       BATON_RETURN_IF_ERROR(streams_[s]->Wait(*fork));

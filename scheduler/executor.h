@@ -103,6 +103,18 @@ struct StepCallbacks {
   bool optimizer_writes_shard = false;
 };
 
+// Sees every node as it is issued (scheduler/step_trace.h records
+// timestamps with it). Called on the issuing thread at three points of node
+// `node` of step `step`, with the node's stream, on which it may enqueue
+// work of its own: before the node's waits, after them (before its work)
+// and after its work. An error fails the issuing call.
+class NodeObserver {
+ public:
+  enum class Point { kBeforeWaits, kBeforeWork, kAfterWork };
+  virtual ~NodeObserver() = default;
+  virtual Status Observe(int node, int64_t step, Point point, Stream& stream) = 0;
+};
+
 struct ExecutorOptions {
   bool poison = false;  // arena poison mode (host device only)
   // Host streams: record every node's start and end in one global order
@@ -121,6 +133,8 @@ struct ExecutorOptions {
   Communicator* shard_comm = nullptr;
   Communicator* replica_comm = nullptr;
   Communicator* hpz_comm = nullptr;
+  // Not owned; must outlive the executor. Null: none.
+  NodeObserver* observer = nullptr;
 };
 
 struct TraceRecord {
@@ -163,7 +177,14 @@ class Executor {
 
   // CUDA only: captures one step as a CUDA graph (callbacks are called
   // during capture), then each ReplayStep launches it. Unimplemented on
-  // host streams; FailedPrecondition for ReplayStep before CaptureStep.
+  // host streams and with a communicator that cannot be captured (inproc);
+  // FailedPrecondition before one eager Step (libraries set themselves up
+  // on first use, which a capture cannot record) and for ReplayStep before
+  // CaptureStep. Every replay repeats the captured kernels with their
+  // captured arguments: a callback must not bake per-step values into its
+  // launches (the step number of ComputeContext / OptimizerContext is the
+  // capture's for every replay; AdamW's bias correction needs it from
+  // device memory before a replay can match eager steps).
   Status CaptureStep(const StepCallbacks& callbacks);
   Status ReplayStep();
 
@@ -199,6 +220,7 @@ class Executor {
   void* BufferData(int buffer);
   Status RunWork(int i, const StepCallbacks& callbacks);
   Status Trace(int i, bool start);
+  Status Observe(int i, NodeObserver::Point point, Stream& s);
 
   std::shared_ptr<const StepGraph> owned_graph_;
   const StepGraph& graph_;  // *owned_graph_

@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -171,6 +173,48 @@ TEST(TrainTinyTest, PolicyFileRunsAsWritten) {
   }
 }
 
+// --trace: a Perfetto / Chrome trace with, for each of the 2 ranks, a
+// named track per stream holding compute, copy and wait slices of both steps.
+TEST(TrainTinyTest, TraceHasEveryRanksStreamsWithComputeCopiesAndWaits) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/train_tiny_trace.json");
+  const Outcome r = Execute(absl::StrCat(kModel, " --steps=2 --nranks=2 --trace=", path));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr) << path;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << text.substr(0, 200);
+  std::map<std::pair<int, int>, std::string> tracks;
+  std::map<int, std::map<std::string, int>> slices;  // rank -> category -> count
+  std::set<int64_t> steps;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") {
+      tracks[{e.at("pid").get<int>(), e.at("tid").get<int>()}] = e.at("args").at("name");
+    } else if (e.at("ph") == "X") {
+      ++slices[e.at("pid").get<int>()][e.at("cat").get<std::string>()];
+      steps.insert(e.at("args").at("step").get<int64_t>());
+      EXPECT_TRUE(tracks.count({e.at("pid").get<int>(), e.at("tid").get<int>()}))
+          << "a slice on an unnamed track";
+    }
+  }
+  EXPECT_EQ(steps, (std::set<int64_t>{0, 1}));
+  for (int rank : {0, 1}) {
+    EXPECT_EQ(tracks[std::make_pair(rank, 0)], "compute");
+    EXPECT_EQ(tracks[std::make_pair(rank, 1)], "all-gather");
+    EXPECT_EQ(tracks[std::make_pair(rank, 2)], "reduce-scatter");
+    for (const char* cat : {"compute", "copy", "wait"}) {
+      EXPECT_GT(slices[rank][cat], 0) << "rank " << rank << " has no " << cat << " slice";
+    }
+  }
+  EXPECT_EQ(slices[0]["compute"], slices[1]["compute"]);
+  EXPECT_EQ(slices[0]["copy"], slices[1]["copy"]);
+}
+
 // Bad input: exit code 2 and one line that names the problem.
 TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -203,6 +247,7 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
       {"--hidden=4294967360", "--hidden needs an integer in [1, 16777216]"},
       {"--model=tiny --hf-config=/nonexistent/config.json", "--model and --hf-config"},
       {"--policy=hsdp --nranks=6", "shard_group = 4 does not divide the world size 6"},
+      {"--trace=/nonexistent/trace.json", "--trace: cannot write /nonexistent/trace.json"},
   };
   for (const auto& [args, want] : cases) {
     const Outcome r = Execute(absl::StrCat("--steps=1 ", args));

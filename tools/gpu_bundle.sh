@@ -32,7 +32,7 @@ mapfile -t tests < <(./bazelw query --noshow_progress \
   'kind("cc_test", rdeps(//..., @local_cuda//:cudart)) except //tests:ucx_collectives_test' \
   2>/dev/null | sort)
 binaries=(//examples:train_tiny //examples:simulate //bench:runtime //bench:collectives
-          //bench:ops //bench:kernels)
+          //bench:scheduler //bench:ops //bench:kernels)
 echo "gpu_bundle: ${#tests[@]} tests, ${#binaries[@]} binaries"
 ./bazelw build -c opt "${tests[@]}" "${binaries[@]}"
 bin="$(./bazelw info -c opt bazel-bin 2>/dev/null)"

@@ -10,7 +10,8 @@
 #    kernels (attention, rmsnorm, cross_entropy) under racecheck too;
 # 3. with a GPU: the GPU benches (runtime, inproc on device memory with
 #    2/4/8 ranks, nccl with 1 rank; //bench:ops; //bench:kernels writing
-#    logs/kernels.json, then simulate pricing a step from that table).
+#    logs/kernels.json, then simulate pricing a step from that table;
+#    scheduler --cuda: eager vs CUDA-graph replay).
 # Ends with one line `N passed, M failed, K skipped` (test cases, from gtest's
 # XML; a binary that dies without its XML counts as one failure, named),
 # then the bench figures. Exit status 1 if anything failed.
@@ -115,6 +116,8 @@ if [ $gpu -eq 1 ]; then
   ./examples/simulate --model=llama3-8b --gpus=8 --global-batch=64 --policy=baton \
     --kernel-table="$logs/kernels.json" >> "$bench" 2>&1 ||
     failures+=("simulate --kernel-table with the measured table: exit $?")
+  ./bench/scheduler --model=tiny --ranks=8 --issue-steps=20 --cuda >> "$bench" 2>&1 ||
+    failures+=("bench scheduler --cuda: exit $?")
 fi
 
 for f in "${failures[@]}"; do echo "FAILED: $f"; done

@@ -7,6 +7,9 @@ bin/nvcc and include/cuda_runtime_api.h are there and BATON_NO_CUDA is unset
   CUDA_ENABLED  True when the toolkit was found
   CUDA_PATH     its absolute path ("" when not found)
   NCCL_ENABLED  True when nccl.h and libnccl are there too
+  CUDNN_ENABLED True when the cuDNN 9 graph API header (cudnn_graph.h) is
+                there too; baton loads libcudnn.so.9 at run time (dlopen),
+                so nothing links against it
 
 and @local_cuda//:{cudart,nccl,cublas} are cc_library targets (empty when
 disabled, so nothing fails to resolve).
@@ -30,10 +33,13 @@ def _cuda_configure_impl(rctx):
     nccl = found and rctx.path(root + "/include/nccl.h").exists and \
            _find_lib_dir(rctx, root, "libnccl.so") != None
 
+    cudnn = found and rctx.path(root + "/include/cudnn_graph.h").exists
+
     rctx.file("defs.bzl", "\n".join([
         "CUDA_ENABLED = %s" % found,
         "CUDA_PATH = \"%s\"" % (root if found else ""),
         "NCCL_ENABLED = %s" % nccl,
+        "CUDNN_ENABLED = %s" % cudnn,
         "",
     ]))
 

@@ -1,0 +1,64 @@
+// Timelines of executed steps, per rank and stream, written as a trace that
+// Perfetto (ui.perfetto.dev) and chrome://tracing open: the JSON
+// trace-event format, one process per rank, one track (thread) per stream
+// (compute, all-gather, reduce-scatter, or one comm stream), with slices
+//   wait     a stream blocked on another stream's event before a node
+//   compute  forward / recompute / backward / optimizer / cast / accumulate
+//   copy     the collectives and device copies (bytes moved between ranks
+//            or buffers: on inproc, copies through shared memory)
+// named after the node (StepGraph Node::name) with its step in args.
+//
+// How: the executor calls a recorder (ExecutorOptions::observer) around
+// every node; the recorder enqueues a host function on the node's stream
+// that reads the host's steady clock when the stream reaches it. On a host
+// stream that is when the stream's thread gets there; on a CUDA stream it is
+// when the preceding GPU work finished and the driver ran the callback (a
+// host callback per point: it adds its latency to each node, so a CUDA trace
+// shows the split of a step, not its exact speed).
+//
+// Thread safety: each rank's recorder is driven by that rank's issuing
+// thread; the streams write timestamps concurrently. Json / Write after
+// every traced stream has been synchronized.
+#ifndef BATON_SCHEDULER_STEP_TRACE_H_
+#define BATON_SCHEDULER_STEP_TRACE_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "baton/runtime/status.h"
+#include "baton/scheduler/executor.h"
+#include "baton/scheduler/step_graph.h"
+
+namespace baton::scheduler {
+
+class StepTrace {
+ public:
+  StepTrace();
+  ~StepTrace();
+
+  // The observer for rank `rank`'s executor running `graph` (which must
+  // outlive this StepTrace). Owned by the StepTrace. Call once per rank,
+  // before the ranks run (not thread-safe against itself).
+  NodeObserver* ForRank(int rank, const StepGraph& graph);
+
+  // The trace as one JSON object {"traceEvents": [...], ...}.
+  std::string Json() const;
+  // Json() into `path`; InvalidArgument naming the path if it cannot be
+  // written.
+  Status Write(const std::string& path) const;
+
+ private:
+  class Recorder;
+  const std::chrono::steady_clock::time_point origin_;
+  std::map<int, std::unique_ptr<Recorder>> ranks_;
+};
+
+}  // namespace baton::scheduler
+
+#endif  // BATON_SCHEDULER_STEP_TRACE_H_
