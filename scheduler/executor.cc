@@ -47,6 +47,12 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return absl::InvalidArgumentError(
         "executor: the graph has no memory plan (GraphOptions::plan_memory)");
   }
+  if (graph.policy.zenflow) {
+    return absl::UnimplementedError(absl::StrCat(
+        "executor: policy ", graph.policy.name,
+        " uses zenflow, whose split update is simulated only; run "
+        "offload = optimizer without zenflow (preset zero_offload)"));
+  }
   if ((options.poison || options.trace || options.max_delay_us > 0) &&
       device.kind() != DeviceKind::kHost) {
     return absl::InvalidArgumentError(

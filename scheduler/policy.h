@@ -82,18 +82,22 @@
 //       of device memory. Needs sharding: InvalidArgument under all_reduce.
 //   zenflow, zenflow_topk_ratio / zenflow_select_interval /
 //   zenflow_update_interval (ZenFlow, DeepSpeed's importance-aware offload)
-//       On top of offload = optimizer: the topk_ratio fraction of each 2-D
-//       weight's columns with the largest gradient norm (re-selected every
+//       On top of offload = optimizer: the topk_ratio fraction of each
+//       bucket's columns with the largest gradient norm (re-selected every
 //       select_interval steps) is updated on the device every step; the
-//       other columns' gradients are accumulated on the host and applied
-//       there every update_interval steps, while the device runs on (their
-//       parameters are at most update_interval steps stale). Intervals may
-//       be kAutoInterval ("auto", as in DeepSpeed's config): update_interval
-//       auto = kAutoUpdateInterval (4, DeepSpeed's tutorial value);
-//       select_interval auto = the update interval (re-select when the host
-//       update lands). ResolveZenFlow gives the concrete values.
-//       topk_ratio must be in (0, 1], intervals >= 1 or auto, and zenflow
-//       needs offload = optimizer.
+//       other columns' gradients accumulate in the device gradient shard
+//       (which exists anyway) and go to the host every update_interval
+//       steps, where the optimizer applies them while the device runs on
+//       (their parameters are at most update_interval steps stale).
+//       DeepSpeed moves them every step and accumulates on the host; baton
+//       moves 1/update_interval of that and spends no host pass per step.
+//       Simulated only: the executor refuses zenflow (Unimplemented).
+//       Intervals may be kAutoInterval ("auto", as in DeepSpeed's config):
+//       update_interval auto = kAutoUpdateInterval (4, the value of
+//       DeepSpeed's ZenFlow tutorial); select_interval auto = the update
+//       interval (re-select when a host update lands). ResolveZenFlow gives
+//       the values. topk_ratio must be in (0, 1], intervals >= 1 or auto,
+//       and zenflow needs offload = optimizer.
 // Plain data; copyable.
 #ifndef BATON_SCHEDULER_POLICY_H_
 #define BATON_SCHEDULER_POLICY_H_

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "baton/memory/step_dag.h"
@@ -54,6 +55,7 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kHpzShard: return "hpz_shard";
     case BufferRole::kHostGrad: return "host_grad";
     case BufferRole::kHostShard: return "host_shard";
+    case BufferRole::kTopkState: return "topk_state";
   }
   return "?";
 }
@@ -157,6 +159,7 @@ class Builder {
   bool offload_ = false;
   std::vector<int> shard_, master_, gshard_, m1_, m2_;
   std::vector<int> host_grad_, host_shard_;  // offload
+  std::vector<int> topk_;                    // zenflow: device state
   std::vector<bool> uploaded_;  // offload: bucket's H2D issued this step
   std::vector<int> fwd_order_;  // non-resident buckets, forward order
   std::vector<int> pos_;        // bucket -> index in fwd_order_
@@ -198,6 +201,13 @@ void Builder::Persistent() {
       host_shard_.push_back(AddBuffer(absl::StrCat("host_shard.", name),
                                       BufferRole::kHostShard, b, n,
                                       p_.param_dtype, true, true));
+    }
+    if (p_.zenflow) {
+      const int64_t k = static_cast<int64_t>(
+          std::ceil(p_.zenflow_topk_ratio * static_cast<double>(n)));
+      topk_.push_back(AddBuffer(absl::StrCat("topk_state.", name),
+                                BufferRole::kTopkState, b, 4 * k,
+                                DataType::kF32, true));
     }
   }
 }
@@ -442,6 +452,11 @@ void Builder::Optimizer() {
   if (layout_.resident_bucket >= 0) order.push_back(layout_.resident_bucket);
   for (int b : order) {
     if (final_reduce_[b] < 0) continue;  // a bucket no unit reads
+    if (p_.zenflow) {
+      AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, p_.micro_steps - 1,
+              {gshard_[b], topk_[b]}, {topk_[b], shard_[b]},
+              absl::StrCat("TOPK ", B(b).name));
+    }
     if (offload_) {
       // On the host stream: it waits for the bucket's D2H only, so it
       // starts during the backward; issued here, after the compute, so a
@@ -714,8 +729,11 @@ Status VerifyOffloadNode(const StepGraph& g, int v,
   if (link && n.stream != g.stream_for(StreamClass::kHostCopy)) {
     return fail(n.name, " is not on the host-copy stream");
   }
+  const bool topk = g.policy.zenflow && n.kind == NodeKind::kOptimizer &&
+                    !n.reads.empty() &&
+                    g.buffers[n.reads.back()].role == BufferRole::kTopkState;
   if (offload && (n.kind == NodeKind::kOptimizer || n.kind == NodeKind::kCast) &&
-      !host_node) {
+      !host_node && !topk) {
     return fail(n.name, " runs on the device under offload");
   }
   auto check = [&](int b, bool write) -> Status {
@@ -734,7 +752,7 @@ Status VerifyOffloadNode(const StepGraph& g, int v,
   for (int r : n.reads) BATON_RETURN_IF_ERROR(check(r, false));
   for (int w : n.writes) BATON_RETURN_IF_ERROR(check(w, true));
   if (!offload) return absl::OkStatus();
-  if (n.kind == NodeKind::kOptimizer) {
+  if (n.kind == NodeKind::kOptimizer && !topk) {
     const int grad = n.reads.empty() ? -1 : n.reads[0];
     const int w = grad >= 0 ? last_writer[grad] : -1;
     if (grad < 0 || g.buffers[grad].role != BufferRole::kHostGrad || w < 0 ||

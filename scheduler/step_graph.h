@@ -40,6 +40,16 @@
 // buckets' forward). persistent_bytes counts device buffers only,
 // host_bytes the host ones.
 //
+// ZenFlow (Policy::zenflow, on top of offload): before the host work of a
+// bucket, "TOPK" (compute stream) selects the top-k columns by gradient
+// norm and updates them on the device (kTopkState, and their elements of
+// the device shard). The other columns' gradients accumulate in the
+// device gradient shard; D2H, OPT, CAST and H2D then run once every
+// update_interval steps (their cost per step is 1/update_interval of the
+// graph's, which the simulator prices) and the host's update overlaps the
+// following steps. The graph shows the steady state of one step; the
+// executor refuses ZenFlow graphs (Unimplemented): simulated only.
+//
 // Plain data; immutable once built; safe to share between threads.
 #ifndef BATON_SCHEDULER_STEP_GRAPH_H_
 #define BATON_SCHEDULER_STEP_GRAPH_H_
@@ -98,6 +108,8 @@ enum class BufferRole {
   kHostGrad,   // persistent, host (offload): copied gradient shard
   kHostShard,  // persistent, host (offload): parameter-dtype shard the host
                // cast writes and H2D copies to the device
+  kTopkState,  // persistent, device (zenflow): master, moments and index of
+               // the selected columns (4 x 4 bytes per selected element)
 };
 const char* BufferRoleName(BufferRole role);
 
