@@ -192,6 +192,11 @@ scheduler::Policy PolicyFromFlags(const Flags& f) {
   p->param_dtype = f.dtype == "bf16" ? DataType::kBF16 : DataType::kF32;
   p->reduce_dtype = DataType::kF32;
   if (f.micro_steps) p->micro_steps = static_cast<int>(f.micro_steps);
+  if (Status st = scheduler::ValidatePolicy(*p); !st.ok()) Fail(std::string(st.message()));
+  if (p->zenflow) {
+    Fail(absl::StrCat("--policy=", f.policy, ": ZenFlow is simulated only (simulate "
+                      "--policy=zenflow); train with --policy=zero_offload"));
+  }
   return *p;
 }
 
