@@ -130,6 +130,40 @@ TEST(OffloadGraphTest, CopiesAndHostWorkAreWhereTheyBelong) {
   }
 }
 
+// ZenFlow's graph (simulated only): a device TOPK update per bucket before
+// its host work, reading the gradient shard, with 16 bytes of device state
+// per selected element; the executor refuses it.
+TEST(OffloadGraphTest, ZenFlowGraphHasTheDeviceTopkPath) {
+  Policy p = *PolicyPreset("zenflow");
+  p.zenflow_topk_ratio = 0.25;
+  auto g = BuildStepGraph(Micro(), p, 2);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(VerifyStepGraph(*g).ok()) << VerifyStepGraph(*g);
+  const auto off = BuildStepGraph(Micro(), *PolicyPreset("zero_offload"), 2);
+  ASSERT_TRUE(off.ok());
+  int topk = 0;
+  size_t state = 0;
+  for (const Node& n : g->nodes) {
+    if (n.kind != NodeKind::kOptimizer || n.stream != kComputeStream) continue;
+    ++topk;
+    EXPECT_EQ(g->buffers[n.reads[0]].role, BufferRole::kGradShard) << n.name;
+    EXPECT_EQ(g->buffers[n.reads[1]].role, BufferRole::kTopkState) << n.name;
+    const int64_t numel = g->layout.buckets[n.bucket].shard_numel;
+    EXPECT_EQ(g->buffers[n.reads[1]].numel,
+              4 * static_cast<int64_t>(std::ceil(0.25 * numel)));
+    state += g->buffers[n.reads[1]].bytes();
+  }
+  EXPECT_EQ(topk, static_cast<int>(g->layout.buckets.size()));
+  EXPECT_EQ(g->persistent_bytes, off->persistent_bytes + state);
+  EXPECT_EQ(g->host_bytes, off->host_bytes);
+  auto group = CreateInprocGroup(1);
+  ASSERT_TRUE(group.ok());
+  auto one = BuildStepGraph(Micro(), p, 1);
+  ASSERT_TRUE(one.ok());
+  const auto exec = Executor::Create(*one, *group->device, *group->comms[0]);
+  EXPECT_TRUE(absl::IsUnimplemented(exec.status())) << exec.status();
+}
+
 TEST(OffloadGraphTest, VerifyCatchesMisplacedOffloadWork) {
   const Policy p = *PolicyPreset("zero_offload");
   const StepGraph g = *BuildStepGraph(Micro(), p, 2);

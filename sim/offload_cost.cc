@@ -19,8 +19,9 @@ std::optional<double> OffloadNodeSeconds(const StepGraph& g, const Node& n,
                                          const ComputeModel& k) {
   if (!g.offload()) return std::nullopt;
   const scheduler::Policy& p = g.policy;
-  const double numel =
-      static_cast<double>(g.layout.buckets[n.bucket < 0 ? 0 : n.bucket].shard_numel);
+  auto numel = [&]() {  // only for bucket nodes (bucket >= 0)
+    return static_cast<double>(g.layout.buckets[n.bucket].shard_numel);
+  };
   double share = 1;  // of a full copy or update, per step
   if (p.zenflow) {
     share = (1 - p.zenflow_topk_ratio) / scheduler::ResolveZenFlow(p).update;
@@ -31,12 +32,12 @@ std::optional<double> OffloadNodeSeconds(const StepGraph& g, const Node& n,
       return share * static_cast<double>(g.buffers[n.writes[0]].bytes()) /
              (c.host_link_gbps * 1e9);
     case NodeKind::kOptimizer:
-      if (OnHostStream(g, n)) return share * numel / (c.host_adam_gparams * 1e9);
+      if (OnHostStream(g, n)) return share * numel() / (c.host_adam_gparams * 1e9);
       if (p.zenflow) {
         // TOPK: the device AdamW over the selected elements, and the
         // column-norm pass (read the gradient shard) when re-selecting.
         const double grad_bytes = static_cast<double>(g.buffers[n.reads[0]].bytes());
-        return k.Optimizer(p.zenflow_topk_ratio * numel).seconds +
+        return k.Optimizer(p.zenflow_topk_ratio * numel()).seconds +
                k.CopyBytes(grad_bytes).seconds / scheduler::ResolveZenFlow(p).select;
       }
       return std::nullopt;
