@@ -361,6 +361,19 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
                               ga.data, ga.dtype, ga.acc);
 }
 
+namespace {
+
+// The host optimizer step of an offload policy (Policy::offload): the
+// arguments are host memory and `stream` a host view of the executor's host
+// stream, so ops::AdamWStep enqueues its CPU loop as host work. The seam
+// for a faster host kernel (threads + SIMD).
+Status HostAdamWStep(Stream& stream, const ops::AdamWConfig& config,
+                     const ops::AdamWArgs& args) {
+  return ops::AdamWStep(stream, config, args);
+}
+
+}  // namespace
+
 Status LlamaRank::Optimizer(const scheduler::OptimizerContext& ctx) {
   ops::AdamWArgs a;
   a.n = ctx.shard_numel;
@@ -373,6 +386,7 @@ Status LlamaRank::Optimizer(const scheduler::OptimizerContext& ctx) {
   a.moment2 = ctx.moment2;
   a.param = ctx.shard;  // fused cast (null: the executor casts)
   a.param_dtype = ctx.shard_dtype;
+  if (ctx.on_host) return HostAdamWStep(*ctx.stream, config_.adamw, a);
   return ops::AdamWStep(*ctx.stream, config_.adamw, a);
 }
 

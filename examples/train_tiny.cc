@@ -233,6 +233,11 @@ scheduler::Policy PolicyFromFlags(const Flags& f) {
   p->param_dtype = f.dtype == "bf16" ? DataType::kBF16 : DataType::kF32;
   p->reduce_dtype = DataType::kF32;
   if (f.micro_steps) p->micro_steps = static_cast<int>(f.micro_steps);
+  if (Status st = scheduler::ValidatePolicy(*p); !st.ok()) Fail(std::string(st.message()));
+  if (p->zenflow) {
+    Fail(absl::StrCat("--policy=", f.policy, ": ZenFlow is simulated only (simulate "
+                      "--policy=zenflow); train with --policy=zero_offload"));
+  }
   return *p;
 }
 
@@ -242,6 +247,7 @@ struct RunResult {
   double ms_per_step = 0;      // steps after the first
   double tokens_per_s = 0;
   size_t arena_bytes = 0, lower_bound_bytes = 0, persistent_bytes = 0;
+  size_t host_bytes = 0;  // offload: master and moments in host memory
   std::string plan_strategy;
 };
 
@@ -311,6 +317,7 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   out->arena_bytes = graph->plan.arena_bytes;
   out->lower_bound_bytes = graph->plan.lower_bound_bytes;
   out->persistent_bytes = graph->persistent_bytes;
+  out->host_bytes = graph->host_bytes;
   out->plan_strategy = graph->plan.strategy;
   return absl::OkStatus();
 }
@@ -497,6 +504,10 @@ int Main(int argc, char** argv) {
               MiB(res.arena_bytes).c_str(), MiB(res.lower_bound_bytes).c_str(),
               res.lower_bound_bytes ? double(res.arena_bytes) / res.lower_bound_bytes : 1.0,
               res.plan_strategy.c_str(), MiB(res.persistent_bytes).c_str());
+  if (res.host_bytes > 0) {
+    std::printf("offload: master shards and moments in host memory, %s\n",
+                MiB(res.host_bytes).c_str());
+  }
   std::printf("time per step: %.1f ms (steps 2..%lld), %.0f tokens/s\n", res.ms_per_step,
               static_cast<long long>(f.steps), res.tokens_per_s);
   if (f.check_reference) {
@@ -521,6 +532,7 @@ int Main(int argc, char** argv) {
     j["arena_bytes"] = res.arena_bytes;
     j["lower_bound_bytes"] = res.lower_bound_bytes;
     j["persistent_bytes"] = res.persistent_bytes;
+    j["host_bytes"] = res.host_bytes;
     j["ms_per_step"] = res.ms_per_step;
     j["tokens_per_s"] = res.tokens_per_s;
     std::printf("%s\n",

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "baton/runtime/stream_ops.h"
+#include "baton/scheduler/offload.h"
 #ifdef BATON_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -44,6 +46,12 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   if (graph.plan.buffers.size() != graph.plan_input.buffers.size()) {
     return absl::InvalidArgumentError(
         "executor: the graph has no memory plan (GraphOptions::plan_memory)");
+  }
+  if (graph.policy.zenflow) {
+    return absl::UnimplementedError(absl::StrCat(
+        "executor: policy ", graph.policy.name,
+        " uses zenflow, whose split update is simulated only; run "
+        "offload = optimizer without zenflow (preset zero_offload)"));
   }
   if ((options.poison || options.trace || options.max_delay_us > 0) &&
       device.kind() != DeviceKind::kHost) {
@@ -152,6 +160,11 @@ Status Executor::Init() {
     BATON_ASSIGN_OR_RETURN(auto ev, device_.CreateEvent());
     end_events_.push_back(std::move(ev));
   }
+  host_views_.resize(streams_.size());
+  if (graph_.offload() && device_.kind() != DeviceKind::kHost) {
+    const StreamId h = graph_.stream_for(StreamClass::kHost);
+    host_views_[h.index()] = std::make_unique<HostWorkView>(*streams_[h.index()]);
+  }
   const int nn = static_cast<int>(graph_.nodes.size());
   std::vector<bool> needs(nn, false);
   for (const Node& n : graph_.nodes) {
@@ -179,14 +192,20 @@ Status Executor::Init() {
   // Persistent state.
   const int nbuf = static_cast<int>(graph_.buffers.size());
   state_offset_.assign(nbuf, 0);
-  size_t total = 0;
+  size_t total = 0, host_total = 0;
   for (int b = 0; b < nbuf; ++b) {
-    if (!graph_.buffers[b].persistent) continue;
-    state_offset_[b] = total;
-    total = AlignUp(total + graph_.buffers[b].bytes(), kStateAlign);
+    const GraphBuffer& buf = graph_.buffers[b];
+    if (!buf.persistent) continue;
+    size_t& t = buf.host ? host_total : total;
+    state_offset_[b] = t;
+    t = AlignUp(t + buf.bytes(), kStateAlign);
   }
   BATON_ASSIGN_OR_RETURN(state_, device_.Allocate(std::max<size_t>(total, 1)));
   BATON_RETURN_IF_ERROR(compute_stream().MemsetAsync(state_.data(), 0, total));
+  if (host_total > 0) {
+    BATON_ASSIGN_OR_RETURN(host_state_, AllocateHostState(device_, host_total));
+    std::memset(host_state_.data(), 0, host_total);
+  }
   BATON_RETURN_IF_ERROR(compute_stream().Synchronize());
   // Gradient gaps per bucket.
   for (const Bucket& bk : graph_.layout.buckets) {
@@ -211,7 +230,8 @@ Status Executor::Init() {
 void* Executor::BufferData(int buffer) {
   const GraphBuffer& b = graph_.buffers[buffer];
   if (b.persistent) {
-    return static_cast<char*>(state_.data()) + state_offset_[buffer];
+    return static_cast<char*>(b.host ? host_state_.data() : state_.data()) +
+           state_offset_[buffer];
   }
   return arena_->View(b.plan_id)->data;
 }
@@ -242,12 +262,13 @@ Status Executor::InitParameters(
         s.MemcpyAsync(BufferData(b), shard.data(), shard.size() * sizeof(float)));
     BATON_RETURN_IF_ERROR(s.Synchronize());
   }
-  // Cast every master into its shard.
+  // Cast every master into its shard (under offload: the host shard, which
+  // the first step's H2D copies to the device).
   for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
     if (graph_.nodes[i].kind != NodeKind::kCast) continue;
     BATON_RETURN_IF_ERROR(RunWork(i, StepCallbacks{}));
   }
-  return s.Synchronize();
+  return Synchronize();
 }
 
 Status Executor::BeginStep() {
@@ -472,7 +493,12 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       const DataType t = buf.dtype;
       return AccumulateInto(s, dst, src, t, static_cast<size_t>(buf.numel));
     }
+    case NodeKind::kD2H:
+    case NodeKind::kH2D:
+      return s.MemcpyAsync(BufferData(n.writes[0]), BufferData(n.reads[0]),
+                           graph_.buffers[n.writes[0]].bytes());
     case NodeKind::kCast: {
+      Stream& ws = WorkStream(n.stream);  // a host view under offload on CUDA
       void* dst = BufferData(n.writes[0]);
       const float* src = static_cast<const float*>(BufferData(n.reads[0]));
       const GraphBuffer& buf = graph_.buffers[n.writes[0]];
@@ -481,8 +507,8 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       if (cb.optimizer_writes_shard && cb.optimizer) {
         return RunOptimizer(i - 1, cb, dst, t);  // fusable_cast_: i - 1 is it
       }
-      if (t == DataType::kF32) return s.MemcpyAsync(dst, src, count * 4);
-      return CastFromF32(s, dst, src, t, count);
+      if (t == DataType::kF32) return ws.MemcpyAsync(dst, src, count * 4);
+      return CastFromF32(ws, dst, src, t, count);
     }
     case NodeKind::kOptimizer:
       if (!cb.optimizer || cb.optimizer_writes_shard) return absl::OkStatus();
@@ -501,7 +527,8 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   ctx.spec = &bk;
   ctx.step = step_;
   ctx.rank = comm_.rank();
-  ctx.stream = &stream(n.stream);
+  ctx.stream = &WorkStream(n.stream);
+  ctx.on_host = graph_.buffers[n.writes[0]].host;
   ctx.master = static_cast<float*>(BufferData(n.writes[0]));
   ctx.grad = BufferData(n.reads[0]);
   ctx.grad_dtype = graph_.buffers[n.reads[0]].dtype;
@@ -514,6 +541,11 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   ctx.shard = shard;
   ctx.shard_dtype = shard_dtype;
   return cb.optimizer(ctx);
+}
+
+Stream& Executor::WorkStream(StreamId s) {
+  Stream* view = host_views_[s.index()].get();
+  return view != nullptr ? *view : stream(s);
 }
 
 Status Executor::IssueNode(int i, const StepCallbacks& callbacks) {

@@ -29,6 +29,15 @@
 // (poison mode checks every read; host device only); persistent per-bucket
 // state (shard, master, gradient shard, two moments) in one allocation.
 //
+// Offload (Policy::offload; step_graph.h): the graph's host buffers (master,
+// moments, host gradient and parameter shards) live in one host allocation
+// (pinned on CUDA: scheduler/offload.h), the D2H / H2D nodes are
+// MemcpyAsync on the host-copy stream, and the optimizer callback and the
+// cast run on the host stream with OptimizerContext::on_host set: their
+// stream is a host view (kind() kHost, HostWorkView) of it, so the callback
+// enqueues CPU code as host work on host pointers (ops/adamw.h does this
+// by itself on such a stream).
+//
 // Thread safety: one thread drives an Executor (Step, Synchronize, ...).
 #ifndef BATON_SCHEDULER_EXECUTOR_H_
 #define BATON_SCHEDULER_EXECUTOR_H_
@@ -88,6 +97,9 @@ struct OptimizerContext {
   // updated master rounded to shard_dtype. Null otherwise.
   void* shard = nullptr;
   DataType shard_dtype = DataType::kBF16;
+  // Offload: every pointer above is host memory and `stream` is a host view
+  // of the host stream: the step must run as host work (Stream::Enqueue).
+  bool on_host = false;
 };
 
 struct StepCallbacks {
@@ -237,7 +249,12 @@ class Executor {
   std::vector<std::unique_ptr<Event>> end_events_;   // per stream
   std::unique_ptr<memory::Arena> arena_;
   DeviceBuffer state_;
-  std::vector<size_t> state_offset_;  // per persistent buffer
+  DeviceBuffer host_state_;           // offload: the graph's host buffers
+  std::vector<size_t> state_offset_;  // per persistent buffer (in its allocation)
+  // Per stream: the host view callbacks get (HostWorkView) for the host
+  // stream of an offload graph on a CUDA device; null otherwise.
+  std::vector<std::unique_ptr<Stream>> host_views_;
+  Stream& WorkStream(StreamId s);  // the view if any, else the stream
   // Per bucket: [begin, end) element ranges of its flat buffer that hold no
   // parameter (gaps and tail padding); zeroed before a gradient's first write.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;

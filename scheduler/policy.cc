@@ -9,7 +9,31 @@ namespace baton::scheduler {
 
 std::vector<std::string> PolicyPresetNames() {
   return {"baton", "yafsdp", "fsdp1", "fsdp2", "zero3", "ddp", "hsdp",
-          "zeropp"};
+          "zeropp", "zero_offload"};
+}
+
+const char* OffloadName(Offload offload) {
+  switch (offload) {
+    case Offload::kNone: return "none";
+    case Offload::kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
+StatusOr<Offload> ParseOffload(absl::string_view name) {
+  if (name == "none") return Offload::kNone;
+  if (name == "optimizer") return Offload::kOptimizer;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "offload must be none or optimizer, got \"", name, "\""));
+}
+
+ZenFlowIntervals ResolveZenFlow(const Policy& p) {
+  ZenFlowIntervals z;
+  z.update = p.zenflow_update_interval == kAutoInterval ? kAutoUpdateInterval
+                                                        : p.zenflow_update_interval;
+  z.select = p.zenflow_select_interval == kAutoInterval ? z.update
+                                                        : p.zenflow_select_interval;
+  return z;
 }
 
 StatusOr<Policy> PolicyPreset(absl::string_view name) {
@@ -64,6 +88,12 @@ StatusOr<Policy> PolicyPreset(absl::string_view name) {
     p.backward_prefetch = 1;
     p.reduce_window = 2;
     p.hpz_group = 4;
+  } else if (name == "zero_offload" || name == "zenflow") {
+    p.forward_prefetch = 1;
+    p.backward_prefetch = 1;
+    p.reduce_window = 2;
+    p.offload = Offload::kOptimizer;
+    p.zenflow = name == "zenflow";
   } else {
     return absl::NotFoundError(
         absl::StrCat("unknown policy \"", name, "\"; presets: ",
@@ -98,6 +128,30 @@ Status ValidatePolicy(const Policy& p) {
   if (p.reduce_dtype == DataType::kI32) return bad("reduce_dtype", "int32");
   if (p.bucket_policy == BucketPolicy::kMerge && p.merge_target_bytes <= 0) {
     return bad("merge_target_bytes", p.merge_target_bytes);
+  }
+  if (p.offload != Offload::kNone && p.all_reduce) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": offload = ", OffloadName(p.offload),
+        " needs sharded optimizer state, but all_reduce (DDP) is set"));
+  }
+  if (!(p.zenflow_topk_ratio > 0 && p.zenflow_topk_ratio <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": zenflow_topk_ratio = ", p.zenflow_topk_ratio,
+        " must be in (0, 1]"));
+  }
+  for (auto [knob, v] : {std::pair<const char*, int>{"zenflow_select_interval",
+                                                     p.zenflow_select_interval},
+                         {"zenflow_update_interval", p.zenflow_update_interval}}) {
+    if (v < 1 && v != kAutoInterval) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", p.name, ": ", knob, " = ", v,
+          " must be >= 1 or auto (kAutoInterval)"));
+    }
+  }
+  if (p.zenflow && p.offload != Offload::kOptimizer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": zenflow needs offload = optimizer, got offload = ",
+        OffloadName(p.offload)));
   }
   return absl::OkStatus();
 }

@@ -67,6 +67,37 @@
 //       shrink the arena. false: buffers share bytes only where the
 //       schedule already orders them, which is what a caching allocator
 //       can prove without waiting.
+//   offload (ZeRO-Offload)
+//       none: the fp32 master shard, the two Adam moments and the optimizer
+//       live on the device. optimizer: they live in (pinned) host memory;
+//       after each bucket's last reduction its gradient shard is copied to
+//       the host on a copy stream ("D2H"), the host runs the optimizer and
+//       the cast into a host copy of the parameter-dtype shard (host
+//       stream), and the next step copies that shard back to the device
+//       ("H2D", copy stream) just before the bucket's first gather, so the
+//       copies of later buckets overlap the forward of earlier ones. Costs:
+//       2 x shard bytes over the host link per step and the host
+//       optimizer's time (serial with the step: the next forward needs the
+//       updated first bucket); saves 12 bytes per parameter (/ shard group)
+//       of device memory. Needs sharding: InvalidArgument under all_reduce.
+//   zenflow, zenflow_topk_ratio / zenflow_select_interval /
+//   zenflow_update_interval (ZenFlow, DeepSpeed's importance-aware offload)
+//       On top of offload = optimizer: the topk_ratio fraction of each
+//       bucket's columns with the largest gradient norm (re-selected every
+//       select_interval steps) is updated on the device every step; the
+//       other columns' gradients accumulate in the device gradient shard
+//       (which exists anyway) and go to the host every update_interval
+//       steps, where the optimizer applies them while the device runs on
+//       (their parameters are at most update_interval steps stale).
+//       DeepSpeed moves them every step and accumulates on the host; baton
+//       moves 1/update_interval of that and spends no host pass per step.
+//       Simulated only: the executor refuses zenflow (Unimplemented).
+//       Intervals may be kAutoInterval ("auto", as in DeepSpeed's config):
+//       update_interval auto = kAutoUpdateInterval (4, the value of
+//       DeepSpeed's ZenFlow tutorial); select_interval auto = the update
+//       interval (re-select when a host update lands). ResolveZenFlow gives
+//       the values. topk_ratio must be in (0, 1], intervals >= 1 or auto,
+//       and zenflow needs offload = optimizer.
 // Plain data; copyable.
 #ifndef BATON_SCHEDULER_POLICY_H_
 #define BATON_SCHEDULER_POLICY_H_
@@ -80,6 +111,15 @@
 #include "baton/scheduler/layout.h"
 
 namespace baton::scheduler {
+
+enum class Offload { kNone, kOptimizer };
+const char* OffloadName(Offload offload);  // "none", "optimizer"
+// InvalidArgument listing the names for anything else.
+StatusOr<Offload> ParseOffload(absl::string_view name);
+
+// A ZenFlow interval chosen by ResolveZenFlow ("auto").
+inline constexpr int kAutoInterval = -1;
+inline constexpr int kAutoUpdateInterval = 4;
 
 struct Policy {
   std::string name = "baton";
@@ -100,6 +140,12 @@ struct Policy {
   // Hierarchical sharding (0: off).
   int shard_group = 0;
   int hpz_group = 0;
+  // Offload (ZeRO-Offload) and ZenFlow.
+  Offload offload = Offload::kNone;
+  bool zenflow = false;
+  double zenflow_topk_ratio = 0.05;
+  int zenflow_select_interval = kAutoInterval;
+  int zenflow_update_interval = kAutoInterval;
   // Layout.
   BucketPolicy bucket_policy = BucketPolicy::kPerUnit;
   int64_t merge_target_bytes = 0;
@@ -129,13 +175,26 @@ struct Policy {
 //         replicated across them with a gradient all-reduce.
 // zeropp  ZeRO++ hpZ: primary shards over every rank, secondary shards in
 //         groups of 4 ranks (hpz_group 4) for the backward gathers.
+// zero_offload  baton's schedule with offload = optimizer (ZeRO-Offload:
+//         master, moments and the optimizer step on the host).
+// zenflow ZeRO-Offload plus ZenFlow: topk_ratio 0.05, select_interval and
+//         update_interval auto.
 // NotFound listing the names otherwise.
 StatusOr<Policy> PolicyPreset(absl::string_view name);
 std::vector<std::string> PolicyPresetNames();
 
 // InvalidArgument naming the knob for negative depths or windows, a
-// micro_steps < 1, recompute_blocks < -1, an integer dtype.
+// micro_steps < 1, recompute_blocks < -1, an integer dtype, offload under
+// all_reduce, zenflow without offload, a zenflow_topk_ratio outside (0, 1],
+// a ZenFlow interval that is neither >= 1 nor kAutoInterval.
 Status ValidatePolicy(const Policy& policy);
+
+// ZenFlow's intervals with "auto" resolved (policy.h, the zenflow knob).
+struct ZenFlowIntervals {
+  int select = 1;
+  int update = 1;
+};
+ZenFlowIntervals ResolveZenFlow(const Policy& policy);
 
 // The communication groups a policy implies for `world_size` ranks. Rank r
 // is in shard group r / shard (position r % shard), replica group r % shard

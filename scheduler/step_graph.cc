@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "baton/memory/step_dag.h"
@@ -20,6 +21,8 @@ const char* NodeKindName(NodeKind kind) {
     case NodeKind::kAccumulate: return "accumulate";
     case NodeKind::kOptimizer: return "optimizer";
     case NodeKind::kCast: return "cast";
+    case NodeKind::kD2H: return "d2h";
+    case NodeKind::kH2D: return "h2d";
   }
   return "?";
 }
@@ -50,13 +53,21 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kMoment1: return "moment1";
     case BufferRole::kMoment2: return "moment2";
     case BufferRole::kHpzShard: return "hpz_shard";
+    case BufferRole::kHostGrad: return "host_grad";
+    case BufferRole::kHostShard: return "host_shard";
+    case BufferRole::kTopkState: return "topk_state";
   }
   return "?";
 }
 
 std::vector<std::string> StepGraph::stream_names() const {
-  if (num_streams == 2) return {"compute", "comm"};
-  return {"compute", "allgather", "reducescatter"};
+  std::vector<std::string> names = {"compute", "comm"};
+  if (!policy.shared_comm_stream) names = {"compute", "allgather", "reducescatter"};
+  if (offload()) {
+    names.push_back("hostcopy");
+    names.push_back("host");
+  }
+  return names;
 }
 
 std::string StepGraph::ToText() const {
@@ -91,8 +102,9 @@ class Builder {
   enum Phase { kFwd, kBwd };
 
   int AddBuffer(std::string name, BufferRole role, int bucket, int64_t numel,
-                DataType dtype, bool persistent) {
+                DataType dtype, bool persistent, bool host = false) {
     GraphBuffer b;
+    b.host = host;
     b.name = std::move(name);
     b.role = role;
     b.bucket = bucket;
@@ -133,6 +145,8 @@ class Builder {
   void Backward(int m);
   int Reduce(int b, int m);
   void Optimizer();
+  // Offload: OPT and CAST of bucket b on the host stream.
+  void HostOptimizer(int b, int m);
   void DeriveDataEdges();
   Status Plan(const GraphOptions& options);
   Status DeriveWaits();
@@ -141,7 +155,12 @@ class Builder {
   const Policy& p_;
   StepGraph g_;
   StreamId ag_, rs_;  // the all-gather and reduce-scatter streams
+  StreamId hcopy_, host_;  // offload: host-link copies, host work
+  bool offload_ = false;
   std::vector<int> shard_, master_, gshard_, m1_, m2_;
+  std::vector<int> host_grad_, host_shard_;  // offload
+  std::vector<int> topk_;                    // zenflow: device state
+  std::vector<bool> uploaded_;  // offload: bucket's H2D issued this step
   std::vector<int> fwd_order_;  // non-resident buckets, forward order
   std::vector<int> pos_;        // bucket -> index in fwd_order_
   std::vector<int> view_;       // bucket -> buffer compute reads now
@@ -167,17 +186,34 @@ void Builder::Persistent() {
   for (int b = 0; b < nb; ++b) {
     const int64_t n = B(b).shard_numel;
     const std::string& name = B(b).name;
+    const bool h = offload_;  // master and moments on the host
     shard_.push_back(AddBuffer(absl::StrCat("shard.", name), BufferRole::kShard,
                                b, n, p_.param_dtype, true));
     master_.push_back(AddBuffer(absl::StrCat("master.", name),
-                                BufferRole::kMaster, b, n, DataType::kF32, true));
+                                BufferRole::kMaster, b, n, DataType::kF32, true,
+                                h));
     gshard_.push_back(AddBuffer(absl::StrCat("grad_shard.", name),
                                 BufferRole::kGradShard, b, n, p_.reduce_dtype,
                                 true));
     m1_.push_back(AddBuffer(absl::StrCat("moment1.", name), BufferRole::kMoment1,
-                            b, n, DataType::kF32, true));
+                            b, n, DataType::kF32, true, h));
     m2_.push_back(AddBuffer(absl::StrCat("moment2.", name), BufferRole::kMoment2,
-                            b, n, DataType::kF32, true));
+                            b, n, DataType::kF32, true, h));
+    if (offload_) {
+      host_grad_.push_back(AddBuffer(absl::StrCat("host_grad.", name),
+                                     BufferRole::kHostGrad, b, n,
+                                     p_.reduce_dtype, true, true));
+      host_shard_.push_back(AddBuffer(absl::StrCat("host_shard.", name),
+                                      BufferRole::kHostShard, b, n,
+                                      p_.param_dtype, true, true));
+    }
+    if (p_.zenflow) {
+      const int64_t k = static_cast<int64_t>(
+          std::ceil(p_.zenflow_topk_ratio * static_cast<double>(n)));
+      topk_.push_back(AddBuffer(absl::StrCat("topk_state.", name),
+                                BufferRole::kTopkState, b, 4 * k,
+                                DataType::kF32, true));
+    }
   }
 }
 
@@ -187,6 +223,12 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
       absl::StrCat(B(b).name, phase == kFwd ? " fwd" : " bwd", Tag(m));
   // hpZ: the backward gathers read the secondary shard over the hpZ group.
   const bool secondary = phase == kBwd && Hpz(b);
+  if (offload_ && !uploaded_[b]) {
+    // The host updated this bucket last step: bring its shard back first.
+    uploaded_[b] = true;
+    AddNode(NodeKind::kH2D, hcopy_, -1, b, m, {host_shard_[b]}, {shard_[b]},
+            absl::StrCat("H2D ", B(b).name));
+  }
   int input = secondary ? hpz_[b] : shard_[b];
   if (p_.copy_in_out) {
     const int in = AddBuffer(absl::StrCat("ag_in.", suffix), BufferRole::kCopy,
@@ -396,7 +438,21 @@ int Builder::Reduce(int b, int m) {
   grad_[b] = -1;
   final_reduce_[b] = node;
   if (g_.groups.replicas <= 1 || p_.all_reduce) window_src_[b] = node;
+  if (offload_ && m == p_.micro_steps - 1) {
+    // Offload: the gradient shard goes to the host as soon as it is final.
+    AddNode(NodeKind::kD2H, hcopy_, -1, b, m, {gshard_[b]}, {host_grad_[b]},
+            absl::StrCat("D2H ", bk.name));
+  }
   return node;
+}
+
+void Builder::HostOptimizer(int b, int m) {
+  const std::string& name = B(b).name;
+  AddNode(NodeKind::kOptimizer, host_, -1, b, m,
+          {host_grad_[b], master_[b], m1_[b], m2_[b]},
+          {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", name));
+  AddNode(NodeKind::kCast, host_, -1, b, m, {master_[b]}, {host_shard_[b]},
+          absl::StrCat("CAST ", name));
 }
 
 void Builder::Optimizer() {
@@ -404,6 +460,18 @@ void Builder::Optimizer() {
   if (layout_.resident_bucket >= 0) order.push_back(layout_.resident_bucket);
   for (int b : order) {
     if (final_reduce_[b] < 0) continue;  // a bucket no unit reads
+    if (p_.zenflow) {
+      AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, p_.micro_steps - 1,
+              {gshard_[b], topk_[b]}, {topk_[b], shard_[b]},
+              absl::StrCat("TOPK ", B(b).name));
+    }
+    if (offload_) {
+      // On the host stream: it waits for the bucket's D2H only, so it
+      // starts during the backward; issued here, after the compute, so a
+      // Session issues it with FinishStep's optimizer.
+      HostOptimizer(b, p_.micro_steps - 1);
+      continue;
+    }
     AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, p_.micro_steps - 1,
             {gshard_[b], master_[b], m1_[b], m2_[b]},
             {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", B(b).name));
@@ -473,7 +541,7 @@ Status Builder::Plan(const GraphOptions& options) {
   for (int i = 0; i < nbuf; ++i) {
     GraphBuffer& buf = g_.buffers[i];
     if (buf.persistent) {
-      g_.persistent_bytes += buf.bytes();
+      (buf.host ? g_.host_bytes : g_.persistent_bytes) += buf.bytes();
       continue;
     }
     if (writer[i] < 0) {
@@ -563,7 +631,10 @@ StatusOr<StepGraph> Builder::Build(const GraphOptions& options) {
   g_.policy = p_;
   ag_ = StreamFor(StreamClass::kAllGather, p_.shared_comm_stream);
   rs_ = StreamFor(StreamClass::kReduceScatter, p_.shared_comm_stream);
-  g_.num_streams = NumStreams(p_.shared_comm_stream);
+  offload_ = p_.offload != Offload::kNone;
+  hcopy_ = StreamFor(StreamClass::kHostCopy, p_.shared_comm_stream);
+  host_ = StreamFor(StreamClass::kHost, p_.shared_comm_stream);
+  g_.num_streams = NumStreams(p_.shared_comm_stream, offload_);
   const int nb = static_cast<int>(layout_.buckets.size());
   pos_.assign(nb, -1);
   for (int u = 0; u < static_cast<int>(layout_.units.size()); ++u) {
@@ -581,6 +652,7 @@ StatusOr<StepGraph> Builder::Build(const GraphOptions& options) {
   reducer_.assign(nb, -1);
   window_src_.assign(nb, -1);
   final_reduce_.assign(nb, -1);
+  uploaded_.assign(nb, false);
   Persistent();
   if (p_.all_reduce) view_ = shard_;  // whole parameters, never gathered
   const int r = layout_.resident_bucket;
@@ -647,6 +719,72 @@ StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
 
 namespace baton::scheduler {
 
+namespace {
+
+// The offload invariants of node v (before its writes are recorded in
+// `last_writer`): see VerifyStepGraph.
+Status VerifyOffloadNode(const StepGraph& g, int v,
+                         const std::vector<int>& last_writer) {
+  const Node& n = g.nodes[v];
+  auto fail = [](auto&&... parts) {
+    return absl::FailedPreconditionError(absl::StrCat("step graph: ", parts...));
+  };
+  const bool offload = g.offload();
+  const bool host_node = offload && n.stream == g.stream_for(StreamClass::kHost);
+  const bool link = n.kind == NodeKind::kD2H || n.kind == NodeKind::kH2D;
+  if (!offload && link) {
+    return fail(n.name, " moves data over the host link without offload");
+  }
+  if (link && n.stream != g.stream_for(StreamClass::kHostCopy)) {
+    return fail(n.name, " is not on the host-copy stream");
+  }
+  const bool topk = g.policy.zenflow && n.kind == NodeKind::kOptimizer &&
+                    !n.reads.empty() &&
+                    g.buffers[n.reads.back()].role == BufferRole::kTopkState;
+  if (offload && (n.kind == NodeKind::kOptimizer || n.kind == NodeKind::kCast) &&
+      !host_node && !topk) {
+    return fail(n.name, " runs on the device under offload");
+  }
+  auto check = [&](int b, bool write) -> Status {
+    const GraphBuffer& buf = g.buffers[b];
+    // The host side of a copy: D2H writes host memory, H2D reads it.
+    const bool host_side = (n.kind == NodeKind::kD2H && write) ||
+                           (n.kind == NodeKind::kH2D && !write);
+    const bool want_host = host_node || host_side;
+    if (buf.host != want_host) {
+      return fail(n.name, write ? " writes " : " reads ",
+                  buf.host ? "host buffer " : "device buffer ", buf.name,
+                  buf.host ? " off the host" : " from the host");
+    }
+    return absl::OkStatus();
+  };
+  for (int r : n.reads) BATON_RETURN_IF_ERROR(check(r, false));
+  for (int w : n.writes) BATON_RETURN_IF_ERROR(check(w, true));
+  if (!offload) return absl::OkStatus();
+  if (n.kind == NodeKind::kOptimizer && !topk) {
+    const int grad = n.reads.empty() ? -1 : n.reads[0];
+    const int w = grad >= 0 ? last_writer[grad] : -1;
+    if (grad < 0 || g.buffers[grad].role != BufferRole::kHostGrad || w < 0 ||
+        g.nodes[w].kind != NodeKind::kD2H || g.nodes[w].bucket != n.bucket) {
+      return fail(n.name, " reads no gradient that a D2H of its bucket copied "
+                          "this step");
+    }
+  }
+  if (n.kind == NodeKind::kAllGather || n.kind == NodeKind::kCopy) {
+    for (int r : n.reads) {
+      if (g.buffers[r].role != BufferRole::kShard) continue;
+      const int w = last_writer[r];
+      if (w < 0 || g.nodes[w].kind != NodeKind::kH2D) {
+        return fail(n.name, " gathers ", g.buffers[r].name,
+                    " that no H2D brought from the host this step");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Status VerifyStepGraph(const StepGraph& g) {
   const int nn = static_cast<int>(g.nodes.size());
   auto fail = [](auto&&... parts) {
@@ -679,6 +817,7 @@ Status VerifyStepGraph(const StepGraph& g) {
   std::vector<int> unreplicated(nbuf, -1);
   for (int v = 0; v < nn; ++v) {
     const Node& n = g.nodes[v];
+    BATON_RETURN_IF_ERROR(VerifyOffloadNode(g, v, last_writer));
     const bool replica_ar =
         n.kind == NodeKind::kAllReduce && n.group == CommGroup::kReplica;
     if (n.group == CommGroup::kReplica &&

@@ -28,6 +28,28 @@
 // master shard, the gradient shard, two fp32 optimizer moments) live across
 // steps in a separate allocation. Under DDP "shard" means the whole bucket.
 //
+// Offload (Policy::offload = optimizer): the master shard and the moments
+// are host buffers (GraphBuffer::host), with two more per bucket: the host
+// gradient shard and the host parameter-dtype shard. After a bucket's last
+// reduction "D2H" (host-copy stream) copies its gradient shard to the host;
+// "OPT" and "CAST" run on the host stream on host memory, the cast writing
+// the host shard (issued after the compute, as without offload, but waiting
+// only for their D2H, so the host starts on them during the backward); at the start of the next step "H2D" (host-copy stream)
+// copies that shard into the device shard just before the bucket's first
+// gather (the gather waits for it; later buckets' copies overlap earlier
+// buckets' forward). persistent_bytes counts device buffers only,
+// host_bytes the host ones.
+//
+// ZenFlow (Policy::zenflow, on top of offload): before the host work of a
+// bucket, "TOPK" (compute stream) selects the top-k columns by gradient
+// norm and updates them on the device (kTopkState, and their elements of
+// the device shard). The other columns' gradients accumulate in the
+// device gradient shard; D2H, OPT, CAST and H2D then run once every
+// update_interval steps (their cost per step is 1/update_interval of the
+// graph's, which the simulator prices) and the host's update overlaps the
+// following steps. The graph shows the steady state of one step; the
+// executor refuses ZenFlow graphs (Unimplemented): simulated only.
+//
 // Plain data; immutable once built; safe to share between threads.
 #ifndef BATON_SCHEDULER_STEP_GRAPH_H_
 #define BATON_SCHEDULER_STEP_GRAPH_H_
@@ -56,6 +78,8 @@ enum class NodeKind {
   kAccumulate,  // gradient shard += reduce-scatter scratch
   kOptimizer,
   kCast,        // fp32 master shard -> parameter-dtype gather input
+  kD2H,         // offload: gradient shard -> host gradient shard
+  kH2D,         // offload: host parameter shard -> device shard
 };
 const char* NodeKindName(NodeKind kind);
 bool IsCompute(NodeKind kind);  // forward, recompute, backward
@@ -81,6 +105,11 @@ enum class BufferRole {
   kMoment2,    // persistent: fp32
   kHpzShard,   // transient: hpZ secondary shard (1/hpz of a bucket), kept
                // from a forward gather to the backward gather
+  kHostGrad,   // persistent, host (offload): copied gradient shard
+  kHostShard,  // persistent, host (offload): parameter-dtype shard the host
+               // cast writes and H2D copies to the device
+  kTopkState,  // persistent, device (zenflow): master, moments and index of
+               // the selected columns (4 x 4 bytes per selected element)
 };
 const char* BufferRoleName(BufferRole role);
 
@@ -91,6 +120,7 @@ struct GraphBuffer {
   int64_t numel = 0;
   DataType dtype = DataType::kF32;
   bool persistent = false;
+  bool host = false;  // host memory (offload); always persistent
   int plan_id = -1;  // memory::BufferId of a transient buffer
   size_t bytes() const { return static_cast<size_t>(numel) * DataTypeSize(dtype); }
 };
@@ -144,14 +174,17 @@ struct StepGraph {
   std::vector<int> first_write;
   std::vector<int> last_use;
   std::vector<bool> last_use_is_final;
-  size_t persistent_bytes = 0;  // sum of persistent buffers
+  size_t persistent_bytes = 0;  // sum of persistent device buffers
+  size_t host_bytes = 0;        // sum of host buffers (offload)
   double build_ms = 0;          // graph construction, plan excluded
 
   // The stream of class `c` in this graph.
   StreamId stream_for(StreamClass c) const {
     return StreamFor(c, policy.shared_comm_stream);
   }
-  // Names of each stream class present, e.g. {"compute", "allgather", "reducescatter"}.
+  bool offload() const { return policy.offload != Offload::kNone; }
+  // Names of each stream class present, e.g. {"compute", "allgather",
+  // "reducescatter"}, then "hostcopy", "host" under offload.
   std::vector<std::string> stream_names() const;
   // One line per node: index, stream, name, waits.
   std::string ToText() const;
@@ -190,7 +223,11 @@ StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
 // all-reduced over the replica group before anything else reads it; every
 // node's group exists (no replica collective without replicas, no hpZ
 // without hpz_group) and every hpZ gather reads a secondary shard written
-// by an hpZ copy. FailedPrecondition naming the first violation.
+// by an hpZ copy. Under offload: host buffers are touched only by host-stream
+// nodes and the host-link copies, host-stream nodes touch only host buffers,
+// every optimizer reads a host gradient that a D2H of its bucket copied this
+// step, and every gather of a device shard reads one that an H2D wrote this
+// step. FailedPrecondition naming the first violation.
 Status VerifyStepGraph(const StepGraph& graph);
 
 }  // namespace baton::scheduler

@@ -2,7 +2,10 @@
 //
 // A step runs on up to three streams, one per StreamClass: compute (the
 // trainer's), all-gather and reduce-scatter. Under Policy::shared_comm_stream
-// the two comm classes share one stream. A node names its stream by StreamId,
+// the two comm classes share one stream. Under Policy::offload two more
+// follow: the host-link copy stream (device-to-host gradient shards,
+// host-to-device parameter shards) and the host stream (the optimizer and
+// cast as host work on host memory). A node names its stream by StreamId,
 // a dense index 0..StepGraph::num_streams-1 that the executor uses for its
 // runtime streams and the simulator for its lanes; a StreamId comes from
 // StreamFor (or from an index when iterating over a graph's streams), so no
@@ -21,7 +24,13 @@
 
 namespace baton::scheduler {
 
-enum class StreamClass : uint8_t { kCompute, kAllGather, kReduceScatter };
+enum class StreamClass : uint8_t {
+  kCompute,
+  kAllGather,
+  kReduceScatter,
+  kHostCopy,  // offload only: D2H / H2D copies
+  kHost,      // offload only: host optimizer and cast
+};
 
 class StreamId {
  public:
@@ -46,19 +55,23 @@ class StreamId {
 inline constexpr StreamId kComputeStream{};
 
 // The stream that runs nodes of class `c`: compute 0, all-gather 1,
-// reduce-scatter 2, or 1 when the comm classes share a stream.
+// reduce-scatter 2, or 1 when the comm classes share a stream; then the
+// host-copy and host streams (offload graphs only).
 constexpr StreamId StreamFor(StreamClass c, bool shared_comm_stream) {
+  const int comm = shared_comm_stream ? 1 : 2;
   switch (c) {
     case StreamClass::kCompute: return kComputeStream;
     case StreamClass::kAllGather: return StreamId(1);
-    case StreamClass::kReduceScatter: return StreamId(shared_comm_stream ? 1 : 2);
+    case StreamClass::kReduceScatter: return StreamId(comm);
+    case StreamClass::kHostCopy: return StreamId(comm + 1);
+    case StreamClass::kHost: return StreamId(comm + 2);
   }
   return kComputeStream;
 }
 
-// How many streams a step uses.
-constexpr int NumStreams(bool shared_comm_stream) {
-  return shared_comm_stream ? 2 : 3;
+// How many streams a step uses (offload adds the host-copy and host ones).
+constexpr int NumStreams(bool shared_comm_stream, bool offload = false) {
+  return (shared_comm_stream ? 2 : 3) + (offload ? 2 : 0);
 }
 
 // Tag of the collectives issued on comm stream `s` (1 on the all-gather or

@@ -33,6 +33,8 @@ constexpr Field kFields[] = {
     {"net_hop_us", &ClusterSpec::net_hop_us, nullptr, 0, kMaxUs},
     {"host_issue_us", &ClusterSpec::host_issue_us, nullptr, 0, kMaxUs},
     {"straggler_cv", &ClusterSpec::straggler_cv, nullptr, 0, 1},
+    {"host_link_gbps", &ClusterSpec::host_link_gbps, nullptr, 1e-3, kMaxRate},
+    {"host_adam_gparams", &ClusterSpec::host_adam_gparams, nullptr, 1e-6, kMaxRate},
 };
 
 }  // namespace
@@ -50,6 +52,7 @@ StatusOr<ClusterSpec> ClusterPreset(absl::string_view name) {
     c.hbm_gbps = 1800;
     c.nvlink_gbps = 230;
     c.nic_gbps = 25;
+    c.host_link_gbps = 25;
     return c;
   }
   return absl::NotFoundError(

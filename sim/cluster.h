@@ -39,6 +39,17 @@ struct ClusterSpec {
   // a published figure: 0 turns it off; set it from a cluster's own
   // per-rank step times.
   double straggler_cv = 0.005;
+  // Offload (Policy::offload). Pinned host<->device copy bandwidth per GPU
+  // (PCIe Gen5 x16 for H100: 64 GB/s raw, ~50 achieved; Gen4 x16 for A100:
+  // 32 raw, ~25 achieved; typical pinned cudaMemcpy figures, not measured
+  // here). And the host optimizer's throughput for one GPU's shard, in
+  // 1e9 parameters per second: 0.09, measured on the development machine
+  // with one thread running ops/adamw.cc's CPU loop over 16M parameters
+  // (fp32 gradient, bf16 cast; /tmp/offgraph measurement, README
+  // "Offload"); a real node gives each GPU several cores, and
+  // //bench:host_adamw measures the threaded kernel.
+  double host_link_gbps = 50;
+  double host_adam_gparams = 0.09;
 };
 
 // "h100": 8 x H100 SXM per node, NVLink4, 8 x 400 Gb/s NDR per node.

@@ -25,6 +25,8 @@ const char* Colour(NodeKind k) {
     case NodeKind::kAccumulate: return "#b07aa1";
     case NodeKind::kOptimizer:
     case NodeKind::kCast: return "#76b7b2";
+    case NodeKind::kD2H:
+    case NodeKind::kH2D: return "#e15759";
   }
   return "#999999";
 }

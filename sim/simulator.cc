@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/sim/compute_model.h"
+#include "baton/sim/offload_cost.h"
 
 namespace baton::sim {
 namespace {
@@ -95,6 +96,9 @@ class Model {
       return cost;
     };
     auto buffer_bytes = [&](int b) { return static_cast<double>(g_.buffers[b].bytes()); };
+    if (const std::optional<double> s = OffloadNodeSeconds(g_, n, c_, k_)) {
+      return Cost{*s, 0, false};  // sim/offload_cost.h
+    }
     switch (n.kind) {
       case NodeKind::kForward:
       case NodeKind::kRecompute:
@@ -134,6 +138,9 @@ class Model {
             static_cast<double>(g_.layout.buckets[n.bucket].shard_numel)));
       case NodeKind::kCast:  // read fp32, write the parameter dtype
         return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
+      case NodeKind::kD2H:
+      case NodeKind::kH2D:
+        return Cost{};  // priced by OffloadNodeSeconds
     }
     return Cost{};
   }
@@ -396,16 +403,28 @@ class Model {
         }
       }
     }
-    int64_t step = 0;
-    for (int i = 0; i < nn; ++i) step = std::max(step, finish[i]);
-    // The tail after the last compute-stream node waits on reductions.
-    exposed_rs += std::max<int64_t>(0, step - last_compute_end);
+    int64_t step = 0, device_end = 0, host_busy = 0;
+    for (int i = 0; i < nn; ++i) {
+      step = std::max(step, finish[i]);
+      if (OnHostStream(g_, g_.nodes[i])) {
+        host_busy += finish[i] - start[i];
+      } else {
+        device_end = std::max(device_end, finish[i]);
+      }
+    }
+    // ZenFlow: the host's update overlaps the next steps (sim/offload_cost.h).
+    if (g_.policy.zenflow) step = std::max(device_end, host_busy);
+    // The tail after the last compute-stream node waits on reductions (and
+    // under offload on the host).
+    exposed_rs += std::max<int64_t>(0, std::min(step, device_end) - last_compute_end);
+    const int64_t offload_tail = std::max<int64_t>(0, step - std::max(device_end, last_compute_end));
     SimResult r;
     r.step_s = step * 1e-9;
     r.compute_s = compute_busy * 1e-9;
     r.exposed_ag_s = exposed_ag * 1e-9;
     r.exposed_rs_s = exposed_rs * 1e-9;
     r.exposed_host_s = exposed_host * 1e-9;
+    r.exposed_offload_s = offload_tail * 1e-9;
     if (o_.timeline) {
       for (int i = 0; i < nn; ++i) {
         r.timeline.push_back(
@@ -449,6 +468,7 @@ double StateBytes(const StepGraph& g) {
   for (const GraphBuffer& b : g.buffers) {
     if (!b.persistent) continue;
     if (fp32_shard_only && b.role == scheduler::BufferRole::kShard) continue;
+    if (b.host) continue;  // offload: host memory (StepGraph::host_bytes)
     if (low_precision_grad && b.role == scheduler::BufferRole::kGradShard) {
       bytes += static_cast<double>(b.numel) * DataTypeSize(g.policy.param_dtype);
       continue;
@@ -585,6 +605,7 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
   r.memory.reserved = cluster.reserved_gib * 1073741824.0;
   r.fits = r.memory.peak() <= cluster.memory_gib * 1073741824.0;
   r.arena_bytes = graph.plan.arena_bytes;
+  r.host_bytes = graph.host_bytes;
   r.lower_bound_bytes = graph.plan.lower_bound_bytes;
   return r;
 }

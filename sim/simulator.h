@@ -154,12 +154,14 @@ struct SimResult {
   double exposed_rs_s = 0;   // ... on a reduce-scatter / all-reduce
   double exposed_host_s = 0; // ... on the host
   double straggler_s = 0;    // waiting for the slowest rank (in step_s)
+  double exposed_offload_s = 0;  // ... on the host optimizer (offload tail)
   double mfu = 0;            // model FLOPs / (step time x peak)
   double tokens_per_s_per_gpu = 0;
   MemoryBreakdown memory;
   bool fits = false;
   size_t arena_bytes = 0;
   size_t lower_bound_bytes = 0;
+  size_t host_bytes = 0;  // offload: state in host memory per GPU
   std::vector<Interval> timeline;  // with SimOptions::timeline
   double exposed_comm_s() const { return exposed_ag_s + exposed_rs_s; }
 };

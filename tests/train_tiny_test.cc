@@ -223,6 +223,7 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--backend=mpi", "--backend must be inproc, ucx or nccl"},
       {"--policy=nope", "nope"},
+      {"--policy=zenflow", "ZenFlow is simulated only"},
       {"--lr=-1", "--lr needs a positive number"},
       {"--heads=3", "--heads 3 does not divide --hidden"},
       {"--model=nope", "nope"},

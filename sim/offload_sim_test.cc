@@ -1,0 +1,92 @@
+// The simulated shape of optimizer offload (DeepSpeed's ZenFlow
+// announcement: fine-tuning Llama 2-7B on 4 A100s takes ~0.5 s per step on
+// the GPUs and over 7 s with ZeRO-Offload; ZenFlow is up to 5x faster than
+// ZeRO-Offload), and the pricing of the offload nodes.
+#include <cstdio>
+#include <utility>
+
+#include "gtest/gtest.h"
+#include "baton/sim/offload_cost.h"
+#include "baton/sim/simulator.h"
+
+namespace baton::sim {
+namespace {
+
+Workload FineTune() {
+  Workload w;
+  w.gpus = 4;
+  w.seq = 2048;
+  w.global_batch = 4;  // one sequence per GPU
+  w.micro_batch = 1;
+  return w;
+}
+
+TEST(OffloadSimTest, SevenBOnFourA100sHasThePublishedShape) {
+  const scheduler::ModelSpec m = *scheduler::ModelPreset("llama2-7b");
+  const ClusterSpec a100 = *ClusterPreset("a100");
+  auto none = Simulate(m, a100, FineTune(), "baton");
+  auto off = Simulate(m, a100, FineTune(), "zero_offload");
+  auto zf = Simulate(m, a100, FineTune(), "zenflow");
+  ASSERT_TRUE(none.ok()) << none.status();
+  ASSERT_TRUE(off.ok()) << off.status();
+  ASSERT_TRUE(zf.ok()) << zf.status();
+  std::printf("7B on 4 x A100: no offload %.3f s, zero_offload %.3f s, zenflow "
+              "%.3f s per step; device state %.1f / %.1f / %.1f GiB, host %.1f GiB\n",
+              none->step_s, off->step_s, zf->step_s, none->memory.states / 1073741824.0,
+              off->memory.states / 1073741824.0, zf->memory.states / 1073741824.0,
+              off->host_bytes / 1073741824.0);
+  // ZeRO-Offload is many times slower than no offload...
+  EXPECT_GT(off->step_s, 5 * none->step_s);
+  // ... and ZenFlow several times faster than ZeRO-Offload.
+  EXPECT_GT(off->step_s, 3 * zf->step_s);
+  EXPECT_GT(zf->step_s, none->step_s);
+  // The host optimizer is what the offloaded step waits for.
+  EXPECT_GT(off->exposed_offload_s, 0.5 * off->step_s);
+  EXPECT_EQ(none->exposed_offload_s, 0);
+  // Device state shrinks from 18 to 6 bytes per parameter (shard + gradient
+  // shard stay); ZenFlow keeps 16 bytes per selected element on the device.
+  EXPECT_NEAR(off->memory.states / none->memory.states, 6.0 / 18, 0.01);
+  EXPECT_GT(zf->memory.states, off->memory.states);
+  EXPECT_LT(zf->memory.states, off->memory.states * (1 + 16 * 0.05 / 6 + 0.01));
+  // Host: master, moments (12 B) and the host gradient and parameter
+  // shards (6 B) per parameter of the shard.
+  EXPECT_NEAR(static_cast<double>(off->host_bytes), none->memory.states,
+              0.01 * none->memory.states);
+  EXPECT_EQ(none->host_bytes, 0u);
+}
+
+TEST(OffloadSimTest, NodesArePricedFromTheClusterConstants) {
+  const scheduler::ModelSpec m = *scheduler::ModelPreset("llama2-7b");
+  ClusterSpec c = *ClusterPreset("a100");
+  scheduler::StepGraph g;
+  ASSERT_TRUE(Simulate(m, c, FineTune(), "zero_offload", 0, {}, &g).ok());
+  auto seconds = [&](const ClusterSpec& cl) {
+    double link = 0, host = 0;
+    const ComputeModel k = *ComputeModel::Create(
+        *H100KernelTable(), cl, m, 2048, 1, 2048);
+    for (const scheduler::Node& n : g.nodes) {
+      const auto s = OffloadNodeSeconds(g, n, cl, k);
+      if (n.kind == scheduler::NodeKind::kD2H || n.kind == scheduler::NodeKind::kH2D) {
+        link += s.value_or(-1e9);
+      } else if (OnHostStream(g, n)) {
+        host += s.value_or(-1e9);
+      } else {
+        EXPECT_FALSE(s.has_value()) << n.name;
+      }
+    }
+    return std::make_pair(link, host);
+  };
+  const auto base = seconds(c);
+  // Gradient shard (fp32) down, parameter shard (bf16) up: 6 bytes each.
+  const double params = scheduler::ParameterCount(m) / 4.0;
+  EXPECT_NEAR(base.first, params * 6 / (c.host_link_gbps * 1e9), 0.02 * base.first);
+  EXPECT_NEAR(base.second, params / (c.host_adam_gparams * 1e9), 0.02 * base.second);
+  c.host_link_gbps *= 2;
+  c.host_adam_gparams *= 4;
+  const auto faster = seconds(c);
+  EXPECT_NEAR(faster.first, base.first / 2, 1e-9 * base.first);
+  EXPECT_NEAR(faster.second, base.second / 4, 1e-9 * base.second);
+}
+
+}  // namespace
+}  // namespace baton::sim
