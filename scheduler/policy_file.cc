@@ -1,6 +1,8 @@
 #include "baton/scheduler/policy_file.h"
 
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <fstream>
 #include <variant>
 
@@ -21,11 +23,17 @@ constexpr int64_t kMaxDepth = 1 << 16;        // prefetch, windows, limits
 constexpr int64_t kMaxCount = int64_t{1} << 20;  // micro-steps, ranks, blocks
 constexpr int64_t kMaxBytes = int64_t{1} << 50;  // byte and element counts
 
+// An interval knob that may be "auto" (kAutoInterval) or an integer >= 1.
+struct AutoInterval {
+  int Policy::*member;
+};
+
 // One knob of Policy: its key and member. Adding a knob to Policy is one
 // line in kFields below.
 struct Field {
   using Member = std::variant<int Policy::*, int64_t Policy::*, bool Policy::*,
-                              DataType Policy::*, BucketPolicy Policy::*>;
+                              DataType Policy::*, BucketPolicy Policy::*,
+                              double Policy::*, Offload Policy::*, AutoInterval>;
   const char* key;
   Member member;
   int64_t lo = 0, hi = 0;  // integers only
@@ -37,6 +45,9 @@ struct Field {
   Field(const char* k, bool Policy::*m) : key(k), member(m) {}
   Field(const char* k, DataType Policy::*m) : key(k), member(m) {}
   Field(const char* k, BucketPolicy Policy::*m) : key(k), member(m) {}
+  Field(const char* k, double Policy::*m) : key(k), member(m) {}
+  Field(const char* k, Offload Policy::*m) : key(k), member(m) {}
+  Field(const char* k, AutoInterval m) : key(k), member(m), lo(1), hi(kMaxCount) {}
 };
 
 // Every knob of Policy, in the struct's order. The name is not a knob (it
@@ -63,6 +74,11 @@ const std::vector<Field>& Fields() {
       {"merge_target_bytes", &Policy::merge_target_bytes, 0, kMaxBytes},
       {"resident_small_params", &Policy::resident_small_params},
       {"resident_max_numel", &Policy::resident_max_numel, 0, kMaxBytes},
+      {"offload", &Policy::offload},
+      {"zenflow", &Policy::zenflow},
+      {"zenflow_topk_ratio", &Policy::zenflow_topk_ratio},
+      {"zenflow_select_interval", AutoInterval{&Policy::zenflow_select_interval}},
+      {"zenflow_update_interval", AutoInterval{&Policy::zenflow_update_interval}},
   };
   return *fields;
 }
@@ -104,6 +120,35 @@ Status ReadField(const Field& field, const json& v, const std::string& what,
       return absl::InvalidArgumentError(absl::StrCat(
           what, " must be \"per_unit\" or \"merge\", got ", JsonBrief(v)));
     }
+  } else if (auto dm = std::get_if<double Policy::*>(&field.member)) {
+    if (!v.is_number() || !std::isfinite(v.get<double>())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " must be a finite number, got ", JsonBrief(v)));
+    }
+    p.**dm = v.get<double>();
+  } else if (auto o = std::get_if<Offload Policy::*>(&field.member)) {
+    StatusOr<Offload> off = v.is_string()
+                                ? ParseOffload(v.get<std::string>())
+                                : StatusOr<Offload>(absl::InvalidArgumentError(""));
+    if (!off.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " must be \"none\" or \"optimizer\", got ", JsonBrief(v)));
+    }
+    p.**o = *off;
+  } else if (auto a = std::get_if<AutoInterval>(&field.member)) {
+    if (v == "auto") {
+      p.*(a->member) = kAutoInterval;
+    } else {
+      StatusOr<int64_t> x = v.is_number_integer()
+                                ? JsonInt(v, what, field.lo, field.hi)
+                                : StatusOr<int64_t>(absl::InvalidArgumentError(""));
+      if (!x.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " must be \"auto\" or an integer in [", field.lo, ", ", field.hi,
+            "], got ", JsonBrief(v)));
+      }
+      p.*(a->member) = static_cast<int>(*x);
+    }
   }
   return absl::OkStatus();
 }
@@ -115,11 +160,27 @@ json WriteField(const Field& field, const Policy& p) {
   if (auto d = std::get_if<DataType Policy::*>(&field.member)) {
     return DataTypeName(p.**d);
   }
-  return BucketPolicyName(p.*std::get<BucketPolicy Policy::*>(field.member));
+  if (auto bp = std::get_if<BucketPolicy Policy::*>(&field.member)) {
+    return BucketPolicyName(p.**bp);
+  }
+  if (auto dm = std::get_if<double Policy::*>(&field.member)) return p.**dm;
+  if (auto o = std::get_if<Offload Policy::*>(&field.member)) {
+    return OffloadName(p.**o);
+  }
+  const int interval = p.*(std::get<AutoInterval>(field.member).member);
+  return interval == kAutoInterval ? json("auto") : json(interval);
 }
 
 bool SameField(const Field& field, const Policy& a, const Policy& b) {
-  return std::visit([&](auto m) { return a.*m == b.*m; }, field.member);
+  return std::visit(
+      [&](auto m) {
+        if constexpr (std::is_same_v<decltype(m), AutoInterval>) {
+          return a.*(m.member) == b.*(m.member);
+        } else {
+          return a.*m == b.*m;
+        }
+      },
+      field.member);
 }
 
 }  // namespace

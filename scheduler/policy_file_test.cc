@@ -34,6 +34,11 @@ Policy Unusual() {
   p.merge_target_bytes = (int64_t{1} << 40) + 3;
   p.resident_small_params = false;
   p.resident_max_numel = 123457;
+  p.offload = Offload::kOptimizer;
+  p.zenflow = true;
+  p.zenflow_topk_ratio = 0.125;
+  p.zenflow_select_interval = 8;
+  p.zenflow_update_interval = 2;
   return p;
 }
 
@@ -58,7 +63,7 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
   for (const std::string& key : PolicyFileFields()) {
     EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
   }
-  EXPECT_EQ(PolicyFileFields().size(), 20u);
+  EXPECT_EQ(PolicyFileFields().size(), 25u);
   // Each knob of Unusual() differs from the default, and SamePolicy sees
   // each one: set them one at a time through the file.
   const std::string unusual = PolicyToJson(Unusual());
@@ -72,6 +77,7 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
                      key == "host_limit" ? ", \"forward_prefetch\": 3" : "",
                      key == "merge_target_bytes" ? ", \"bucket_policy\": \"merge\"" : "",
                      key == "bucket_policy" ? ", \"merge_target_bytes\": 1" : "",
+                     key == "zenflow" ? ", \"offload\": \"optimizer\"" : "",
                      "}");
     auto p = PolicyFromJson(one);
     ASSERT_TRUE(p.ok()) << one << ": " << p.status();
@@ -123,6 +129,16 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
       {R"({"preset": 3})", "\"preset\""},
       {R"({"name": ""})", "\"name\""},
       {R"({"hpz_group": null})", "\"hpz_group\""},
+      {R"({"offload": "cpu"})", "\"offload\""},
+      {R"({"offload": true})", "\"offload\""},
+      {R"({"preset": "ddp", "offload": "optimizer"})", "offload"},
+      {R"({"zenflow": true})", "zenflow"},
+      {R"({"zenflow_topk_ratio": 0})", "zenflow_topk_ratio"},
+      {R"({"zenflow_topk_ratio": 1.5})", "zenflow_topk_ratio"},
+      {R"({"zenflow_topk_ratio": "0.1"})", "\"zenflow_topk_ratio\""},
+      {R"({"zenflow_update_interval": 0})", "\"zenflow_update_interval\""},
+      {R"({"zenflow_select_interval": "sometimes"})", "\"zenflow_select_interval\""},
+      {R"({"zenflow_select_interval": 2.5})", "\"zenflow_select_interval\""},
       {R"([1, 2])", "JSON object"},
       {R"({"micro_steps": 1)", "not valid JSON"},
   };
@@ -136,6 +152,22 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
         << p.status().message();
     EXPECT_EQ(p.status().message().find('\n'), std::string::npos);
   }
+}
+
+// "auto" intervals are written and read as "auto" (kAutoInterval).
+TEST(PolicyFileTest, ZenFlowIntervalsMayBeAuto) {
+  auto p = PolicyFromJson(
+      R"({"preset": "zenflow", "zenflow_select_interval": "auto",
+          "zenflow_update_interval": 3, "zenflow_topk_ratio": 0.25})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->offload, Offload::kOptimizer);
+  EXPECT_TRUE(p->zenflow);
+  EXPECT_EQ(p->zenflow_select_interval, kAutoInterval);
+  EXPECT_EQ(p->zenflow_update_interval, 3);
+  EXPECT_EQ(p->zenflow_topk_ratio, 0.25);
+  const std::string text = PolicyToJson(*p);
+  EXPECT_NE(text.find(R"("zenflow_select_interval": "auto")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("offload": "optimizer")"), std::string::npos) << text;
 }
 
 TEST(PolicyFileTest, WriteThenReadAFile) {
