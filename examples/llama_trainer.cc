@@ -9,6 +9,8 @@
 #include "baton/ops/attention.h"
 #include "baton/ops/cross_entropy.h"
 #include "baton/ops/embedding.h"
+#include "baton/ops/host_adamw.h"
+#include "baton/ops/host_pool.h"
 #include "baton/ops/linear.h"
 #include "baton/ops/rmsnorm.h"
 #include "baton/ops/rotary.h"
@@ -365,11 +367,15 @@ namespace {
 
 // The host optimizer step of an offload policy (Policy::offload): the
 // arguments are host memory and `stream` a host view of the executor's host
-// stream, so ops::AdamWStep enqueues its CPU loop as host work. The seam
-// for a faster host kernel (threads + SIMD).
+// stream. ops::HostAdamWOnStream (threads + AVX2, the bf16 cast fused,
+// bit-identical to AdamWStep's CPU path) runs it as host work on one
+// process-wide pool: the ranks of an inproc run share the machine's cores,
+// and their calls take the pool one after another (its workers never wait
+// for other host work, so this keeps runtime/device.h's rule 7).
 Status HostAdamWStep(Stream& stream, const ops::AdamWConfig& config,
                      const ops::AdamWArgs& args) {
-  return ops::AdamWStep(stream, config, args);
+  static ops::HostPool* const pool = new ops::HostPool(ops::HostPool::HardwareThreads());
+  return ops::HostAdamWOnStream(stream, config, args, pool);
 }
 
 }  // namespace
