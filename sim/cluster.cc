@@ -53,6 +53,7 @@ StatusOr<ClusterSpec> ClusterPreset(absl::string_view name) {
     c.nvlink_gbps = 230;
     c.nic_gbps = 25;
     c.host_link_gbps = 25;
+    c.host_adam_gparams = 1.6;
     return c;
   }
   return absl::NotFoundError(

@@ -42,14 +42,19 @@ struct ClusterSpec {
   // Offload (Policy::offload). Pinned host<->device copy bandwidth per GPU
   // (PCIe Gen5 x16 for H100: 64 GB/s raw, ~50 achieved; Gen4 x16 for A100:
   // 32 raw, ~25 achieved; typical pinned cudaMemcpy figures, not measured
-  // here). And the host optimizer's throughput for one GPU's shard, in
-  // 1e9 parameters per second: 0.09, measured on the development machine
-  // with one thread running ops/adamw.cc's CPU loop over 16M parameters
-  // (fp32 gradient, bf16 cast; /tmp/offgraph measurement, README
-  // "Offload"); a real node gives each GPU several cores, and
-  // //bench:host_adamw measures the threaded kernel.
+  // here). And the host optimizer's throughput for one GPU's shard, in 1e9
+  // parameters per second. baton's host AdamW (ops/host_adamw.h) is memory
+  // bound: //bench:host_adamw measured 2.47e9 parameters/s (28 bytes each,
+  // 69 GB/s, 0.93 of the in-place stream rate of the same run) on the
+  // idle 2-core development machine, whose ~75 GB/s stream rate is about
+  // one GPU's share of a DGX H100 host (2 sockets x 8 channels of
+  // DDR5-4800, 614 GB/s, over 8 GPUs): h100 2.4. A DGX A100 host (2 x 8
+  // channels of DDR4-3200, 410 GB/s) gives a GPU two thirds of that:
+  // a100 1.6. Offload frameworks whose host step is slower set it from
+  // their own figure (a cluster file's "host_adam_gparams"; DeepSpeed's
+  // published 7B-on-4-A100 step implies about 0.25, sim/offload_sim_test).
   double host_link_gbps = 50;
-  double host_adam_gparams = 0.09;
+  double host_adam_gparams = 2.4;
 };
 
 // "h100": 8 x H100 SXM per node, NVLink4, 8 x 400 Gb/s NDR per node.
