@@ -15,6 +15,10 @@ namespace {
 using scheduler::Policy;
 
 constexpr DataType kReduceDtypes[] = {DataType::kF32, DataType::kBF16};
+// Offload values searched. ZenFlow is left out until the executor runs it
+// (a tuned policy file must run as tuned).
+constexpr scheduler::Offload kOffloads[] = {scheduler::Offload::kNone,
+                                            scheduler::Offload::kOptimizer};
 
 // One point of the search space.
 struct Knobs {
@@ -24,8 +28,9 @@ struct Knobs {
   int hpz = 0;
   int64_t merge = 0;  // 0: a bucket per unit
   int fwd = 1, bwd = 1;
+  int offload = 0;  // index into kOffloads
   auto Tie() const {
-    return std::tie(micro_batch, reduce, shard, hpz, merge, fwd, bwd);
+    return std::tie(micro_batch, reduce, shard, hpz, merge, fwd, bwd, offload);
   }
   bool operator<(const Knobs& o) const { return Tie() < o.Tie(); }
   bool operator==(const Knobs& o) const { return Tie() == o.Tie(); }
@@ -90,6 +95,8 @@ class Tuner {
          [](Knobs& k, size_t i) { k.bwd = static_cast<int>(i); }},
         {std::size(kReduceDtypes),
          [](Knobs& k, size_t i) { k.reduce = static_cast<int>(i); }},
+        {std::size(kOffloads),
+         [](Knobs& k, size_t i) { k.offload = static_cast<int>(i); }},
     };
     for (int pass = 0; pass < o_.max_passes; ++pass) {
       const Knobs before = cur;
@@ -179,6 +186,7 @@ class Tuner {
     }
     p.forward_prefetch = k.fwd;
     p.backward_prefetch = k.bwd;
+    p.offload = kOffloads[k.offload];
     return p;
   }
 
@@ -198,11 +206,13 @@ class Tuner {
     w.micro_batch = k.micro_batch;
     w.shard_group = p.shard_group;
     w.hpz_group = p.hpz_group;
-    // Lower bound: fp32 master and two moments over the shard group, the
-    // reserve, and activations with every block recomputed.
+    // Lower bound: fp32 master and two moments over the shard group (on
+    // the host under offload), the reserve, and activations with every
+    // block recomputed.
     const double gib = 1073741824.0;
     const MemoryBreakdown least = ActivationMemory(m_, w, -1);
-    const double bound = 12.0 * static_cast<double>(scheduler::ParameterCount(m_)) /
+    const double state = p.offload == scheduler::Offload::kNone ? 12.0 : 0.0;
+    const double bound = state * static_cast<double>(scheduler::ParameterCount(m_)) /
                              g->shard +
                          c_.reserved_gib * gib + least.activations + least.logits;
     if (bound > c_.memory_gib * gib) {
@@ -264,7 +274,7 @@ std::string DescribeKnobs(const TuneCandidate& c) {
           ? absl::StrCat("merge:", p.merge_target_bytes >> 20, "MiB")
           : std::string("per_unit"),
       " prefetch=", p.forward_prefetch, "/", p.backward_prefetch,
-      " recompute=",
+      " offload=", scheduler::OffloadName(p.offload), " recompute=",
       p.recompute_blocks < 0 ? std::string("all") : absl::StrCat(p.recompute_blocks));
 }
 

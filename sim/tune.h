@@ -10,6 +10,10 @@
 //                      divide the shard group and are smaller than it
 //   buckets            per unit, or merged to 2, 4 or 8 blocks' bytes
 //   forward_prefetch, backward_prefetch   0 .. TuneOptions::max_prefetch
+//   offload            none, optimizer (ZeRO-Offload: master and moments
+//                      on the host); slower, so it wins only where nothing
+//                      else fits. ZenFlow is not searched yet: the executor
+//                      does not run it, and a tuned file must run as tuned.
 //   recompute_blocks   not searched: for the other knobs fixed, more
 //                      recompute only adds compute, so each candidate gets
 //                      the fewest recomputed blocks with which it fits
@@ -77,7 +81,7 @@ StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
                           const TuneOptions& options = {});
 
 // One line of knob values: "mb=1 reduce=bfloat16 shard=8 hpz=0
-// buckets=per_unit prefetch=1/2 recompute=12" (recompute=all for every
+// buckets=per_unit prefetch=1/2 offload=none recompute=12" (recompute=all for every
 // block).
 std::string DescribeKnobs(const TuneCandidate& c);
 

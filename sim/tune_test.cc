@@ -107,6 +107,32 @@ TEST(TuneTest, TightMemoryIsRespected) {
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Offload (master and moments on the host) is slower, so the tuner picks it
+// only where nothing else fits: llama3-70b on 16 H100s needs 79 GiB of
+// device state per GPU without it.
+TEST(TuneTest, OffloadOnlyWhereNothingElseFits) {
+  const auto& t = Tuned();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->best[0].policy.offload, scheduler::Offload::kNone);
+
+  Case c;
+  c.model = *ModelPreset("llama3-70b");
+  c.w.gpus = 16;
+  c.w.global_batch = 16;
+  auto big = Tune(c.model, c.cluster, c.w);
+  ASSERT_TRUE(big.ok()) << big.status();
+  const TuneCandidate& best = big->best[0];
+  EXPECT_TRUE(best.result.fits);
+  EXPECT_EQ(best.policy.offload, scheduler::Offload::kOptimizer);
+  EXPECT_GT(best.result.host_bytes, 0u);
+  EXPECT_NE(DescribeKnobs(best).find("offload=optimizer"), std::string::npos);
+  for (const TuneCandidate& other : big->best) {
+    if (other.policy.offload == scheduler::Offload::kNone) {
+      EXPECT_FALSE(other.result.fits) << DescribeKnobs(other);
+    }
+  }
+}
+
 TEST(TuneTest, BadOptionsAreRefused) {
   Case c;
   TuneOptions o;
