@@ -11,9 +11,11 @@
 //   buckets            per unit, or merged to 2, 4 or 8 blocks' bytes
 //   forward_prefetch, backward_prefetch   0 .. TuneOptions::max_prefetch
 //   offload            none, optimizer (ZeRO-Offload: master and moments
-//                      on the host); slower, so it wins only where nothing
-//                      else fits. ZenFlow is not searched yet: the executor
-//                      does not run it, and a tuned file must run as tuned.
+//                      on the host); slower for the same recompute, it wins
+//                      where nothing else fits or where the memory it frees
+//                      saves recompute. ZenFlow is not searched yet: the
+//                      executor does not run it, and a tuned file must run
+//                      as tuned.
 //   recompute_blocks   not searched: for the other knobs fixed, more
 //                      recompute only adds compute, so each candidate gets
 //                      the fewest recomputed blocks with which it fits
