@@ -26,7 +26,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 
 namespace baton::ops {
 
@@ -54,15 +53,17 @@ class HostPool {
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // one ParallelFor at a time
 
+  // fn_ .. stop_ are guarded by mu_ (std::mutex is not a clang
+  // thread-safety capability in libstdc++: said in words, not annotated).
   std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  const std::function<void(int64_t)>* fn_ ABSL_GUARDED_BY(mu_) = nullptr;
-  int64_t tasks_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t next_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t finished_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t tasks_ = 0;
+  int64_t next_ = 0;
+  int64_t finished_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
 };
 
 }  // namespace baton::ops
