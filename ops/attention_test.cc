@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "baton/ops/attention_testing.h"
 #include "baton/ops/cudnn_attention.h"
 #include "baton/ops/test_util.h"
 
@@ -13,47 +14,11 @@ namespace {
 
 using testing::Compare;
 using testing::Fetch;
-using testing::Pack;
-using testing::Poisoned;
 using testing::Random;
-using testing::Round;
-using testing::Upload;
-
-// Float64 causal GQA attention: out and lse.
-void Reference(const AttentionShape& s, const std::vector<double>& q,
-               const std::vector<double>& k, const std::vector<double>& v,
-               std::vector<double>& out, std::vector<double>& lse) {
-  const int64_t d = s.head_dim, qw = s.heads * d, kw = s.kv_heads * d;
-  out.assign(s.batch * s.seq * qw, 0);
-  lse.assign(s.batch * s.heads * s.seq, 0);
-  const double c = 1 / std::sqrt(static_cast<double>(d));
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t g = h / (s.heads / s.kv_heads);
-      for (int64_t i = 0; i < s.seq; ++i) {
-        std::vector<double> sc(i + 1);
-        double m = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t e = 0; e < d; ++e)
-            dot += q[(b * s.seq + i) * qw + h * d + e] * k[(b * s.seq + j) * kw + g * d + e];
-          sc[j] = c * dot;
-          m = std::max(m, sc[j]);
-        }
-        double l = 0;
-        for (double& x : sc) l += (x = std::exp(x - m));
-        for (int64_t j = 0; j <= i; ++j)
-          for (int64_t e = 0; e < d; ++e)
-            out[(b * s.seq + i) * qw + h * d + e] += sc[j] / l * v[(b * s.seq + j) * kw + g * d + e];
-        lse[(b * s.heads + h) * s.seq + i] = m + std::log(l);
-      }
-    }
-}
 
 double Loss(const AttentionShape& s, const std::vector<double>& q, const std::vector<double>& k,
             const std::vector<double>& v, const std::vector<double>& g) {
-  std::vector<double> out, lse;
-  Reference(s, q, k, v, out, lse);
+  const std::vector<double> out = testing::Float64Attention(s, q, k, v).out;
   double l = 0;
   for (size_t i = 0; i < out.size(); ++i) l += out[i] * g[i];
   return l;
@@ -78,30 +43,19 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchTheFloat64Reference) {
       SCOPED_TRACE(::testing::Message() << s.batch << "x" << s.seq << " heads " << s.heads
                                         << "/" << s.kv_heads << " d " << s.head_dim);
       auto stream = *device->CreateStream();
-      const int64_t rows = s.batch * s.seq, nq = rows * s.heads * s.head_dim,
-                    nk = rows * s.kv_heads * s.head_dim;
-      const auto q = Round(Random(nq, 1 + nq), t), k = Round(Random(nk, 2 + nq), t),
-                 v = Round(Random(nk, 3 + nq), t), dout = Round(Random(nq, 4 + nq), t);
-      DeviceBuffer bq = Upload(*device, *stream, Pack(q, t)),
-                   bk = Upload(*device, *stream, Pack(k, t)),
-                   bv = Upload(*device, *stream, Pack(v, t)),
-                   bdo = Upload(*device, *stream, Pack(dout, t));
-      const size_t es = DataTypeSize(t);
-      DeviceBuffer bo = Poisoned(*device, *stream, nq * es),
-                   blse = Poisoned(*device, *stream, s.batch * s.heads * s.seq * 4),
-                   bdq = Poisoned(*device, *stream, nq * es),
-                   bdk = Poisoned(*device, *stream, nk * es),
-                   bdv = Poisoned(*device, *stream, nk * es);
-      ASSERT_TRUE(AttentionForward(*stream, s, bq.data(), bk.data(), bv.data(), bo.data(),
-                                   static_cast<float*>(blse.data())).ok());
-      ASSERT_TRUE(AttentionBackward(*stream, s, bdo.data(), bq.data(), bk.data(), bv.data(),
-                                    bo.data(), static_cast<const float*>(blse.data()),
-                                    bdq.data(), bdk.data(), bdv.data()).ok());
-      std::vector<double> ro, rlse;
-      Reference(s, q, k, v, ro, rlse);
+      testing::AttentionCase c = testing::MakeAttentionCase(*device, *stream, s);
+      const int64_t nq = c.nq, nk = c.nk;
+      const auto &q = c.q, &k = c.k, &v = c.v, &dout = c.dout;
+      ASSERT_TRUE(AttentionForward(*stream, s, c.bq.data(), c.bk.data(), c.bv.data(),
+                                   c.bo.data(), static_cast<float*>(c.blse.data())).ok());
+      ASSERT_TRUE(AttentionBackward(*stream, s, c.bdo.data(), c.bq.data(), c.bk.data(),
+                                    c.bv.data(), c.bo.data(),
+                                    static_cast<const float*>(c.blse.data()), c.bdq.data(),
+                                    c.bdk.data(), c.bdv.data()).ok());
+      const testing::AttentionReference r = testing::Float64Attention(s, q, k, v);
       const double tol = testing::Tolerance(t);
-      EXPECT_EQ(Compare("out", Fetch(*stream, bo, nq, t), ro, tol), "");
-      EXPECT_EQ(Compare("lse", Fetch(*stream, blse, rlse.size(), DataType::kF32), rlse, 1e-5), "");
+      EXPECT_EQ(Compare("out", Fetch(*stream, c.bo, nq, t), r.out, tol), "");
+      EXPECT_EQ(Compare("lse", Fetch(*stream, c.blse, r.lse.size(), DataType::kF32), r.lse, 1e-5), "");
       if (s.seq > 16) continue;  // finite differences on the small shapes
       const auto fq = testing::FiniteDifference([&](const auto& x) { return Loss(s, x, k, v, dout); }, q);
       const auto fk = testing::FiniteDifference([&](const auto& x) { return Loss(s, q, x, v, dout); }, k);
@@ -109,9 +63,9 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchTheFloat64Reference) {
       // fp32: 1e-5 plus the finite-difference error; bf16: its rounding of
       // out (which the backward reads) dominates.
       const double gtol = t == DataType::kF32 ? 2e-5 : 3e-2;
-      EXPECT_EQ(Compare("dq", Fetch(*stream, bdq, nq, t), fq, gtol), "");
-      EXPECT_EQ(Compare("dk", Fetch(*stream, bdk, nk, t), fk, gtol), "");
-      EXPECT_EQ(Compare("dv", Fetch(*stream, bdv, nk, t), fv, gtol), "");
+      EXPECT_EQ(Compare("dq", Fetch(*stream, c.bdq, nq, t), fq, gtol), "");
+      EXPECT_EQ(Compare("dk", Fetch(*stream, c.bdk, nk, t), fk, gtol), "");
+      EXPECT_EQ(Compare("dv", Fetch(*stream, c.bdv, nk, t), fv, gtol), "");
     }
   }
 }

@@ -107,6 +107,22 @@ struct Handle {
 Dims Bshd(int64_t s, int64_t h, int64_t d) { return {s * h * d, d, h * d, 1}; }
 Dims BshdT(int64_t s, int64_t h, int64_t d) { return {s * h * d, d, 1, h * d}; }  // [b,h,d,s]
 
+// Causal mask over scores `x` ([b, h, s, s] with `stride`): keeps row >=
+// col, writes -inf elsewhere; returns the masked virtual tensor.
+cudnnBackendDescriptor_t CausalMask(GraphBuilder& g, cudnnBackendDescriptor_t x,
+                                    cudnnBackendDescriptor_t neg_inf, const Dims& dims,
+                                    const Dims& stride) {
+  auto ri = g.Virtual(CUDNN_DATA_INT32, dims, stride);
+  g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, ri, CUDNN_DATA_FLOAT, 2);
+  auto ci = g.Virtual(CUDNN_DATA_INT32, dims, stride);
+  g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, ci, CUDNN_DATA_FLOAT, 3);
+  auto keep = g.Virtual(CUDNN_DATA_BOOLEAN, dims, stride);
+  g.Pointwise(CUDNN_POINTWISE_CMP_GE, ri, ci, nullptr, keep, CUDNN_DATA_BOOLEAN);
+  auto y = g.Virtual(CUDNN_DATA_FLOAT, dims, stride);
+  g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, neg_inf, keep, y);
+  return y;
+}
+
 void BuildForward(GraphBuilder& g, const AttentionShape& sh) {
   const int64_t b = sh.batch, s = sh.seq, hq = sh.heads, hk = sh.kv_heads, d = sh.head_dim;
   const Dims scalar{1, 1, 1, 1};
@@ -124,15 +140,7 @@ void BuildForward(GraphBuilder& g, const AttentionShape& sh) {
   g.Matmul(q, kt, s0);
   auto s1 = g.Virtual(CUDNN_DATA_FLOAT, scores, scores_stride);
   g.Pointwise(CUDNN_POINTWISE_MUL, s0, scale, nullptr, s1);
-  // Causal: keep row >= col, else -inf.
-  auto ri = g.Virtual(CUDNN_DATA_INT32, scores, scores_stride);
-  g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, nullptr, nullptr, ri, CUDNN_DATA_FLOAT, 2);
-  auto ci = g.Virtual(CUDNN_DATA_INT32, scores, scores_stride);
-  g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, nullptr, nullptr, ci, CUDNN_DATA_FLOAT, 3);
-  auto keep = g.Virtual(CUDNN_DATA_BOOLEAN, scores, scores_stride);
-  g.Pointwise(CUDNN_POINTWISE_CMP_GE, ri, ci, nullptr, keep, CUDNN_DATA_BOOLEAN);
-  auto s2 = g.Virtual(CUDNN_DATA_FLOAT, scores, scores_stride);
-  g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, s1, neg_inf, keep, s2);
+  auto s2 = CausalMask(g, s1, neg_inf, scores, scores_stride);
   // Softmax with its statistics: lse = max + log(sum exp(s - max)).
   auto mx = g.Virtual(CUDNN_DATA_FLOAT, row, row_stride);
   g.Reduction(CUDNN_REDUCE_TENSOR_MAX, s2, mx);
@@ -186,14 +194,7 @@ void BuildBackward(GraphBuilder& g, const AttentionShape& sh) {
   g.Pointwise(CUDNN_POINTWISE_MUL, s0, scale, nullptr, s1);
   auto s2 = g.Virtual(CUDNN_DATA_FLOAT, scores, scores_stride);
   g.Pointwise(CUDNN_POINTWISE_SUB, s1, stats, nullptr, s2);
-  auto ri = g.Virtual(CUDNN_DATA_INT32, scores, scores_stride);
-  g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, s2, nullptr, nullptr, ri, CUDNN_DATA_FLOAT, 2);
-  auto ci = g.Virtual(CUDNN_DATA_INT32, scores, scores_stride);
-  g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, s2, nullptr, nullptr, ci, CUDNN_DATA_FLOAT, 3);
-  auto keep = g.Virtual(CUDNN_DATA_BOOLEAN, scores, scores_stride);
-  g.Pointwise(CUDNN_POINTWISE_CMP_GE, ri, ci, nullptr, keep, CUDNN_DATA_BOOLEAN);
-  auto s3 = g.Virtual(CUDNN_DATA_FLOAT, scores, scores_stride);
-  g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, s2, neg_inf, keep, s3);
+  auto s3 = CausalMask(g, s2, neg_inf, scores, scores_stride);
   auto p = g.Virtual(CUDNN_DATA_FLOAT, scores, scores_stride);
   g.Pointwise(CUDNN_POINTWISE_EXP, s3, nullptr, nullptr, p);
   // dv = p^T dout (summed over the group's query heads for GQA).

@@ -6,6 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "baton/ops/attention.h"
+#include "baton/ops/attention_testing.h"
 #include "baton/ops/test_util.h"
 
 namespace baton::ops {
@@ -13,64 +14,7 @@ namespace {
 
 using testing::Compare;
 using testing::Fetch;
-using testing::Pack;
 using testing::Poisoned;
-using testing::Random;
-using testing::Round;
-using testing::Upload;
-
-struct Reference {
-  std::vector<double> out, lse, dq, dk, dv;
-};
-
-// Float64 causal GQA attention, forward and its analytic backward
-// (ops/attention.h's formulas).
-Reference Float64(const AttentionShape& s, const std::vector<double>& q,
-                  const std::vector<double>& k, const std::vector<double>& v,
-                  const std::vector<double>& dout) {
-  const int64_t d = s.head_dim, qw = s.heads * d, kw = s.kv_heads * d;
-  Reference r;
-  r.out.assign(s.batch * s.seq * qw, 0);
-  r.dq.assign(r.out.size(), 0);
-  r.dk.assign(s.batch * s.seq * kw, 0);
-  r.dv.assign(r.dk.size(), 0);
-  r.lse.assign(s.batch * s.heads * s.seq, 0);
-  const double c = 1 / std::sqrt(static_cast<double>(d));
-  auto Q = [&](int64_t b, int64_t i, int64_t h) { return (b * s.seq + i) * qw + h * d; };
-  auto K = [&](int64_t b, int64_t j, int64_t g) { return (b * s.seq + j) * kw + g * d; };
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t g = h / (s.heads / s.kv_heads);
-      for (int64_t i = 0; i < s.seq; ++i) {
-        std::vector<double> p(i + 1);
-        double m = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t e = 0; e < d; ++e) dot += q[Q(b, i, h) + e] * k[K(b, j, g) + e];
-          m = std::max(m, p[j] = c * dot);
-        }
-        double l = 0;
-        for (double& x : p) l += (x = std::exp(x - m));
-        for (double& x : p) x /= l;
-        r.lse[(b * s.heads + h) * s.seq + i] = m + std::log(l);
-        double dd = 0;
-        for (int64_t j = 0; j <= i; ++j)
-          for (int64_t e = 0; e < d; ++e) r.out[Q(b, i, h) + e] += p[j] * v[K(b, j, g) + e];
-        for (int64_t e = 0; e < d; ++e) dd += dout[Q(b, i, h) + e] * r.out[Q(b, i, h) + e];
-        for (int64_t j = 0; j <= i; ++j) {
-          double dpv = 0;
-          for (int64_t e = 0; e < d; ++e) dpv += dout[Q(b, i, h) + e] * v[K(b, j, g) + e];
-          const double ds = p[j] * (dpv - dd);
-          for (int64_t e = 0; e < d; ++e) {
-            r.dq[Q(b, i, h) + e] += c * ds * k[K(b, j, g) + e];
-            r.dk[K(b, j, g) + e] += c * ds * q[Q(b, i, h) + e];
-            r.dv[K(b, j, g) + e] += p[j] * dout[Q(b, i, h) + e];
-          }
-        }
-      }
-    }
-  return r;
-}
 
 TEST(CudnnAttentionTest, RefusesWhatItDoesNotTake) {
   auto device = *CreateHostDevice();
@@ -115,42 +59,32 @@ TEST(CudnnAttentionTest, ForwardAndBackwardMatchTheFloat64Reference) {
       SCOPED_TRACE(::testing::Message() << s.batch << "x" << s.seq << " heads " << s.heads
                                         << "/" << s.kv_heads << " d " << s.head_dim);
       auto stream = *device->CreateStream();
-      const int64_t rows = s.batch * s.seq, nq = rows * s.heads * s.head_dim,
-                    nk = rows * s.kv_heads * s.head_dim;
-      const auto q = Round(Random(nq, 1 + nq), t), k = Round(Random(nk, 2 + nq), t),
-                 v = Round(Random(nk, 3 + nq), t), dout = Round(Random(nq, 4 + nq), t);
-      DeviceBuffer bq = Upload(*device, *stream, Pack(q, t)),
-                   bk = Upload(*device, *stream, Pack(k, t)),
-                   bv = Upload(*device, *stream, Pack(v, t)),
-                   bdo = Upload(*device, *stream, Pack(dout, t));
-      DeviceBuffer bo = Poisoned(*device, *stream, nq * 2),
-                   blse = Poisoned(*device, *stream, s.batch * s.heads * s.seq * 4),
-                   bdq = Poisoned(*device, *stream, nq * 2),
-                   bdk = Poisoned(*device, *stream, nk * 2),
-                   bdv = Poisoned(*device, *stream, nk * 2);
-      const Status fwd = CudnnAttentionForward(*stream, s, bq.data(), bk.data(), bv.data(),
-                                               bo.data(), static_cast<float*>(blse.data()));
+      testing::AttentionCase c = testing::MakeAttentionCase(*device, *stream, s);
+      const int64_t nq = c.nq, nk = c.nk;
+      const Status fwd = CudnnAttentionForward(*stream, s, c.bq.data(), c.bk.data(),
+                                               c.bv.data(), c.bo.data(),
+                                               static_cast<float*>(c.blse.data()));
       ASSERT_TRUE(fwd.ok()) << fwd;
       const Status bwd = CudnnAttentionBackward(
-          *stream, s, bdo.data(), bq.data(), bk.data(), bv.data(), bo.data(),
-          static_cast<const float*>(blse.data()), bdq.data(), bdk.data(), bdv.data());
+          *stream, s, c.bdo.data(), c.bq.data(), c.bk.data(), c.bv.data(), c.bo.data(),
+          static_cast<const float*>(c.blse.data()), c.bdq.data(), c.bdk.data(), c.bdv.data());
       ASSERT_TRUE(bwd.ok()) << bwd;
-      const Reference r = Float64(s, q, k, v, dout);
+      const testing::AttentionReference r = testing::Float64Attention(s, c.q, c.k, c.v, c.dout);
       const double tol = testing::Tolerance(t);
-      const auto out = Fetch(*stream, bo, nq, t);
+      const auto out = Fetch(*stream, c.bo, nq, t);
       EXPECT_EQ(Compare("out", out, r.out, tol), "");
-      EXPECT_EQ(Compare("lse", Fetch(*stream, blse, r.lse.size(), DataType::kF32), r.lse, 1e-4),
+      EXPECT_EQ(Compare("lse", Fetch(*stream, c.blse, r.lse.size(), DataType::kF32), r.lse, 1e-4),
                 "");
       // The backward reads cuDNN's bf16 out; its rounding dominates (as in
       // attention_test's bf16 case).
-      EXPECT_EQ(Compare("dq", Fetch(*stream, bdq, nq, t), r.dq, 3e-2), "");
-      EXPECT_EQ(Compare("dk", Fetch(*stream, bdk, nk, t), r.dk, 3e-2), "");
-      EXPECT_EQ(Compare("dv", Fetch(*stream, bdv, nk, t), r.dv, 3e-2), "");
+      EXPECT_EQ(Compare("dq", Fetch(*stream, c.bdq, nq, t), r.dq, 3e-2), "");
+      EXPECT_EQ(Compare("dk", Fetch(*stream, c.bdk, nk, t), r.dk, 3e-2), "");
+      EXPECT_EQ(Compare("dv", Fetch(*stream, c.bdv, nk, t), r.dv, 3e-2), "");
 
       SetCudnnAttentionEnabled(true);
       DeviceBuffer bo2 = Poisoned(*device, *stream, nq * 2),
                    blse2 = Poisoned(*device, *stream, s.batch * s.heads * s.seq * 4);
-      ASSERT_TRUE(AttentionForward(*stream, s, bq.data(), bk.data(), bv.data(), bo2.data(),
+      ASSERT_TRUE(AttentionForward(*stream, s, c.bq.data(), c.bk.data(), c.bv.data(), bo2.data(),
                                    static_cast<float*>(blse2.data())).ok());
       EXPECT_EQ(Fetch(*stream, bo2, nq, t), out) << "AttentionForward took another path";
     }
