@@ -54,6 +54,24 @@ Status HookStep(Session& s, ToyModel& toy, int rank) {
   return s.FinishStep(cb.optimizer);
 }
 
+// Sets the parameters to their initial values, runs `steps` steps through
+// the hooks and compares the shards with `ref`: "" when they match, else what
+// went wrong (the rank's communicator is aborted on an error, so its peers
+// do not wait for it).
+std::string TrainAndCompare(Session& s, ToyModel& toy, int rank, int steps,
+                            const ToyModel::Reference& ref, Communicator& comm) {
+  Status st = s.executor().InitParameters([](const ParamSlot& slot, float* out) {
+    for (int64_t i = 0; i < slot.numel; ++i) out[i] = testing::InitialValue(slot, i);
+  });
+  for (int step = 0; st.ok() && step < steps; ++step) st = HookStep(s, toy, rank);
+  if (st.ok()) st = s.executor().Synchronize();
+  if (!st.ok()) {
+    comm.Abort();
+    return st.ToString();
+  }
+  return ToyModel::CompareShards(s.executor(), ref);
+}
+
 TEST(SessionTest, HooksReproduceTheReference) {
   for (const std::string& name : PolicyPresetNames()) {
     const int ranks = 2;
@@ -79,17 +97,7 @@ TEST(SessionTest, HooksReproduceTheReference) {
         errors[r] = session.status().ToString();
         return;
       }
-      Status st = (*session)->executor().InitParameters(
-          [](const ParamSlot& slot, float* out) {
-            for (int64_t i = 0; i < slot.numel; ++i) {
-              out[i] = testing::InitialValue(slot, i);
-            }
-          });
-      for (int s = 0; st.ok() && s < 3; ++s) st = HookStep(**session, toy, r);
-      if (st.ok()) st = (*session)->executor().Synchronize();
-      errors[r] = st.ok() ? ToyModel::CompareShards((*session)->executor(), ref)
-                          : st.ToString();
-      if (!st.ok()) group->comms[r]->Abort();
+      errors[r] = TrainAndCompare(**session, toy, r, 3, ref, *group->comms[r]);
     });
     for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[r], "") << name;
   }
@@ -203,17 +211,7 @@ TEST(SessionTest, CreatesFromAPolicyFile) {
       errors[r] = "the session does not run the file's policy";
       return;
     }
-    Status st = (*session)->executor().InitParameters(
-        [](const ParamSlot& slot, float* out) {
-          for (int64_t i = 0; i < slot.numel; ++i) {
-            out[i] = testing::InitialValue(slot, i);
-          }
-        });
-    for (int s = 0; st.ok() && s < 2; ++s) st = HookStep(**session, toy, r);
-    if (st.ok()) st = (*session)->executor().Synchronize();
-    errors[r] = st.ok() ? ToyModel::CompareShards((*session)->executor(), ref)
-                        : st.ToString();
-    if (!st.ok()) group->comms[r]->Abort();
+    errors[r] = TrainAndCompare(**session, toy, r, 2, ref, *group->comms[r]);
   });
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[r], "") << r;
 
