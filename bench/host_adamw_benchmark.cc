@@ -38,9 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
+#include "baton/examples/cli.h"
 #include "baton/ops/adamw.h"
 #include "baton/ops/host_adamw.h"
 #include "baton/ops/host_pool.h"
@@ -60,43 +59,38 @@ struct Flags {
   DataType param = DataType::kBF16;
 };
 
-[[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr, "host_adamw: %s\n", why.c_str());
-  std::exit(2);
-}
+[[noreturn]] void Usage(const std::string& why) { examples::FailUsage("host_adamw", why); }
 
+constexpr char kProgram[] = "host_adamw";
+
+// Flags through the project's shared parser (examples/cli.h): --name=value,
+// each at most once, --version.
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
+  examples::FlagReader reader(kProgram);
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto eq = a.find('=');
-    if (!absl::StartsWith(a, "--") || eq == std::string::npos) {
-      Usage("bad argument '" + a + "' (flags are --name=value: --n --threads --reps --grad --param)");
-    }
-    const std::string name = a.substr(2, eq - 2), value = a.substr(eq + 1);
-    int64_t v = 0;
-    if (name == "n" || name == "threads" || name == "reps") {
-      if (!absl::SimpleAtoi(value, &v) || v < 1 || (name != "n" && v > 1024) ||
-          v > (int64_t{1} << 32)) {
-        Usage("--" + name + " must be a positive integer (n <= 2^32, threads and reps <= 1024), got '" +
-              value + "'");
-      }
-      if (name == "n") f.n = v;
-      if (name == "threads") f.threads = static_cast<int>(v);
-      if (name == "reps") f.reps = static_cast<int>(v);
-    } else if (name == "grad" || name == "param") {
-      if (name == "param" && value == "none") {
+    const std::string arg = argv[i];
+    examples::VersionFlag(kProgram, arg);
+    const auto [key, value] = reader.Split(arg);
+    if (key == "--n") {
+      f.n = examples::PositiveFlag(kProgram, key, value, int64_t{1} << 32);
+    } else if (key == "--threads") {
+      f.threads = static_cast<int>(examples::PositiveFlag(kProgram, key, value, 1024));
+    } else if (key == "--reps") {
+      f.reps = static_cast<int>(examples::PositiveFlag(kProgram, key, value, 1024));
+    } else if (key == "--grad" || key == "--param") {
+      if (key == "--param" && value == "none") {
         f.has_param = false;
         continue;
       }
       auto t = ParseDataType(value);
       if (!t.ok() || (*t != DataType::kF32 && *t != DataType::kBF16)) {
-        Usage("--" + name + " must be bf16 or f32" + (name == "param" ? " or none" : "") +
+        Usage(key + " must be bf16 or f32" + (key == "--param" ? " or none" : "") +
               ", got '" + value + "'");
       }
-      (name == "grad" ? f.grad : f.param) = *t;
+      (key == "--grad" ? f.grad : f.param) = *t;
     } else {
-      Usage("unknown flag --" + name + " (--n --threads --reps --grad --param)");
+      Usage("unknown flag " + key + " (--n --threads --reps --grad --param)");
     }
   }
   return f;
