@@ -11,29 +11,35 @@
 
 namespace baton::ops {
 
-Status AdamWStep(Stream& stream, const AdamWConfig& c, const AdamWArgs& a) {
-  constexpr const char* kOp = "AdamWStep";
+Status CheckAdamWArgs(const char* op, const AdamWConfig& c, const AdamWArgs& a) {
   if (!(c.lr >= 0) || !(c.beta1 >= 0 && c.beta1 < 1) ||
       !(c.beta2 >= 0 && c.beta2 < 1) || !(c.eps > 0) ||
       !(c.weight_decay >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": bad config (lr ", c.lr, ", betas ", c.beta1, "/", c.beta2,
+        op, ": bad config (lr ", c.lr, ", betas ", c.beta1, "/", c.beta2,
         ", eps ", c.eps, ", weight_decay ", c.weight_decay,
         "): need lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0"));
   }
   if (a.n < 0 || a.step < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": need n >= 0 and step >= 1, got ", a.n, " and ", a.step));
+        op, ": need n >= 0 and step >= 1, got ", a.n, " and ", a.step));
   }
   if (a.n == 0) return absl::OkStatus();
-  BATON_RETURN_IF_ERROR(CheckNotNull(kOp, {{"master", a.master},
-                                           {"grad", a.grad},
-                                           {"moment1", a.moment1},
-                                           {"moment2", a.moment2}}));
-  BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "grad dtype", a.grad_dtype));
+  BATON_RETURN_IF_ERROR(CheckNotNull(op, {{"master", a.master},
+                                          {"grad", a.grad},
+                                          {"moment1", a.moment1},
+                                          {"moment2", a.moment2}}));
+  BATON_RETURN_IF_ERROR(CheckFloatType(op, "grad dtype", a.grad_dtype));
   if (a.param != nullptr) {
-    BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "param dtype", a.param_dtype));
+    BATON_RETURN_IF_ERROR(CheckFloatType(op, "param dtype", a.param_dtype));
   }
+  return absl::OkStatus();
+}
+
+Status AdamWStep(Stream& stream, const AdamWConfig& c, const AdamWArgs& a) {
+  constexpr const char* kOp = "AdamWStep";
+  BATON_RETURN_IF_ERROR(CheckAdamWArgs(kOp, c, a));
+  if (a.n == 0) return absl::OkStatus();
   const float bc1 = 1.0f - static_cast<float>(std::pow(c.beta1, a.step));
   const float bc2 = 1.0f - static_cast<float>(std::pow(c.beta2, a.step));
   return OnStream(

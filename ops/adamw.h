@@ -45,6 +45,12 @@ struct AdamWArgs {
   DataType param_dtype = DataType::kBF16;
 };
 
+// AdamWStep's checks, for every AdamW kernel (ops/host_adamw.h too):
+// InvalidArgument, its message starting with `op`, for a bad config
+// (lr < 0, betas outside [0, 1), eps <= 0, weight_decay < 0), n < 0,
+// step < 1, null buffers (when n > 0), or a non-float dtype.
+Status CheckAdamWArgs(const char* op, const AdamWConfig& config, const AdamWArgs& args);
+
 // InvalidArgument for a bad config (lr < 0, betas outside [0, 1), eps <= 0,
 // weight_decay < 0), n < 0, step < 1, null buffers, or a non-float dtype.
 Status AdamWStep(Stream& stream, const AdamWConfig& config,

@@ -172,31 +172,6 @@ void Flushed(Fn&& fn) {
 
 const char* HostSimdName() { return CpuHasAvx2() ? "avx2" : "portable"; }
 
-Status CheckAdamWArgs(const char* op, const AdamWConfig& c, const AdamWArgs& a) {
-  if (!(c.lr >= 0) || !(c.beta1 >= 0 && c.beta1 < 1) ||
-      !(c.beta2 >= 0 && c.beta2 < 1) || !(c.eps > 0) ||
-      !(c.weight_decay >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": bad config (lr ", c.lr, ", betas ", c.beta1, "/", c.beta2,
-        ", eps ", c.eps, ", weight_decay ", c.weight_decay,
-        "): need lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0"));
-  }
-  if (a.n < 0 || a.step < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": need n >= 0 and step >= 1, got ", a.n, " and ", a.step));
-  }
-  if (a.n == 0) return absl::OkStatus();
-  BATON_RETURN_IF_ERROR(CheckNotNull(op, {{"master", a.master},
-                                          {"grad", a.grad},
-                                          {"moment1", a.moment1},
-                                          {"moment2", a.moment2}}));
-  BATON_RETURN_IF_ERROR(CheckFloatType(op, "grad dtype", a.grad_dtype));
-  if (a.param != nullptr) {
-    BATON_RETURN_IF_ERROR(CheckFloatType(op, "param dtype", a.param_dtype));
-  }
-  return absl::OkStatus();
-}
-
 namespace {
 
 struct Skip {

@@ -40,15 +40,10 @@ enum class HostSimd {
 // "avx2" or "portable": what kAuto picks on this machine.
 const char* HostSimdName();
 
-// The checks of AdamWStep (ops/adamw.h): InvalidArgument naming the bad
-// config value, n < 0, step < 1, a null buffer or a non-float dtype.
-Status CheckAdamWArgs(const char* op, const AdamWConfig& config,
-                      const AdamWArgs& args);
-
 // Runs the update on the calling thread and `pool`'s threads (null: the
 // calling thread only) and returns when it is done. Elements are split into
 // fixed ranges of whole cache lines; each range is one task, so the result
-// does not depend on the pool. Errors: CheckAdamWArgs, and
+// does not depend on the pool. Errors: CheckAdamWArgs (ops/adamw.h), and
 // FailedPrecondition for kAvx2 on a CPU without it; nothing is written then.
 Status HostAdamW(const AdamWConfig& config, const AdamWArgs& args,
                  HostPool* pool, HostSimd simd = HostSimd::kAuto);
