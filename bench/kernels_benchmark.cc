@@ -31,7 +31,7 @@
 namespace baton::bench {
 namespace {
 
-constexpr const char* kProgram = "bench_kernels";
+constexpr const char* kProgram = "kernels";
 
 struct Flags {
   CommonFlags common;

@@ -29,7 +29,7 @@
 namespace baton::bench {
 namespace {
 
-constexpr const char* kProgram = "bench_ops";
+constexpr const char* kProgram = "ops";
 const char* const kOps[] = {"rmsnorm", "swiglu",    "rotary", "embedding", "cross_entropy",
                             "attention", "linear", "adamw"};
 
