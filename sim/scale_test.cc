@@ -14,7 +14,7 @@
 namespace baton::sim {
 namespace {
 
-SimResult Run(int gpus, const std::string& policy, const ClusterSpec& cluster,
+SimResult Step(int gpus, const std::string& policy, const ClusterSpec& cluster,
               const SimOptions& o = {}) {
   Workload w;
   w.gpus = gpus;
@@ -28,8 +28,8 @@ SimResult Run(int gpus, const std::string& policy, const ClusterSpec& cluster,
 TEST(ScaleTest, StepTimeRisesALittleFrom64To256Gpus) {
   const ClusterSpec h100 = *ClusterPreset("h100");
   for (const std::string policy : {"baton", "fsdp1", "fsdp2", "zero3", "yafsdp"}) {
-    const SimResult small = Run(64, policy, h100);
-    const SimResult large = Run(256, policy, h100);
+    const SimResult small = Step(64, policy, h100);
+    const SimResult large = Step(256, policy, h100);
     std::printf("%-6s step %.3f s on 64 GPUs, %.3f s on 256 (%+.2f%%), straggler "
                 "%.3f -> %.3f s\n", policy.c_str(), small.step_s, large.step_s,
                 100 * (large.step_s / small.step_s - 1), small.straggler_s,
@@ -50,14 +50,14 @@ TEST(ScaleTest, RiseComesFromStragglersAndCollectiveLatency) {
   quiet.straggler_cv = 0;
   SimOptions free_comm;
   free_comm.free_comm = true;
-  EXPECT_LE(Run(256, "baton", quiet, free_comm).step_s,
-            Run(64, "baton", quiet, free_comm).step_s);
+  EXPECT_LE(Step(256, "baton", quiet, free_comm).step_s,
+            Step(64, "baton", quiet, free_comm).step_s);
   const ClusterSpec h100 = *ClusterPreset("h100");
-  EXPECT_GT(Run(256, "baton", h100, free_comm).step_s,
-            Run(64, "baton", h100, free_comm).step_s);
+  EXPECT_GT(Step(256, "baton", h100, free_comm).step_s,
+            Step(64, "baton", h100, free_comm).step_s);
   // Without stragglers, the time beyond compute (exposed collectives) grows
   // with the ring's hops across 4x the nodes.
-  const SimResult small = Run(64, "fsdp2", quiet), large = Run(256, "fsdp2", quiet);
+  const SimResult small = Step(64, "fsdp2", quiet), large = Step(256, "fsdp2", quiet);
   EXPECT_GT(large.step_s - large.compute_s, small.step_s - small.compute_s);
 }
 
