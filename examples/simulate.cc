@@ -45,6 +45,7 @@ struct Flags {
   std::string cluster_file;
   std::vector<std::string> calibration;
   std::string kernel_table;
+  std::string attention_kernel = "table";
   sim::Workload workload;
   std::string recompute = "auto";
   std::vector<std::string> policies;
@@ -70,6 +71,11 @@ const char kUsage[] =
     "  [--calibration=FILE[,FILE...]] (nccl-tests output, bench -J JSON,\n"
     "   or a kernel table)  [--kernel-table=PATH] (measured kernel times\n"
     "   replacing the shipped H100 table, sim/kernel_table.h)\n"
+    "  [--attention-kernel=table|triton|triton-alibi] (the run's attention\n"
+    "   kernel: the table's (default), or Triton FlashAttention as 2023\n"
+    "   llm-foundry ran it, from published figures for h100 and a100;\n"
+    "   triton-alibi: positions as ALiBi inside it, no RoPE; see\n"
+    "   sim/compute_model.h AttentionKernelPreset)\n"
     "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n"
     "  [--policy-file=PATH] (a policy file, scheduler/policy_file.h: its\n"
     "   micro_steps sets the micro-batch and its recompute_blocks the\n"
@@ -127,6 +133,7 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--cluster-file") f.cluster_file = v;
     else if (key == "--calibration") f.calibration = examples::ListFlag("simulate", key, v);
     else if (key == "--kernel-table") f.kernel_table = v;
+    else if (key == "--attention-kernel") f.attention_kernel = v;
     else if (key == "--gpus") f.workload.gpus = static_cast<int>(Positive(key, v, kMaxGpus));
     else if (key == "--seq") f.workload.seq = Positive(key, v, kMaxSeq);
     else if (key == "--global-batch") f.workload.global_batch = Positive(key, v, kMaxBatch);
@@ -218,10 +225,12 @@ scheduler::Policy PolicyFromFile(const Flags& f, const scheduler::ModelSpec& mod
 // --tune: the search, its best candidates, and --policy-out.
 int TuneMain(const Flags& f, const scheduler::ModelSpec& model,
              const sim::ClusterSpec& cluster, const sim::Workload& w,
-             const sim::Calibration& calibration) {
+             const sim::Calibration& calibration,
+             const sim::AttentionKernel& attention) {
   sim::TuneOptions o;
   if (!calibration.tables.empty()) o.sim.calibration = &calibration;
   if (calibration.kernels) o.sim.kernels = &*calibration.kernels;
+  o.sim.attention = attention;
   o.max_step_units = kMaxStepUnits;
   const auto start = std::chrono::steady_clock::now();
   auto t = sim::Tune(model, cluster, w, o);
@@ -299,6 +308,11 @@ int Main(int argc, char** argv) {
         ReadFile(f.cluster_file, "cluster file"), *cluster);
     if (!s.ok()) Fail(std::string(s.message()));
   }
+  auto attention_kernel = sim::AttentionKernelPreset(f.attention_kernel, cluster->name);
+  if (!attention_kernel.ok()) {
+    Fail(absl::StrCat("--attention-kernel: ", attention_kernel.status().message()));
+  }
+  const sim::AttentionKernel attention = *attention_kernel;
   if (Status s = sim::ValidateWorkload(f.workload); !s.ok()) {
     Fail(std::string(s.message()));
   }
@@ -348,7 +362,14 @@ int Main(int argc, char** argv) {
                 calibration.kernels->gpu.c_str(), calibration.kernels->gemm.size(),
                 calibration.kernels->launch_us);
   }
-  if (f.tune) return TuneMain(f, *model, *cluster, w, calibration);
+  if (attention.active()) {
+    std::printf("# attention kernel: %s (forward %.1f%%, backward %.1f%% of peak%s%s)\n",
+                f.attention_kernel.c_str(), 100 * attention.fwd_utilization,
+                100 * attention.bwd_utilization,
+                attention.pad_head_dim ? ", head dim padded to a power of two" : "",
+                attention.no_rope ? ", ALiBi: no RoPE kernels" : "");
+  }
+  if (f.tune) return TuneMain(f, *model, *cluster, w, calibration, attention);
   std::printf("%-7s %8s %8s %8s %8s %6s %9s %8s %30s %6s %5s\n", "policy",
               "step_s", "compute", "exp_AG", "exp_RS", "MFU", "tok/s/GPU",
               "peak_GiB", "(states+arena+act+logits+rsv)", "a/lb", "fits");
@@ -364,6 +385,7 @@ int Main(int argc, char** argv) {
     sim::SimOptions o;
     if (!calibration.tables.empty()) o.calibration = &calibration;
     if (calibration.kernels) o.kernels = &*calibration.kernels;
+    o.attention = attention;
     o.timeline = first && (!f.trace.empty() || !f.svg.empty());
     scheduler::StepGraph graph;
     auto r = file_policy ? sim::SimulatePolicy(*model, *cluster, w, *file_policy,

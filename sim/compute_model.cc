@@ -3,8 +3,43 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace baton::sim {
+
+std::vector<std::string> AttentionKernelNames() {
+  return {"table", "triton", "triton-alibi"};
+}
+
+StatusOr<AttentionKernel> AttentionKernelPreset(const std::string& name,
+                                                const std::string& gpu) {
+  if (name == "table") return AttentionKernel{};
+  if (name != "triton" && name != "triton-alibi") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown attention kernel \"", name, "\"; kernels: ",
+                     absl::StrJoin(AttentionKernelNames(), ", ")));
+  }
+  // FlashAttention-2 reaches up to 73% of the A100's dense peak (Dao 2023,
+  // arXiv:2307.08691 section 4.1) and 35% of the H100's (Shah et al. 2024,
+  // FlashAttention-3, arXiv:2407.08608 abstract), and is 1.3-1.5x faster
+  // than FlashAttention in Triton forward and about 2x backward (Dao 2023,
+  // section 4.1). Triton FlashAttention pads the head dimension
+  // (flash_attn_triton.py: BLOCK_HEADDIM = max(next_power_of_2(d), 16)).
+  double fa2 = 0;
+  if (gpu == "h100") fa2 = 0.35;
+  if (gpu == "a100") fa2 = 0.73;
+  if (fa2 == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention kernel \"", name, "\" has published figures for the h100 "
+        "and a100 clusters only, not \"", gpu, "\""));
+  }
+  AttentionKernel k;
+  k.fwd_utilization = fa2 / 1.4;
+  k.bwd_utilization = fa2 / 2;
+  k.pad_head_dim = true;
+  k.no_rope = name == "triton-alibi";
+  return k;
+}
 
 double ComputeModel::Gemm(double m, double n, double k) const {
   // A GEMM also reads and writes its operands: it is never faster than

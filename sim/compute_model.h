@@ -49,6 +49,8 @@
 #define BATON_SIM_COMPUTE_MODEL_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "baton/runtime/status.h"
 #include "baton/scheduler/model.h"
@@ -75,6 +77,24 @@ struct AttentionKernel {
   bool no_rope = false;
   bool active() const { return fwd_utilization > 0 && bwd_utilization > 0; }
 };
+
+// Named attention kernels (`simulate --attention-kernel=NAME`), one constant
+// set per GPU type, from published figures (sources in compute_model.cc):
+//   table         the kernel table's attention (default; the shipped table's
+//                 is PyTorch 2.11 flash SDPA)
+//   triton        FlashAttention in Triton as MosaicML's llm-foundry ran it in
+//                 2023 (flash_attn_triton.py): FlashAttention-2's published
+//                 fraction of peak on the GPU over 1.4 forward and 2 backward,
+//                 the head dim padded to a power of two
+//   triton-alibi  triton with the positions as ALiBi biases inside the
+//                 kernel (no RoPE kernels): the MPT runs of the validation
+//                 table
+// `gpu` is the cluster's name (ClusterSpec::name); the Triton kernels have
+// figures for "h100" and "a100". InvalidArgument naming the problem for an
+// unknown name or a GPU without figures.
+StatusOr<AttentionKernel> AttentionKernelPreset(const std::string& name,
+                                                const std::string& gpu);
+std::vector<std::string> AttentionKernelNames();
 
 // A node's time and how many kernels make it.
 struct KernelSum {

@@ -157,5 +157,30 @@ TEST(ComputeModelTest, AttentionKernelByUtilization) {
   EXPECT_NE(table->BlockForward().seconds, f->BlockForward().seconds);
 }
 
+// The named kernels behind `simulate --attention-kernel` (compute_model.h).
+TEST(ComputeModelTest, AttentionKernelPresets) {
+  auto table = AttentionKernelPreset("table", "h100");
+  ASSERT_TRUE(table.ok());
+  EXPECT_FALSE(table->active());
+  EXPECT_FALSE(table->no_rope);
+  auto h100 = AttentionKernelPreset("triton", "h100");
+  ASSERT_TRUE(h100.ok());
+  EXPECT_DOUBLE_EQ(h100->fwd_utilization, 0.35 / 1.4);
+  EXPECT_DOUBLE_EQ(h100->bwd_utilization, 0.35 / 2);
+  EXPECT_TRUE(h100->pad_head_dim);
+  EXPECT_FALSE(h100->no_rope);
+  auto a100 = AttentionKernelPreset("triton-alibi", "a100");
+  ASSERT_TRUE(a100.ok());
+  EXPECT_DOUBLE_EQ(a100->fwd_utilization, 0.73 / 1.4);
+  EXPECT_TRUE(a100->no_rope);
+  auto unknown = AttentionKernelPreset("flash9", "h100");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("table, triton, triton-alibi"),
+            std::string::npos);
+  auto gpu = AttentionKernelPreset("triton", "mi300x");
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gpu.status().message().find("mi300x"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace baton::sim

@@ -478,6 +478,35 @@ double StateBytes(const StepGraph& g) {
   return bytes;
 }
 
+double AllocatorReserveBytes(const StepGraph& g) {
+  // FSDP1 and ZeRO-3 free their all-gathered parameters with record_stream
+  // for the compute stream (torch/distributed/fsdp/_flat_param.py:
+  // _no_dispatch_record_stream; "Fairscale FSDP, PyTorch FSDP, and
+  // DeepSpeed ZeRO use recordStream", pytorch/pytorch issue 114299, the
+  // FSDP2 design): the caching allocator keeps such a block from reuse until
+  // the GPU's use of it finishes, which can be much later than the host's
+  // free, so the next all-gather takes a fresh block. The rate limiter
+  // (FSDP1 _limiter_utils.py; ZeRO-3's prefetch bucket) keeps that to one
+  // gathered unit beyond the schedule's. FSDP2 synchronizes the streams
+  // explicitly instead ("deterministically achieve the desired memory",
+  // same issue); baton and YaFSDP gather into buffers they own.
+  if (g.policy.name != "fsdp1" && g.policy.name != "zero3") return 0;
+  double largest = 0;
+  for (const Bucket& b : g.layout.buckets) {  // what one all-gather fills
+    largest = std::max(largest, static_cast<double>(b.padded_numel));
+  }
+  return largest * DataTypeSize(g.policy.param_dtype);
+}
+
+MemoryBreakdown StepMemory(const StepGraph& g, const ClusterSpec& cluster,
+                           const Workload& workload) {
+  MemoryBreakdown m = ActivationMemory(g.layout.spec, workload, g.policy.recompute_blocks);
+  m.states = StateBytes(g);
+  m.arena = static_cast<double>(g.plan.arena_bytes);
+  m.reserved = cluster.reserved_gib * 1073741824.0 + AllocatorReserveBytes(g);
+  return m;
+}
+
 Status ValidateWorkload(const Workload& w) {
   if (w.gpus < 1) {
     return absl::InvalidArgumentError(
@@ -599,10 +628,7 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
   r.mfu = scheduler::TrainingFlopsPerSequence(m, workload.seq) * local /
           (r.step_s * cluster.peak_tflops * 1e12);
   r.tokens_per_s_per_gpu = local * workload.seq / r.step_s;
-  r.memory = ActivationMemory(m, workload, graph.policy.recompute_blocks);
-  r.memory.states = StateBytes(graph);
-  r.memory.arena = static_cast<double>(graph.plan.arena_bytes);
-  r.memory.reserved = cluster.reserved_gib * 1073741824.0;
+  r.memory = StepMemory(graph, cluster, workload);
   r.fits = r.memory.peak() <= cluster.memory_gib * 1073741824.0;
   r.arena_bytes = graph.plan.arena_bytes;
   r.host_bytes = graph.host_bytes;
@@ -646,7 +672,8 @@ StatusOr<SimResult> SimulatePolicy(const ModelSpec& model,
                            scheduler::BuildStepGraph(model, policy, workload.gpus));
     const double fixed = StateBytes(g0) +
                          static_cast<double>(g0.plan.arena_bytes) +
-                         cluster.reserved_gib * 1073741824.0;
+                         cluster.reserved_gib * 1073741824.0 +
+                         AllocatorReserveBytes(g0);
     int chosen = -1;
     for (int n = 0; n <= model.layers; ++n) {
       const MemoryBreakdown a = ActivationMemory(model, workload, n);

@@ -70,8 +70,10 @@
 //   eager  every kernel a PyTorch peer runs costs at least the table's
 //          launch_overhead_us of host time (sim/compute_model.h); the
 //          compute model charges it to every policy's kernels alike.
-// Memory: persistent state as the framework keeps it (StateBytes) + the
-// planned arena + activations + logits + the cluster's reserve. Activations
+// Memory (StepMemory): persistent state as the framework keeps it
+// (StateBytes) + the planned arena + activations + logits + the cluster's
+// reserve + what the framework's allocator holds beyond the schedule
+// (AllocatorReserveBytes). Activations
 // per block and sequence: 34 s h bytes (Korthikanti et al., with flash
 // attention, which does not keep the s^2 scores), or 2 s h for a block that
 // is recomputed; the backward of a recomputed block holds one block's full
@@ -182,6 +184,13 @@ StatusOr<scheduler::Policy> SimPolicy(const std::string& policy_name,
 // fp32 gradient shard), plus ClusterSpec::reserved_gib per GPU.
 double StateBytes(const scheduler::StepGraph& graph);
 
+// Device memory the framework's allocator holds beyond the schedule's
+// buffers: for fsdp1 one gathered unit (its FlatParameter in the parameter
+// dtype), which record_stream keeps from reuse until the compute stream
+// passes it; the same for zero3's largest gathered bucket; 0 for the other
+// policies (sources in the .cc).
+double AllocatorReserveBytes(const scheduler::StepGraph& graph);
+
 // E[max of n independent standard normal samples]; 0 for n <= 1.
 double ExpectedMaxOfNormals(int n);
 
@@ -189,6 +198,14 @@ double ExpectedMaxOfNormals(int n);
 // `recompute_blocks` blocks recomputed (-1: all).
 MemoryBreakdown ActivationMemory(const scheduler::ModelSpec& model,
                                  const Workload& workload, int recompute_blocks);
+
+// The step's device memory per GPU at its peak, as the graph's framework
+// keeps it: StateBytes, the planned arena, ActivationMemory at the graph's
+// recompute, and reserved = ClusterSpec::reserved_gib (CUDA context, NCCL
+// buffers, allocator slack) + AllocatorReserveBytes. SimResult::fits is
+// peak() <= ClusterSpec::memory_gib.
+MemoryBreakdown StepMemory(const scheduler::StepGraph& graph,
+                           const ClusterSpec& cluster, const Workload& workload);
 
 // Simulates `graph` (built for workload.gpus ranks).
 StatusOr<SimResult> SimulateGraph(const scheduler::StepGraph& graph,

@@ -72,15 +72,10 @@ ModelSpec Preset(const char* name) { return *scheduler::ModelPreset(name); }
 
 enum class Stack { kTable, kTriton2023 };
 
+// The llm-foundry rows run `simulate --attention-kernel=triton-alibi`.
 SimOptions StackOptions(Stack stack, const std::string& gpu) {
   SimOptions o;
-  if (stack == Stack::kTriton2023) {
-    const double fa2 = gpu == "h100" ? 0.35 : 0.73;
-    o.attention.fwd_utilization = fa2 / 1.4;
-    o.attention.bwd_utilization = fa2 / 2;
-    o.attention.pad_head_dim = true;
-    o.attention.no_rope = true;
-  }
+  if (stack == Stack::kTriton2023) o.attention = *AttentionKernelPreset("triton-alibi", gpu);
   return o;
 }
 
@@ -164,11 +159,30 @@ std::vector<Case> Cases() {
   for (const Row& r : rows) {
     Case c{"llm-foundry", *r.m, r.gpu, r.gpus, r.seq, r.global_batch,
            r.micro_batch, r.ckpt ? -1 : 0, "fsdp1", r.tps, Stack::kTriton2023};
-    // MPT-30B at 8192 on 8 H100 is the one run beyond the aim: its time per
-    // token grows with the sequence 4x faster than the 7B's and 13B's on
-    // the same kernels, and the simulated peak (78.5 of 80 GiB) is at the
-    // device's edge, where PyTorch's caching allocator frees and retries
-    // (which the simulator does not model).
+    // MPT-30B at 8192 on 8 H100 is the one run beyond the aim (+29.3%),
+    // left as is: no published figure quantifies what it lacks. Published
+    // time per token per GPU, H100: 499.5 us at 2k (micro-batch 3), 554.9
+    // at 4k, 722.5 at 8k (micro-batch 1): the rise from 4k to 8k (+167.6)
+    // is 3.0x the rise from 2k to 4k (+55.4), where attention, whose cost
+    // per token is linear in the sequence, makes it about 2x, as the 7B's
+    // and 13B's rows on the same stack show (7B H100 4k -> 8k -> 32k: 6.9
+    // and 6.4 us per 1k of sequence). A100 alike: 1091.7, 1228.5, 1742.2 us
+    // (+136.8, +513.7: 3.8x). Even a model through the 2k and 4k rows
+    // exactly, linear in the sequence, is +8.5% optimistic at 8k on H100
+    // and +16% on A100; the simulator's compute stream has 432, 476, 537 us
+    // per token (+43, +61). Two mechanisms the simulator leaves out:
+    //  - head dim 112, the only one here that is not a power of two: the
+    //    Triton backward takes its masked path with up to four more
+    //    tl.debug_barrier() per inner iteration (flash_attn_triton.py,
+    //    _bwd_kernel_one_col_block), a constant factor on attention that
+    //    no published timing gives (about 1.3x would match 2k -> 4k, 8k would
+    //    need about 2.5x);
+    //  - the device's edge: 8192 tokens per micro-batch is the 30B's
+    //    largest (its 4k run took micro-batch 1, not 2), and the simulated
+    //    peak is 79.7 of 80 GiB, where PyTorch's caching allocator frees its
+    //    cache and retries cudaMalloc (a device synchronization each time).
+    //    The jump is at 8k on both GPUs, so this threshold is the larger
+    //    part.
     if (r.m == &mpt30 && r.seq == 8192 && std::string(r.gpu) == "h100") c.bound = 0.35;
     cases.push_back(c);
   }
@@ -225,6 +239,52 @@ TEST(ValidationTest, PublishedRunsTable) {
   EXPECT_LE(by_gpu["h100"].abs / by_gpu["h100"].n, 0.10);
   EXPECT_LE(all.abs / all.n, 0.10);
   EXPECT_GE(all.n, 40);
+}
+
+// Memory (StepMemory, item 4 of issue 17): every published run ran, so each
+// fits in device memory as its framework keeps it; and a run that clearly
+// cannot (llama3-70b on 8 GPUs: 70B x 16 bytes / 8 = 131 GiB of state per
+// GPU) does not.
+TEST(ValidationTest, EveryPublishedRunFitsInMemory) {
+  for (const Case& c : Cases()) {
+    Workload w;
+    w.gpus = c.gpus;
+    w.seq = c.seq;
+    w.global_batch = c.global_batch;
+    w.micro_batch = c.micro_batch;
+    const ClusterSpec cluster = *ClusterPreset(c.gpu);
+    if (c.recompute == kAutoRecompute) {  // MaxText: the fewest blocks that fit
+      auto r = Simulate(c.model, cluster, w, c.policy, kAutoRecompute);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->fits) << c.source << " " << c.model.name;
+      EXPECT_LT(r->recompute_blocks, c.model.layers) << c.source;
+      continue;
+    }
+    auto policy = SimPolicy(c.policy, w, cluster.gpus_per_node);
+    ASSERT_TRUE(policy.ok()) << policy.status();
+    policy->recompute_blocks = c.recompute;
+    auto g = scheduler::BuildStepGraph(c.model, *policy, w.gpus);
+    ASSERT_TRUE(g.ok()) << g.status();
+    const MemoryBreakdown m = StepMemory(*g, cluster, w);
+    EXPECT_LE(m.peak(), cluster.memory_gib * 1073741824.0)
+        << c.source << " " << c.model.name << " on " << c.gpus << " " << c.gpu
+        << " seq " << c.seq << ": " << m.peak() / 1073741824.0 << " GiB";
+    // The framework's allocator reserve is part of it: fsdp1 holds one more
+    // gathered block than the schedule.
+    if (std::string(c.policy) == "fsdp1") {
+      EXPECT_GT(m.reserved, cluster.reserved_gib * 1073741824.0);
+    }
+  }
+  Workload big;
+  big.gpus = 8;
+  big.seq = 8192;
+  big.global_batch = 8;
+  for (const char* policy : {"baton", "fsdp1", "fsdp2", "zero3", "yafsdp"}) {
+    auto r = Simulate(Preset("llama3-70b"), *ClusterPreset("h100"), big, policy, -1);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->fits) << policy << ": " << r->memory.peak() / 1073741824.0 << " GiB";
+    EXPECT_GT(r->memory.states, 80 * 1073741824.0) << policy;
+  }
 }
 
 }  // namespace

@@ -149,4 +149,29 @@ echo "${table/\"swiglu\"/\"gelu\"}" >"$TEST_TMPDIR/kernels_noop.json"
 check kernel-table-missing-op 2 --model=llama3-8b --gpus=64 --global-batch=64 \
   --policy=baton --kernel-table="$TEST_TMPDIR/kernels_noop.json"
 check kernel-table-missing 2 --kernel-table=/nonexistent/kernels.json
+# --attention-kernel (sim/compute_model.h AttentionKernelPreset): Triton
+# FlashAttention is slower than the table's flash SDPA at a long sequence,
+# and ALiBi drops the RoPE kernels; bad values are refused in one line.
+mpt=(--model=llama2-13b --gpus=8 --global-batch=8 --seq=16384 --policy=fsdp1 --recompute-layers=all --json)
+check attn-table 0 "${mpt[@]}" --attention-kernel=table
+tail -n 1 "$t/out" >"$t/attn_table.json"
+grep -q '^# attention kernel' "$t/out" && { echo "FAIL attn-table: header for the table's kernel"; fail=1; }
+check attn-triton 0 "${mpt[@]}" --attention-kernel=triton
+grep -q '^# attention kernel: triton (forward 25.0%, backward 17.5% of peak, head dim padded' "$t/out" || { echo "FAIL attn-triton header"; fail=1; }
+tail -n 1 "$t/out" >"$t/attn_triton.json"
+check attn-alibi 0 "${mpt[@]}" --attention-kernel=triton-alibi
+grep -q 'ALiBi: no RoPE kernels' "$t/out" || { echo "FAIL attn-alibi header"; fail=1; }
+tail -n 1 "$t/out" >"$t/attn_alibi.json"
+python3 -c '
+import json, sys
+step = [json.load(open(p))["policies"][0]["step_time_s"] for p in sys.argv[1:]]
+assert step[1] > 1.2 * step[0], step  # Triton attention at 16k: slower
+assert step[2] < step[1], step        # no RoPE kernels
+' "$t/attn_table.json" "$t/attn_triton.json" "$t/attn_alibi.json" || { echo "FAIL attention-kernel step times"; fail=1; }
+check_msg attn-unknown 'unknown attention kernel "flash9"; kernels: table, triton, triton-alibi' --attention-kernel=flash9
+check_msg attn-empty '--attention-kernel needs a value' --attention-kernel=
+check_msg attn-twice '--attention-kernel is given more than once' --attention-kernel=table --attention-kernel=triton
+echo '{"name": "mi300x"}' >"$t/mi300x.json"
+check_msg attn-gpu 'published figures for the h100 and a100 clusters only, not "mi300x"' \
+  --cluster-file="$t/mi300x.json" --attention-kernel=triton
 exit $fail
