@@ -370,7 +370,13 @@ int Main(int argc, char** argv) {
                 attention.no_rope ? ", ALiBi: no RoPE kernels" : "");
   }
   if (f.tune) return TuneMain(f, *model, *cluster, w, calibration, attention);
-  std::printf("%-7s %8s %8s %8s %8s %6s %9s %8s %30s %6s %5s\n", "policy",
+  const std::vector<std::string> names =
+      file_policy ? std::vector<std::string>{file_policy->name} : f.policies;
+  int name_width = 7;  // the policy column fits the longest name printed
+  for (const std::string& name : names) {
+    name_width = std::max(name_width, static_cast<int>(name.size()));
+  }
+  std::printf("%-*s %8s %8s %8s %8s %6s %9s %8s %30s %6s %5s\n", name_width, "policy",
               "step_s", "compute", "exp_AG", "exp_RS", "MFU", "tok/s/GPU",
               "peak_GiB", "(states+arena+act+logits+rsv)", "a/lb", "fits");
   nlohmann::json out;
@@ -380,8 +386,7 @@ int Main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array();
   const double gib = 1073741824.0;
   bool first = true;
-  for (const std::string& name :
-       file_policy ? std::vector<std::string>{file_policy->name} : f.policies) {
+  for (const std::string& name : names) {
     sim::SimOptions o;
     if (!calibration.tables.empty()) o.calibration = &calibration;
     if (calibration.kernels) o.kernels = &*calibration.kernels;
@@ -397,8 +402,8 @@ int Main(int argc, char** argv) {
     const std::string parts = absl::StrFormat(
         "(%.1f+%.1f+%.1f+%.1f+%.1f)", m.states / gib, m.arena / gib,
         m.activations / gib, m.logits / gib, m.reserved / gib);
-    std::printf("%-7s %8.3f %8.3f %8.3f %8.3f %5.1f%% %9.0f %8.1f %30s %6.2f %5s\n",
-                name.c_str(), r->step_s, r->compute_s, r->exposed_ag_s,
+    std::printf("%-*s %8.3f %8.3f %8.3f %8.3f %5.1f%% %9.0f %8.1f %30s %6.2f %5s\n",
+                name_width, name.c_str(), r->step_s, r->compute_s, r->exposed_ag_s,
                 r->exposed_rs_s, 100 * r->mfu, r->tokens_per_s_per_gpu,
                 m.peak() / gib, parts.c_str(),
                 static_cast<double>(r->arena_bytes) /
