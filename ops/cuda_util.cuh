@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 
@@ -85,14 +86,20 @@ inline bool Aligned16(std::initializer_list<const void*> ps) {
 
 // Streaming multiprocessors of the current device (132 on an H100 SXM);
 // 132 if the query fails. Grids are sized from it so that every SM has
-// blocks to run.
+// blocks to run. Remembered per device (the first 64), so a launch costs
+// one cudaGetDevice.
 inline int SmCount() {
+  static std::atomic<int> known[64];
   int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+  if (dev >= 0 && dev < 64) {
+    if (const int k = known[dev].load(std::memory_order_relaxed); k > 0) return k;
+  }
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
       sms <= 0) {
     return 132;
   }
+  if (dev >= 0 && dev < 64) known[dev].store(sms, std::memory_order_relaxed);
   return sms;
 }
 

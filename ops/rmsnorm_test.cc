@@ -54,7 +54,7 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheFloat64Reference) {
              {1, 5, 0}, {3, 7, 0}, {17, 256, 0}, {5, 1000, 0}, {64, 8192, 0},
              {33, 40, 0}, {4, 1001, 0}, {3, 5001, 0}, {9000, 16, 0},
              {17, 256, DataTypeSize(t)}, {5, 1000, DataTypeSize(t)},
-             {64, 8192, DataTypeSize(t)}, {9000, 16, DataTypeSize(t)}}) {
+             {9000, 16, DataTypeSize(t)}}) {
       SCOPED_TRACE(::testing::Message() << tokens << "x" << hidden << " shift " << shift);
       RmsNormShape s{tokens, hidden, t, 1e-5f};
       auto stream = *device->CreateStream();
