@@ -17,20 +17,23 @@
 #include <utility>
 #include <vector>
 
+#include "baton/ops/host_convert.h"
 #include "baton/runtime/dtype.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
 
 namespace baton::ops {
 
+// Element i of p (f32 or bf16) as float, and back (round to nearest even):
+// inline, the same bits as runtime/dtype.h's conversions.
 inline float LoadF(const void* p, DataType t, int64_t i) {
-  return t == DataType::kBF16 ? Bf16ToFloat(static_cast<const uint16_t*>(p)[i])
+  return t == DataType::kBF16 ? Bf16BitsToFloat(static_cast<const uint16_t*>(p)[i])
                               : static_cast<const float*>(p)[i];
 }
 
 inline void StoreF(void* p, DataType t, int64_t i, float v) {
   if (t == DataType::kBF16) {
-    static_cast<uint16_t*>(p)[i] = FloatToBf16(v);
+    static_cast<uint16_t*>(p)[i] = FloatToBf16Bits(v);
   } else {
     static_cast<float*>(p)[i] = v;
   }

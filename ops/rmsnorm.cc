@@ -1,5 +1,6 @@
 #include "baton/ops/rmsnorm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -23,22 +24,53 @@ Status CheckShape(const RmsNormShape& s, const char* op) {
   return absl::OkStatus();
 }
 
+// The CPU paths work on kRows rows at a time, widened to float (AVX2 when
+// the CPU has it, ops/host_convert.h): each row's sum is still added
+// element by element in index order (so the results are bit-identical to
+// the plain scalar loop), but the kRows sums are independent chains the
+// CPU overlaps, instead of one add latency per element. The element-wise
+// parts are plain float loops over contiguous arrays.
+constexpr int64_t kRows = 8;
+
+// sums[r] = sum over i of a[r][i] * b[r][i] * c[i] (c null: a * b), added
+// in index order, for `rows` rows of n elements (rows <= kRows).
+void RowDots(const float* a, const float* b, const float* c, int64_t rows, int64_t n,
+             float* sums) {
+  float acc[kRows] = {};
+  if (rows == kRows) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t r = 0; r < kRows; ++r) {
+        acc[r] += c != nullptr ? a[r * n + i] * c[i] * b[r * n + i] : a[r * n + i] * b[r * n + i];
+      }
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < n; ++i) {
+        acc[r] += c != nullptr ? a[r * n + i] * c[i] * b[r * n + i] : a[r * n + i] * b[r * n + i];
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) sums[r] = acc[r];
+}
+
 }  // namespace
 
 void RmsNormForwardCpu(const RmsNormShape& s, const void* x, const void* w,
                        void* y, float* rstd) {
-  for (int64_t t = 0; t < s.tokens; ++t) {
-    const int64_t row = t * s.hidden;
-    float sum = 0;
-    for (int64_t i = 0; i < s.hidden; ++i) {
-      const float v = LoadF(x, s.dtype, row + i);
-      sum += v * v;
-    }
-    const float r = 1.0f / std::sqrt(sum / static_cast<float>(s.hidden) + s.eps);
-    rstd[t] = r;
-    for (int64_t i = 0; i < s.hidden; ++i) {
-      StoreF(y, s.dtype, row + i,
-             LoadF(x, s.dtype, row + i) * r * LoadF(w, s.dtype, i));
+  const int64_t h = s.hidden;
+  std::vector<float> wf(h), xf(kRows * h), yf(h);
+  WidenRow(w, s.dtype, h, wf.data());
+  for (int64_t t0 = 0; t0 < s.tokens; t0 += kRows) {
+    const int64_t rows = std::min(kRows, s.tokens - t0);
+    WidenRow(ElementAt(x, s.dtype, t0 * h), s.dtype, rows * h, xf.data());
+    float sums[kRows];
+    RowDots(xf.data(), xf.data(), nullptr, rows, h, sums);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float rr = 1.0f / std::sqrt(sums[r] / static_cast<float>(h) + s.eps);
+      rstd[t0 + r] = rr;
+      const float* xr = xf.data() + r * h;
+      for (int64_t i = 0; i < h; ++i) yf[i] = xr[i] * rr * wf[i];
+      NarrowRow(yf.data(), h, s.dtype, ElementAt(y, s.dtype, (t0 + r) * h));
     }
   }
 }
@@ -47,28 +79,34 @@ void RmsNormBackwardCpu(const RmsNormShape& s, const void* dy, const void* x,
                         const void* w, const float* rstd, void* dx,
                         bool accumulate_dx, void* dw, DataType dw_dtype,
                         bool accumulate_dw) {
-  std::vector<float> dw_acc(s.hidden, 0.0f);
-  for (int64_t t = 0; t < s.tokens; ++t) {
-    const int64_t row = t * s.hidden;
-    const float r = rstd[t];
-    float c = 0;
-    for (int64_t i = 0; i < s.hidden; ++i) {
-      c += LoadF(dy, s.dtype, row + i) * LoadF(w, s.dtype, i) *
-           LoadF(x, s.dtype, row + i);
-    }
-    c /= static_cast<float>(s.hidden);
-    for (int64_t i = 0; i < s.hidden; ++i) {
-      const float xv = LoadF(x, s.dtype, row + i);
-      const float g = LoadF(dy, s.dtype, row + i);
-      const float prev = accumulate_dx ? LoadF(dx, s.dtype, row + i) : 0.0f;
-      StoreF(dx, s.dtype, row + i,
-             prev + r * (g * LoadF(w, s.dtype, i) - xv * r * r * c));
-      dw_acc[i] += g * xv * r;
+  const int64_t h = s.hidden;
+  std::vector<float> dw_acc(h, 0.0f), wf(h), gf(kRows * h), xf(kRows * h), prev(h, 0.0f),
+      out(h);
+  WidenRow(w, s.dtype, h, wf.data());
+  for (int64_t t0 = 0; t0 < s.tokens; t0 += kRows) {
+    const int64_t rows = std::min(kRows, s.tokens - t0);
+    WidenRow(ElementAt(dy, s.dtype, t0 * h), s.dtype, rows * h, gf.data());
+    WidenRow(ElementAt(x, s.dtype, t0 * h), s.dtype, rows * h, xf.data());
+    float cs[kRows];
+    RowDots(gf.data(), xf.data(), wf.data(), rows, h, cs);  // (dy * w) * x
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = t0 + r;
+      const float rr = rstd[t];
+      const float c = cs[r] / static_cast<float>(h);
+      const float* g = gf.data() + r * h;
+      const float* xv = xf.data() + r * h;
+      void* dxr = ElementAt(dx, s.dtype, t * h);
+      if (accumulate_dx) WidenRow(dxr, s.dtype, h, prev.data());  // else zeros
+      for (int64_t i = 0; i < h; ++i) {
+        out[i] = prev[i] + rr * (g[i] * wf[i] - xv[i] * rr * rr * c);
+        dw_acc[i] += g[i] * xv[i] * rr;
+      }
+      NarrowRow(out.data(), h, s.dtype, dxr);
     }
   }
   for (int64_t i = 0; i < s.hidden; ++i) {
-    const float prev = accumulate_dw ? LoadF(dw, dw_dtype, i) : 0.0f;
-    StoreF(dw, dw_dtype, i, prev + dw_acc[i]);
+    const float prev_dw = accumulate_dw ? LoadF(dw, dw_dtype, i) : 0.0f;
+    StoreF(dw, dw_dtype, i, prev_dw + dw_acc[i]);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "baton/ops/rotary.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -13,6 +14,7 @@ using testing::Compare;
 using testing::Fetch;
 using testing::Pack;
 using testing::Random;
+using testing::Shifted;
 using testing::Round;
 using testing::Upload;
 
@@ -40,13 +42,22 @@ TEST_P(RotaryTest, ForwardAndBackwardMatchTheFloat64Reference) {
   const DataType t = GetParam();
   for (auto& device : testing::TestDevices()) {
     SCOPED_TRACE(device->name());
-    for (RotaryShape s : {RotaryShape{1, 1, 1, 2, 10000.0, t}, RotaryShape{2, 5, 3, 8, 10000.0, t},
-                          RotaryShape{2, 128, 4, 64, 500000.0, t}}) {
+    // head_dim / 2 not a multiple of 8 (scalar kernel of ops/rotary.cu),
+    // heads not a multiple of the kernel's 8-head chunks, and x one element
+    // off 16-byte alignment (scalar kernel).
+    for (auto [s, shift] : std::vector<std::pair<RotaryShape, size_t>>{
+             {RotaryShape{1, 1, 1, 2, 10000.0, t}, 0},
+             {RotaryShape{2, 5, 3, 8, 10000.0, t}, 0},
+             {RotaryShape{2, 128, 4, 64, 500000.0, t}, 0},
+             {RotaryShape{1, 33, 11, 48, 10000.0, t}, 0},
+             {RotaryShape{2, 17, 9, 24, 10000.0, t}, 0},
+             {RotaryShape{2, 128, 4, 64, 500000.0, t}, DataTypeSize(t)}}) {
+      SCOPED_TRACE(::testing::Message() << s.heads << "x" << s.head_dim << " shift " << shift);
       auto stream = *device->CreateStream();
       const int64_t n = s.batch * s.seq * s.heads * s.head_dim;
       const auto x = Round(Random(n, 1 + n), t), dy = Round(Random(n, 2 + n), t);
-      DeviceBuffer bx = Upload(*device, *stream, Pack(x, t)),
-                   bdy = Upload(*device, *stream, Pack(dy, t));
+      Shifted bx = Upload(*device, *stream, Pack(x, t), shift),
+              bdy = Upload(*device, *stream, Pack(dy, t), shift);
       ASSERT_TRUE(RotaryForward(*stream, s, bx.data()).ok());
       ASSERT_TRUE(RotaryBackward(*stream, s, bdy.data()).ok());
       const double tol = testing::Tolerance(t);

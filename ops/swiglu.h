@@ -30,6 +30,13 @@ Status SwiGluBackward(Stream& stream, const SwiGluShape& shape,
                       const void* dh, const void* g, const void* u, void* dg,
                       void* du);
 
+// The CPU implementations (host memory, run synchronously); what the
+// launchers run on a host stream.
+void SwiGluForwardCpu(const SwiGluShape& shape, const void* g, const void* u,
+                      void* h);
+void SwiGluBackwardCpu(const SwiGluShape& shape, const void* dh, const void* g,
+                       const void* u, void* dg, void* du);
+
 }  // namespace baton::ops
 
 #endif  // BATON_OPS_SWIGLU_H_

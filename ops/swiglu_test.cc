@@ -1,6 +1,7 @@
 #include "baton/ops/swiglu.h"
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -14,6 +15,7 @@ using testing::Fetch;
 using testing::Pack;
 using testing::Poisoned;
 using testing::Random;
+using testing::Shifted;
 using testing::Round;
 using testing::Upload;
 
@@ -25,18 +27,24 @@ TEST_P(SwiGluTest, ForwardAndBackwardMatchTheFloat64Reference) {
   const DataType t = GetParam();
   for (auto& device : testing::TestDevices()) {
     SCOPED_TRACE(device->name());
-    for (auto [rows, width] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {64, 768}}) {
+    // Odd sizes (a scalar tail after the 16-byte vectors: n % 8 != 0), a
+    // large n, and pointers one element off 16-byte alignment (the scalar
+    // kernels of ops/swiglu.cu).
+    for (auto [rows, width, shift] : std::vector<std::tuple<int64_t, int64_t, size_t>>{
+             {1, 1, 0}, {3, 7, 0}, {64, 768, 0}, {5, 1001, 0}, {100, 4099, 0},
+             {3, 7, DataTypeSize(t)}, {5, 1001, DataTypeSize(t)}}) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << width << " shift " << shift);
       auto stream = *device->CreateStream();
       const int64_t n = rows * width;
       const auto g = Round(Random(n, 1 + n, 3.0), t), u = Round(Random(n, 2 + n), t),
                  dh = Round(Random(n, 3 + n), t);
-      DeviceBuffer bg = Upload(*device, *stream, Pack(g, t)),
-                   bu = Upload(*device, *stream, Pack(u, t)),
-                   bdh = Upload(*device, *stream, Pack(dh, t));
+      Shifted bg = Upload(*device, *stream, Pack(g, t), shift),
+              bu = Upload(*device, *stream, Pack(u, t), shift),
+              bdh = Upload(*device, *stream, Pack(dh, t), shift);
       const size_t bytes = n * DataTypeSize(t);
-      DeviceBuffer bh = Poisoned(*device, *stream, bytes),
-                   bdg = Poisoned(*device, *stream, bytes),
-                   bdu = Poisoned(*device, *stream, bytes);
+      Shifted bh = Poisoned(*device, *stream, bytes, shift),
+              bdg = Poisoned(*device, *stream, bytes, shift),
+              bdu = Poisoned(*device, *stream, bytes, shift);
       const SwiGluShape s{rows, width, t};
       ASSERT_TRUE(SwiGluForward(*stream, s, bg.data(), bu.data(), bh.data()).ok());
       ASSERT_TRUE(SwiGluBackward(*stream, s, bdh.data(), bg.data(), bu.data(), bdg.data(),

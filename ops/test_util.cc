@@ -67,6 +67,24 @@ std::vector<double> Fetch(Stream& s, const DeviceBuffer& b, int64_t n,
   return Unpack(Download(s, b, n * DataTypeSize(t)), t);
 }
 
+Shifted Upload(Device& d, Stream& s, const std::vector<uint8_t>& bytes,
+               size_t shift) {
+  std::vector<uint8_t> padded(shift, 0xFF);
+  padded.insert(padded.end(), bytes.begin(), bytes.end());
+  return Shifted(Upload(d, s, padded), shift);
+}
+
+Shifted Poisoned(Device& d, Stream& s, size_t bytes, size_t shift) {
+  return Upload(d, s, std::vector<uint8_t>(bytes, 0xFF), shift);
+}
+
+std::vector<double> Fetch(Stream& s, const Shifted& b, int64_t n, DataType t) {
+  std::vector<uint8_t> out(n * DataTypeSize(t));
+  (void)s.MemcpyAsync(out.data(), b.data(), out.size());
+  (void)s.Synchronize();
+  return Unpack(out, t);
+}
+
 double Rms(const std::vector<double>& v) {
   double sq = 0;
   for (double e : v) sq += e * e;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/runtime/dtype.h"
@@ -38,6 +39,24 @@ std::vector<uint8_t> Download(Stream& s, const DeviceBuffer& b, size_t bytes);
 // Download + Unpack.
 std::vector<double> Fetch(Stream& s, const DeviceBuffer& b, int64_t n,
                           DataType t);
+
+// Device memory starting `shift` bytes past the start of its allocation: a
+// pointer that is not 16-byte aligned when shift is not a multiple of 16, so
+// the CUDA kernels' scalar fallbacks (ops/cuda_util.cuh) run on it.
+class Shifted {
+ public:
+  Shifted(DeviceBuffer b, size_t shift) : buffer_(std::move(b)), shift_(shift) {}
+  void* data() const { return static_cast<char*>(buffer_.data()) + shift_; }
+
+ private:
+  DeviceBuffer buffer_;
+  size_t shift_;
+};
+// Upload / Poisoned / Fetch at `shift` bytes.
+Shifted Upload(Device& d, Stream& s, const std::vector<uint8_t>& bytes,
+               size_t shift);
+Shifted Poisoned(Device& d, Stream& s, size_t bytes, size_t shift);
+std::vector<double> Fetch(Stream& s, const Shifted& b, int64_t n, DataType t);
 
 // Root mean square of `v`.
 double Rms(const std::vector<double>& v);
