@@ -6,6 +6,10 @@
 // recent record at the time of the wait, so re-recording the event later
 // never changes what an earlier wait waits for (CUDA semantics).
 //
+// WaitValue / WriteValue (rule 8) are queue items too: the worker blocks on
+// a process-wide condition variable (ValueHub) until the word reaches the
+// value; every write notifies it.
+//
 // Idle workers and waiting workers spin briefly (yielding the core) before
 // they block on a condition variable: this keeps enqueue-to-run and
 // record-to-wait hand-offs in the microseconds without burning a core when a
@@ -32,6 +36,40 @@ namespace {
 constexpr int kSpinYields = 200;
 
 class HostDevice;
+
+// Wakes the workers waiting in WaitValue (rule 8) when a word is written: a
+// write stores the word, then notifies under the lock, so a waiter that
+// checks the word under the lock never misses it. One for the process: the
+// words of every host device.
+class ValueHub {
+ public:
+  static ValueHub& Get() {
+    static ValueHub* hub = new ValueHub;
+    return *hub;
+  }
+
+  void Write(uint64_t* addr, uint64_t value) {
+    __atomic_store_n(addr, value, __ATOMIC_RELEASE);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+    }
+    cv_.notify_all();
+  }
+
+  void Await(const uint64_t* addr, uint64_t at_least) {
+    auto reached = [&] { return ValueReached(HostReadValue(addr), at_least); };
+    for (int i = 0; i < kSpinYields && !reached(); ++i) {
+      std::this_thread::yield();
+    }
+    if (reached()) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, reached);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
 
 // One record of an event; completed by the stream that reached it.
 class RecordState {
@@ -122,6 +160,28 @@ class HostStream final : public Stream {
 
   Status Wait(Event& event) override;
 
+  Status WaitValue(const uint64_t* addr, uint64_t at_least) override {
+    if (addr == nullptr) {
+      return absl::InvalidArgumentError("WaitValue: null address");
+    }
+    Item item{Item::kWaitValue, nullptr, nullptr};
+    item.addr = const_cast<uint64_t*>(addr);
+    item.value = at_least;
+    Push(std::move(item));
+    return Status();
+  }
+
+  Status WriteValue(uint64_t* addr, uint64_t value) override {
+    if (addr == nullptr) {
+      return absl::InvalidArgumentError("WriteValue: null address");
+    }
+    Item item{Item::kWriteValue, nullptr, nullptr};
+    item.addr = addr;
+    item.value = value;
+    Push(std::move(item));
+    return Status();
+  }
+
   Status MemcpyAsync(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return Status();
     if (dst == nullptr || src == nullptr) {
@@ -159,9 +219,11 @@ class HostStream final : public Stream {
 
  private:
   struct Item {
-    enum Kind { kWork, kRecord, kWait } kind;
+    enum Kind { kWork, kRecord, kWait, kWaitValue, kWriteValue } kind;
     HostWork work;
     std::shared_ptr<RecordState> record;
+    uint64_t* addr = nullptr;  // kWaitValue, kWriteValue
+    uint64_t value = 0;
   };
 
   void Push(Item item) {
@@ -225,6 +287,13 @@ class HostStream final : public Stream {
         return Status();
       case Item::kWait:
         return item.record->Await();
+      case Item::kWaitValue:
+        ValueHub::Get().Await(item.addr, item.value);
+        return Status();
+      case Item::kWriteValue:
+        // Also in the error state: CUDA cannot skip a stream write either.
+        ValueHub::Get().Write(item.addr, item.value);
+        return Status();
     }
     return Status();
   }
@@ -280,6 +349,24 @@ class HostDevice final : public Device {
           absl::StrCat("Allocate: host allocation of ", bytes, " bytes failed"));
     }
     return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });
+  }
+
+  StatusOr<DeviceBuffer> AllocateValues(size_t count) override {
+    if (count == 0 || count > (size_t{1} << 40)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AllocateValues: bad count ", count));
+    }
+    void* p = std::calloc(count, sizeof(uint64_t));
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("AllocateValues: ", count, " words failed"));
+    }
+    return DeviceBuffer(p, count * sizeof(uint64_t),
+                        [](void* q) { std::free(q); });
+  }
+
+  void HostWriteValue(uint64_t* addr, uint64_t value) override {
+    ValueHub::Get().Write(addr, value);
   }
 };
 
