@@ -77,9 +77,10 @@ Status StreamValueResult(CUresult r, const char* what) {
 
 // The error state of one stream's host work, shared with callbacks in flight
 // (they may run after the Stream object is destroyed).
-class HostWorkErrors {
+class HostWorkErrors final : public StreamErrorSink {
  public:
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  void Fail(Status s) override { Set(std::move(s)); }
   void Set(Status s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_.ok()) status_ = std::move(s);
@@ -143,6 +144,7 @@ class CudaStream final : public Stream {
 
   Status Enqueue(HostWork work) override;
   Status Wait(Event& event) override;
+  std::shared_ptr<StreamErrorSink> error_sink() override { return errors_; }
   Status WaitValue(const uint64_t* addr, uint64_t at_least) override;
   Status WriteValue(uint64_t* addr, uint64_t value) override;
   Status MemcpyAsync(void* dst, const void* src, size_t bytes) override;

@@ -27,6 +27,8 @@ Status Stream::WriteValue(uint64_t*, uint64_t) {
                    "'"));
 }
 
+std::shared_ptr<StreamErrorSink> Stream::error_sink() { return nullptr; }
+
 uint64_t HostReadValue(const uint64_t* addr) {
   return __atomic_load_n(addr, __ATOMIC_ACQUIRE);
 }

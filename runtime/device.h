@@ -146,6 +146,16 @@ struct StreamOptions {
   std::string name;
 };
 
+// Puts one stream into its error state from any thread (Stream::error_sink).
+class StreamErrorSink {
+ public:
+  virtual ~StreamErrorSink() = default;
+  // At once, not in stream order: host work that has not started yet is
+  // skipped and Synchronize returns the first error. A no-op once the
+  // stream is destroyed.
+  virtual void Fail(Status status) = 0;
+};
+
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -171,6 +181,14 @@ class Stream {
   // host and CUDA streams implement both.
   virtual Status WaitValue(const uint64_t* addr, uint64_t at_least);
   virtual Status WriteValue(uint64_t* addr, uint64_t value);
+
+  // For work that another thread completes on this stream's behalf (a
+  // WaitValue whose value that thread writes): before it writes the value
+  // on a failure, it fails the stream through the sink, so no Synchronize
+  // that returns after the write misses the error, without host work
+  // enqueued behind every wait. Null when the stream has none (the default,
+  // for wrappers); the host and CUDA streams have one.
+  virtual std::shared_ptr<StreamErrorSink> error_sink();
 
   // Blocks until all work enqueued so far has completed; returns the stream's
   // error state (OK if none).

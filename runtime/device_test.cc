@@ -314,6 +314,30 @@ TEST_P(DeviceTest, WriteValueRunsOnAFailedStream) {
   EXPECT_EQ(HostReadValue(w), 5u);
 }
 
+// The error sink fails the stream at once: host work not yet started is
+// skipped, Synchronize returns the first error; after the stream is gone
+// the sink does nothing.
+TEST_P(DeviceTest, ErrorSinkFailsTheStreamAtOnce) {
+  auto a = NewStream();
+  std::shared_ptr<StreamErrorSink> sink = a->error_sink();
+  ASSERT_NE(sink, nullptr);
+  Gate gate;
+  ASSERT_TRUE(gate.Close(*a).ok());
+  std::atomic<bool> ran{false};
+  ASSERT_TRUE(a->Enqueue([&]() {
+                 ran = true;
+                 return Status();
+               }).ok());
+  sink->Fail(absl::DeadlineExceededError("peer gone"));
+  sink->Fail(absl::InternalError("second"));
+  gate.Open();
+  Status s = a->Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_FALSE(ran.load());
+  a.reset();
+  sink->Fail(absl::InternalError("after the stream"));
+}
+
 // 16 streams, random work and random record/wait pairs; every wait must
 // order all work issued before the captured record on the recording stream
 // before all work issued after the wait on the waiting stream.

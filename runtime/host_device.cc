@@ -100,6 +100,23 @@ class RecordState {
   Status status_;  // guarded by mu_
 };
 
+// A stream's error state, shared with its error sink (which may outlive it).
+class HostStreamErrors final : public StreamErrorSink {
+ public:
+  void Fail(Status status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_.ok()) status_ = std::move(status);
+  }
+  Status Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  Status status_;  // guarded by mu_
+};
+
 class HostEvent final : public Event {
  public:
   explicit HostEvent(const HostDevice* device) : device_(device) {}
@@ -160,6 +177,8 @@ class HostStream final : public Stream {
 
   Status Wait(Event& event) override;
 
+  std::shared_ptr<StreamErrorSink> error_sink() override { return errors_; }
+
   Status WaitValue(const uint64_t* addr, uint64_t at_least) override {
     if (addr == nullptr) {
       return absl::InvalidArgumentError("WaitValue: null address");
@@ -210,7 +229,7 @@ class HostStream final : public Stream {
     ++sync_waiters_;
     done_cv_.wait(lock, [&] { return completed_ >= target; });
     --sync_waiters_;
-    return error_;
+    return errors_->Get();
   }
 
   void PushRecord(std::shared_ptr<RecordState> record) {
@@ -264,12 +283,12 @@ class HostStream final : public Stream {
       Item item = std::move(queue_.front());
       queue_.pop_front();
       pending_.fetch_sub(1, std::memory_order_relaxed);
-      Status error = error_;
+      Status error = errors_->Get();
       lock.unlock();
       Status result = Execute(item, std::move(error));
       item = Item{};  // release captures outside the lock
       lock.lock();
-      if (!result.ok() && error_.ok()) error_ = std::move(result);
+      if (!result.ok()) errors_->Fail(std::move(result));
       ++completed_;
       if (sync_waiters_ > 0) done_cv_.notify_all();
     }
@@ -313,7 +332,8 @@ class HostStream final : public Stream {
   int sync_waiters_ = 0;  // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_
   bool stop_ = false;  // guarded by mu_
-  Status error_;  // guarded by mu_
+  const std::shared_ptr<HostStreamErrors> errors_ =
+      std::make_shared<HostStreamErrors>();
   std::atomic<int64_t> pending_{0};  // queue length, for the idle spin
   std::thread worker_;
 

@@ -47,6 +47,9 @@ struct StreamSlot {
         deadline(d) {}
   std::vector<Arrival> arrivals;
   std::vector<std::unique_ptr<Event>> ready;  // each rank's `ready` record
+  // The waiting ranks' streams, failed before the word is written on a
+  // failure (guarded by the group's mutex).
+  std::vector<std::shared_ptr<StreamErrorSink>> sinks;
   std::vector<bool> present;
   int arrived = 0;
   uint64_t* const word;
@@ -268,10 +271,10 @@ class World {
   // slot of (tag, seq); never waits. The last rank to arrive gets the slot
   // out of the table with everything it needs to enqueue the movement;
   // mismatched headers fail the slot (InvalidArgument for every rank).
-  StatusOr<StreamArrival> ArriveOnStream(int rank, const Arrival& a,
-                                         std::unique_ptr<Event> ready,
-                                         Device& device, absl::Time deadline,
-                                         absl::Duration timeout) {
+  StatusOr<StreamArrival> ArriveOnStream(
+      int rank, const Arrival& a, std::unique_ptr<Event> ready,
+      std::shared_ptr<StreamErrorSink> sink, Device& device,
+      absl::Time deadline, absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     if (!aborted_.ok()) return aborted_;
     if (!stream_failed_.ok()) return stream_failed_;
@@ -298,6 +301,7 @@ class World {
     }
     slot->arrivals[rank] = a;
     slot->ready[rank] = std::move(ready);
+    if (sink != nullptr) slot->sinks.push_back(std::move(sink));
     slot->present[rank] = true;
     if (deadline < slot->deadline) {
       slot->deadline = deadline;
@@ -343,6 +347,9 @@ class World {
   void FailSlotLocked(const std::shared_ptr<StreamSlot>& slot, Status s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     slot->Fail(s);
+    for (const std::shared_ptr<StreamErrorSink>& sink : slot->sinks) {
+      sink->Fail(s);
+    }
     if (stream_failed_.ok()) stream_failed_ = s;
     auto it = stream_slots_.find(slot->key);
     if (it != stream_slots_.end() && it->second == slot) {
@@ -657,17 +664,22 @@ class InprocCommunicator : public CommunicatorBase {
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<Event> ready,
                            world_->TakeEvent(rank_, *device_));
     BATON_RETURN_IF_ERROR(ready->Record(stream));
+    std::shared_ptr<StreamErrorSink> sink = stream.error_sink();
+    const bool check_on_stream = sink == nullptr;
     BATON_ASSIGN_OR_RETURN(
         World::StreamArrival arrival,
         world_->ArriveOnStream(rank_, Arrival{send, recv, h},
-                               std::move(ready), *device_, deadline,
-                               timeout));
+                               std::move(ready), std::move(sink), *device_,
+                               deadline, timeout));
     const std::shared_ptr<StreamSlot>& slot = arrival.slot;
     if (!arrival.last) {
-      // Wait for the last rank's stream to finish the movement, then take
-      // on the collective's status (an error if it failed instead).
+      // Wait for the last rank's stream to finish the movement. A failure
+      // reaches this stream through its error sink before the word is
+      // written; a stream without a sink checks the slot after the wait.
       Status s = stream.WaitValue(slot->word, slot->target);
-      if (s.ok()) s = stream.Enqueue([slot]() { return slot->Check(); });
+      if (s.ok() && check_on_stream) {
+        s = stream.Enqueue([slot]() { return slot->Check(); });
+      }
       if (!s.ok()) world_->FailStreamSlot(slot, s);
       return s;
     }

@@ -19,8 +19,9 @@
 //      publishes its buffers and `ready` in the slot of (tag, seq) (under
 //      the group's mutex; the first rank to arrive gives the slot a word of
 //      Device::AllocateValues and a target value larger than any before);
-//   2a. if some rank has not issued yet: enqueues WaitValue(word, target)
-//      and a host check of the slot's status on its stream, and returns;
+//   2a. if some rank has not issued yet: leaves its stream's error sink in
+//      the slot, enqueues WaitValue(word, target) on its stream and returns
+//      (nothing else per call on the stream: no host function);
 //   2b. if it is the last to issue: it now knows every rank's buffers, and
 //      every peer's `ready` was recorded before the peer published it, so
 //      its stream waits on each (no wait on a record made later: device.h
@@ -44,10 +45,11 @@
 // Event protocol: the last rank finds a mismatch (its call returns
 // InvalidArgument); a watchdog thread of the group fails a slot whose ranks
 // did not all issue within the timeout (DeadlineExceeded naming them);
-// Abort() fails every open slot (Unavailable). A failed slot's word is
-// written from the host (HostWriteValue), which releases the streams that
-// wait on it, and their checks then put the failure into the streams' error
-// states; the group's event protocol stays failed (health(), later calls).
+// Abort() fails every open slot (Unavailable). A failed slot first fails
+// the waiting ranks' streams through their error sinks, then its word is
+// written from the host (HostWriteValue), which releases them: no
+// Synchronize that returns after the release misses the error. The group's
+// event protocol stays failed (health(), later calls).
 // Collectives of one tag must be issued by every rank in one order, and on
 // one stream collectives of different tags too (NCCL's rule): a cycle of
 // streams waiting on one another is not detected and does not time out.
