@@ -448,7 +448,7 @@ TEST(InprocTest, CreationFailsWhenARankNeverJoins) {
 }
 
 // caps() says what the executor may rely on: fp32 accumulation (which the
-// sweep exercises) and host memory; no graph capture (ranks meet on the
+// sweep exercises) and host memory; no graph capture (ranks are matched on the
 // host at issue time).
 TEST(InprocTest, CapsMatchWhatTheBackendDoes) {
   Group g(1);
