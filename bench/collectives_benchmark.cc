@@ -62,6 +62,9 @@ struct Options {
   std::string json_path;
   int average = 1;
   int root = 0;
+  // inproc on host streams: the device-memory protocol
+  // (CommConfig::inproc_event_protocol), to time it without a GPU.
+  int inproc_events = 0;
 };
 
 int Usage(const std::string& why) {
@@ -73,6 +76,7 @@ int Usage(const std::string& why) {
                " [-n ITERS] [-w WARMUP] [-m AGG]\n"
                "  [-c CHECK] [-o sum|avg] [-d float|half|bfloat16|int32] "
                "[-z 0|1] [-T SECONDS] [-G 0] [-J FILE] [-a 0|1|2|3] [-r ROOT]\n"
+               "  [--inproc_events=0|1]\n"
                "Sizes take K/M/G suffixes (binary), up to 64G; -f is in [1, 1024];\n"
                "a flag may be given once.\n",
                why.c_str());
@@ -228,6 +232,8 @@ int Parse(int argc, char** argv, Options* o) {
       rc = int_flag(&o->average, 0, 3);
     } else if (key == "r" || key == "root") {
       rc = int_flag(&o->root, 0, 1 << 20);
+    } else if (key == "inproc_events") {
+      rc = int_flag(&o->inproc_events, 0, 1);
     } else {
       return Usage("unknown flag '" + a + "'");
     }
@@ -240,6 +246,9 @@ int Parse(int argc, char** argv, Options* o) {
     return Usage("-G (CUDA graph capture) is not supported by this bench");
   }
   if (o->device.empty()) o->device = o->backend == "nccl" ? "cuda" : "host";
+  if (o->inproc_events && o->backend != "inproc") {
+    return Usage("--inproc_events needs --backend=inproc");
+  }
   return 0;
 }
 
@@ -491,10 +500,11 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
            const Communicator::Limit& limit, const std::string& devices,
            double concurrent_gbps = 0, bool shared_device = false) {
   std::printf(
-      "# Collective: %s  backend: %s  device: %s  nranks: %d\n"
+      "# Collective: %s  backend: %s%s  device: %s  nranks: %d\n"
       "# minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg "
       "iters: %d validation: %d blocking: %d\n#\n# Using devices\n%s#\n",
-      CollectiveName(o.kind), o.backend.c_str(), o.device.c_str(), n,
+      CollectiveName(o.kind), o.backend.c_str(),
+      o.inproc_events ? " (event protocol)" : "", o.device.c_str(), n,
       o.min_bytes, o.max_bytes,
       (o.step_factor > 1 ? absl::StrCat(o.step_factor, "(factor)")
                          : absl::StrCat(o.step_bytes, "(bytes)"))
@@ -632,6 +642,7 @@ int RunInproc(const Options& o) {
   base.device = device->get();
   base.group = "bench";
   base.timeout = absl::Seconds(o.timeout_s);
+  base.inproc_event_protocol = o.inproc_events != 0;
   auto comms = CreateInprocGroup(o.nranks, base);
   if (!comms.ok()) return Fail(comms.status());
   std::vector<RankCtx> ctx(o.nranks);

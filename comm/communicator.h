@@ -63,11 +63,11 @@
 //   * A child is an ordinary Communicator with its own tag space and
 //     sequence numbers: its collectives never match the parent's or a
 //     sibling's, so parent and child collectives (of any tags) may be in
-//     flight together on different streams. Where issuing blocks until the
-//     peers issue too (nccl; inproc on CUDA streams or the event protocol),
-//     every rank must issue the collectives of parent and children in one
-//     order (NCCL's rule for concurrent communicators); inproc's host path
-//     and ucx also accept different orders. It uses the parent's device
+//     flight together on different streams. Where the ranks' streams wait
+//     for one another's issued work (nccl; inproc on CUDA streams or the
+//     event protocol), every rank must issue the collectives of parent and
+//     children in one order (NCCL's rule for concurrent communicators);
+//     inproc's host path and ucx also accept different orders. It uses the parent's device
 //     (and store, on ucx), which must outlive it; it may outlive the parent.
 //   * A broken parent returns its error and creates nothing. Backends
 //     without sub-communicators return Unimplemented.

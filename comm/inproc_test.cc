@@ -1,6 +1,8 @@
 // The in-process backend through the public factory: the full sweep of
 // collectives x world sizes x counts x types x in/out of place, and its
 // failure modes. Ranks are threads.
+#include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "baton/comm/testing/collective_check.h"
 #include "baton/comm/factory.h"
@@ -176,23 +179,143 @@ TEST(InprocEventProtocolTest, GpuSweep) {
   }
 }
 
-TEST(InprocEventProtocolTest, MismatchIsReportedByTheCall) {
+// The last rank to issue finds the mismatch (its call fails); every rank's
+// stream reports it, and the group stays failed.
+TEST(InprocEventProtocolTest, MismatchFailsEveryRanksStream) {
   Group g(3, absl::Seconds(30), /*event_protocol=*/true);
+  std::atomic<int> calls_failed{0};
   g.RunAll([&](int r) {
     std::vector<float> in(64), out(64);
     Status s = g.rank(r).comm->AllReduce(in.data(), out.data(),
                                          r == 1 ? 32 : 64, DataType::kF32,
                                          ReduceOp::kSum, *g.rank(r).stream, {});
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_FALSE(g.rank(r).stream->Synchronize().ok());
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      ++calls_failed;
+    }
+    Status sync = g.rank(r).stream->Synchronize();
+    EXPECT_EQ(sync.code(), absl::StatusCode::kInvalidArgument) << sync;
+    EXPECT_NE(sync.message().find("count"), std::string::npos) << sync;
+    EXPECT_FALSE(g.rank(r).comm->health().ok());
+  });
+  EXPECT_GE(calls_failed.load(), 1);
+}
+
+// The issuing thread never waits for the peers: rank 0 issues 20
+// collectives and synchronizes nothing before rank 1 has issued any. (With a
+// meeting at issue time rank 0 would block in its first call and rank 1
+// would give up waiting for it.)
+TEST(InprocEventProtocolTest, IssuingNeverWaitsForThePeers) {
+  Group g(2, absl::Seconds(30), /*event_protocol=*/true);
+  absl::Notification rank0_issued;
+  constexpr int kCalls = 20;
+  std::vector<std::vector<float>> in(2, std::vector<float>(kCalls * 8));
+  std::vector<std::vector<float>> out(2, std::vector<float>(kCalls * 8));
+  g.RunAll([&](int r) {
+    for (int i = 0; i < kCalls * 8; ++i) in[r][i] = static_cast<float>(i + r);
+    if (r == 1) {
+      EXPECT_TRUE(rank0_issued.WaitForNotificationWithTimeout(
+          absl::Seconds(20)));
+    }
+    for (int c = 0; c < kCalls; ++c) {
+      ASSERT_TRUE(g.rank(r).comm->AllReduce(
+                      in[r].data() + 8 * c, out[r].data() + 8 * c, 8,
+                      DataType::kF32, ReduceOp::kSum, *g.rank(r).stream, {})
+                      .ok());
+    }
+    if (r == 0) rank0_issued.Notify();
+    ASSERT_TRUE(g.rank(r).stream->Synchronize().ok());
+    for (int i = 0; i < kCalls * 8; ++i) {
+      ASSERT_EQ(out[r][i], static_cast<float>(2 * i + 1)) << i;
+    }
   });
 }
 
-TEST(InprocTest, ConcurrentTagsOnTwoStreamsIssuedInDifferentOrders) {
-  Group g(3);
-  auto device = *CreateHostDevice();
+// Many collectives in flight at once, in two rounds. Round 1: rank 0
+// issues all of them before the others start, so more than one allocation
+// of signal words is in use. Round 2 reuses the words, every rank issuing in
+// its own time order (rank r sleeps before some calls).
+TEST(InprocEventProtocolTest, ManyCollectivesInFlightInAnyTimeOrder) {
+  constexpr int kN = 3;
+  constexpr int kCalls = 1500;  // > kWordsPerChunk (inproc.cc)
+  Group g(kN, absl::Seconds(30), /*event_protocol=*/true);
+  absl::Notification rank0_issued;
   g.RunAll([&](int r) {
-    auto second = *device->CreateStream();
+    std::vector<int32_t> in(kCalls), out(kCalls);
+    for (int round = 0; round < 2; ++round) {
+      for (int c = 0; c < kCalls; ++c) in[c] = c * 10 + r + round;
+      std::fill(out.begin(), out.end(), -1);
+      if (round == 0 && r != 0) {
+        EXPECT_TRUE(rank0_issued.WaitForNotificationWithTimeout(
+            absl::Seconds(20)));
+      }
+      for (int c = 0; c < kCalls; ++c) {
+        if (round == 1 && (c + r) % 3 == 0 && c % 100 == 0) {
+          absl::SleepFor(absl::Milliseconds(2));
+        }
+        ASSERT_TRUE(g.rank(r).comm->AllReduce(&in[c], &out[c], 1,
+                                              DataType::kI32, ReduceOp::kSum,
+                                              *g.rank(r).stream, {}).ok());
+      }
+      if (round == 0 && r == 0) rank0_issued.Notify();
+      ASSERT_TRUE(g.rank(r).stream->Synchronize().ok());
+      for (int c = 0; c < kCalls; ++c) {
+        ASSERT_EQ(out[c], c * 30 + 0 + 1 + 2 + 3 * round) << c;
+      }
+    }
+  });
+}
+
+TEST(InprocEventProtocolTest, RankThatNeverIssuesTimesOut) {
+  const absl::Duration timeout = absl::Seconds(1);
+  Group g(3, timeout, /*event_protocol=*/true);
+  g.RunAll([&](int r) {
+    if (r == 1) return;  // never issues
+    std::vector<float> in(16), out(48);
+    const absl::Time t0 = absl::Now();
+    ASSERT_TRUE(g.rank(r).comm->AllGather(in.data(), out.data(), 16,
+                                          DataType::kF32, *g.rank(r).stream,
+                                          {}).ok());
+    Status s = g.rank(r).stream->Synchronize();
+    const absl::Duration took = absl::Now() - t0;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_NE(s.message().find("rank(s) 1"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("all_gather #0"), std::string::npos) << s;
+    EXPECT_LT(took, 2 * timeout);
+    // Later calls fail at once with the same error.
+    EXPECT_EQ(g.rank(r).comm->AllGather(in.data(), out.data(), 16,
+                                        DataType::kF32, *g.rank(r).stream, {})
+                  .code(),
+              absl::StatusCode::kDeadlineExceeded);
+  });
+}
+
+TEST(InprocEventProtocolTest, AbortReleasesThePeersWithUnavailable) {
+  Group g(4, absl::Seconds(60), /*event_protocol=*/true);
+  g.RunAll([&](int r) {
+    if (r == 3) {
+      absl::SleepFor(absl::Milliseconds(100));
+      g.rank(r).comm->Abort();
+      return;
+    }
+    std::vector<float> in(16), out(16);
+    const absl::Time t0 = absl::Now();
+    ASSERT_TRUE(g.rank(r).comm->AllReduce(in.data(), out.data(), 16,
+                                          DataType::kF32, ReduceOp::kSum,
+                                          *g.rank(r).stream, {}).ok());
+    Status s = g.rank(r).stream->Synchronize();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find("rank 3"), std::string::npos) << s;
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  });
+}
+
+class InprocTagsTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(InprocTagsTest, ConcurrentTagsOnTwoStreamsIssuedInDifferentOrders) {
+  Group g(3, absl::Seconds(30), /*event_protocol=*/GetParam());
+  g.RunAll([&](int r) {
+    auto second = *g.device().CreateStream();
     CheckCase ag{CollectiveKind::kAllGather, DataType::kF32, ReduceOp::kSum,
                  3, 4096, 0, 1};
     CheckCase rs{CollectiveKind::kReduceScatter, DataType::kF32,
@@ -229,6 +352,11 @@ TEST(InprocTest, ConcurrentTagsOnTwoStreamsIssuedInDifferentOrders) {
     EXPECT_EQ(CountWrong(rs, r, rs_out.data()), 0u);
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Protocols, InprocTagsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "events" : "host";
+                         });
 
 TEST(InprocTest, MismatchedCountsFailEveryRankWithInvalidArgument) {
   Group g(4);
@@ -320,7 +448,7 @@ TEST(InprocTest, CreationFailsWhenARankNeverJoins) {
 }
 
 // caps() says what the executor may rely on: fp32 accumulation (which the
-// sweep exercises) and host memory; no graph capture (ranks meet on the
+// sweep exercises) and host memory; no graph capture (ranks are matched on the
 // host at issue time).
 TEST(InprocTest, CapsMatchWhatTheBackendDoes) {
   Group g(1);

@@ -3,13 +3,19 @@
 // Streams are cudaStreamNonBlocking (no implicit sync with the legacy default
 // stream) with a priority clamped to the device's range; events are created
 // with cudaEventDisableTiming (cheapest record/wait); Wait is
-// cudaStreamWaitEvent; host work goes through cudaLaunchHostFunc. Every call
+// cudaStreamWaitEvent; host work goes through cudaLaunchHostFunc.
+// WaitValue / WriteValue are cuStreamWaitValue64 (GEQ) / cuStreamWriteValue64
+// on mapped page-locked host memory (AllocateValues), the driver functions
+// fetched once through cudaGetDriverEntryPointByVersion, so nothing links
+// libcuda directly. Every call
 // first makes the device current on the calling thread, so any thread may
 // drive any device.
+#include <cuda.h>  // driver types only: entry points come from cudart
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -23,11 +29,58 @@ namespace {
 
 class CudaDevice;
 
+// cuStreamWaitValue64 and cuStreamWriteValue64 (the _v2 ABI of CUDA 11.7+),
+// looked up once; null when the driver lacks them.
+using StreamValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t,
+                                   unsigned int);
+struct StreamValueOps {
+  StreamValueFn wait = nullptr;
+  StreamValueFn write = nullptr;
+};
+
+const StreamValueOps& GetStreamValueOps() {
+  static const StreamValueOps ops = [] {
+    StreamValueOps o;
+    auto get = [](const char* name) -> StreamValueFn {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+      if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault,
+                                           &found) != cudaSuccess ||
+          found != cudaDriverEntryPointSuccess) {
+        cudaGetLastError();  // clear
+        return nullptr;
+      }
+      return reinterpret_cast<StreamValueFn>(fn);
+    };
+    o.wait = get("cuStreamWaitValue64");
+    o.write = get("cuStreamWriteValue64");
+    return o;
+  }();
+  return ops;
+}
+
+Status StreamValueResult(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return Status();
+  if (r == CUDA_ERROR_NOT_SUPPORTED) {
+    return absl::UnimplementedError(absl::StrCat(
+        what, ": 64-bit stream memory operations are not supported on this "
+              "device (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)"));
+  }
+  if (r == CUDA_ERROR_INVALID_VALUE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": CUDA driver error ", static_cast<int>(r),
+        " (invalid value: is the address a word of AllocateValues?)"));
+  }
+  return absl::InternalError(
+      absl::StrCat(what, ": CUDA driver error ", static_cast<int>(r)));
+}
+
 // The error state of one stream's host work, shared with callbacks in flight
 // (they may run after the Stream object is destroyed).
-class HostWorkErrors {
+class HostWorkErrors final : public StreamErrorSink {
  public:
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  void Fail(Status s) override { Set(std::move(s)); }
   void Set(Status s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_.ok()) status_ = std::move(s);
@@ -91,6 +144,9 @@ class CudaStream final : public Stream {
 
   Status Enqueue(HostWork work) override;
   Status Wait(Event& event) override;
+  std::shared_ptr<StreamErrorSink> error_sink() override { return errors_; }
+  Status WaitValue(const uint64_t* addr, uint64_t at_least) override;
+  Status WriteValue(uint64_t* addr, uint64_t value) override;
   Status MemcpyAsync(void* dst, const void* src, size_t bytes) override;
   Status MemsetAsync(void* dst, int value, size_t bytes) override;
   Status Synchronize() override;
@@ -158,6 +214,26 @@ class CudaDevice final : public Device {
     return DeviceBuffer(p, bytes, [](void* q) { cudaFree(q); });
   }
 
+  // Mapped page-locked host memory: with unified addressing the host
+  // pointer is also the device's address of the words.
+  StatusOr<DeviceBuffer> AllocateValues(size_t count) override {
+    if (count == 0 || count > (size_t{1} << 40)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AllocateValues: bad count ", count));
+    }
+    BATON_RETURN_IF_ERROR(MakeCurrent());
+    void* p = nullptr;
+    const size_t bytes = count * sizeof(uint64_t);
+    BATON_CUDA_CHECK(cudaHostAlloc(
+        &p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(p, 0, bytes);
+    return DeviceBuffer(p, bytes, [](void* q) { cudaFreeHost(q); });
+  }
+
+  void HostWriteValue(uint64_t* addr, uint64_t value) override {
+    __atomic_store_n(addr, value, __ATOMIC_RELEASE);
+  }
+
  private:
   const int ordinal_;
   const std::string gpu_name_;
@@ -191,6 +267,40 @@ Status CudaStream::Wait(Event& event) {
   BATON_RETURN_IF_ERROR(device_->MakeCurrent());
   BATON_CUDA_CHECK(cudaStreamWaitEvent(stream_, cuda->native(), 0));
   return Status();
+}
+
+Status CudaStream::WaitValue(const uint64_t* addr, uint64_t at_least) {
+  if (addr == nullptr) {
+    return absl::InvalidArgumentError("WaitValue: null address");
+  }
+  const StreamValueOps& ops = GetStreamValueOps();
+  if (ops.wait == nullptr) {
+    return absl::UnimplementedError(
+        "WaitValue: the CUDA driver has no cuStreamWaitValue64");
+  }
+  BATON_RETURN_IF_ERROR(device_->MakeCurrent());
+  return StreamValueResult(
+      ops.wait(reinterpret_cast<CUstream>(stream_),
+               reinterpret_cast<CUdeviceptr>(addr), at_least,
+               CU_STREAM_WAIT_VALUE_GEQ),
+      "WaitValue");
+}
+
+Status CudaStream::WriteValue(uint64_t* addr, uint64_t value) {
+  if (addr == nullptr) {
+    return absl::InvalidArgumentError("WriteValue: null address");
+  }
+  const StreamValueOps& ops = GetStreamValueOps();
+  if (ops.write == nullptr) {
+    return absl::UnimplementedError(
+        "WriteValue: the CUDA driver has no cuStreamWriteValue64");
+  }
+  BATON_RETURN_IF_ERROR(device_->MakeCurrent());
+  return StreamValueResult(
+      ops.write(reinterpret_cast<CUstream>(stream_),
+                reinterpret_cast<CUdeviceptr>(addr), value,
+                CU_STREAM_WRITE_VALUE_DEFAULT),
+      "WriteValue");
 }
 
 Status CudaStream::MemcpyAsync(void* dst, const void* src, size_t bytes) {

@@ -15,6 +15,24 @@ const char* DeviceKindName(DeviceKind kind) {
   return "unknown";
 }
 
+Status Stream::WaitValue(const uint64_t*, uint64_t) {
+  return absl::UnimplementedError(
+      absl::StrCat("Stream::WaitValue: not implemented by stream '", name(),
+                   "'"));
+}
+
+Status Stream::WriteValue(uint64_t*, uint64_t) {
+  return absl::UnimplementedError(
+      absl::StrCat("Stream::WriteValue: not implemented by stream '", name(),
+                   "'"));
+}
+
+std::shared_ptr<StreamErrorSink> Stream::error_sink() { return nullptr; }
+
+uint64_t HostReadValue(const uint64_t* addr) {
+  return __atomic_load_n(addr, __ATOMIC_ACQUIRE);
+}
+
 Status CheckAllocationRequest(size_t bytes, size_t alignment) {
   if (bytes == 0) {
     return absl::InvalidArgumentError("Allocate: zero bytes requested");

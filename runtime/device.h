@@ -42,6 +42,25 @@
 //    thread of the caller, device work). The host implementation runs each
 //    stream on its own thread and would not deadlock; code must not rely on
 //    that.
+// 8. Values: Stream::WaitValue(addr, v) makes all work enqueued on the
+//    stream after the call wait until the 64-bit word at `addr` holds a
+//    value w with (int64_t)(w - v) >= 0 (cuStreamWaitValue64 with
+//    CU_STREAM_WAIT_VALUE_GEQ: a cyclic greater-or-equal).
+//    Stream::WriteValue(addr, v) stores v at `addr` once all work enqueued
+//    before it has completed (cuStreamWriteValue64). Both act on words of
+//    Device::AllocateValues only; the host reads such a word with
+//    HostReadValue and writes it with Device::HostWriteValue, which releases
+//    waiting streams like a stream write. A wait on a value written LATER by
+//    another thread is sound (unlike an event wait, rule 3): it waits for
+//    the value, not for a record. Nothing times a WaitValue out: the code
+//    that enqueues one must make sure the value gets written (on a failure
+//    by HostWriteValue). Writes run also on a stream in its error state
+//    (CUDA cannot skip them) and never put a stream into one. Wait and write
+//    never block the calling thread. On CUDA the driver does not see the
+//    order a value creates: a stream stuck in a wait can hold back other
+//    streams that share its hardware queue (CUDA_DEVICE_MAX_CONNECTIONS),
+//    so keep few waits in flight per device and let the writer be a stream
+//    that is not behind the waiter.
 //
 // Work. A stream accepts two kinds of work:
 //   - host work (Enqueue): a callable returning Status, run in stream order.
@@ -77,6 +96,7 @@
 #define BATON_RUNTIME_DEVICE_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -126,6 +146,16 @@ struct StreamOptions {
   std::string name;
 };
 
+// Puts one stream into its error state from any thread (Stream::error_sink).
+class StreamErrorSink {
+ public:
+  virtual ~StreamErrorSink() = default;
+  // At once, not in stream order: host work that has not started yet is
+  // skipped and Synchronize returns the first error. A no-op once the
+  // stream is destroyed.
+  virtual void Fail(Status status) = 0;
+};
+
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -145,6 +175,20 @@ class Stream {
   // this device (or host memory for CUDA, which cudaMemcpyDefault accepts).
   virtual Status MemcpyAsync(void* dst, const void* src, size_t bytes) = 0;
   virtual Status MemsetAsync(void* dst, int value, size_t bytes) = 0;
+
+  // Rule 8. `addr` must be a word of this device's AllocateValues. The
+  // defaults return Unimplemented (for wrappers that forward a subset); the
+  // host and CUDA streams implement both.
+  virtual Status WaitValue(const uint64_t* addr, uint64_t at_least);
+  virtual Status WriteValue(uint64_t* addr, uint64_t value);
+
+  // For work that another thread completes on this stream's behalf (a
+  // WaitValue whose value that thread writes): before it writes the value
+  // on a failure, it fails the stream through the sink, so no Synchronize
+  // that returns after the write misses the error, without host work
+  // enqueued behind every wait. Null when the stream has none (the default,
+  // for wrappers); the host and CUDA streams have one.
+  virtual std::shared_ptr<StreamErrorSink> error_sink();
 
   // Blocks until all work enqueued so far has completed; returns the stream's
   // error state (OK if none).
@@ -215,6 +259,15 @@ class Device {
   virtual StatusOr<DeviceBuffer> Allocate(size_t bytes,
                                           size_t alignment = 256) = 0;
 
+  // `count` > 0 zeroed 64-bit words for rule 8, readable and writable by
+  // this device's streams and by the host (CUDA: mapped page-locked host
+  // memory, cudaHostAllocMapped; host: ordinary memory).
+  virtual StatusOr<DeviceBuffer> AllocateValues(size_t count) = 0;
+
+  // Stores `value` at `addr` (a word of AllocateValues) from the calling
+  // thread and releases the streams waiting for it (rule 8).
+  virtual void HostWriteValue(uint64_t* addr, uint64_t value) = 0;
+
  protected:
   Device() = default;
 };
@@ -231,6 +284,14 @@ int CudaDeviceCount();
 
 // True when this build includes the CUDA implementation.
 bool BuiltWithCuda();
+
+// Reads a word of Device::AllocateValues from the host (an acquire load).
+uint64_t HostReadValue(const uint64_t* addr);
+
+// The comparison of rule 8: (int64_t)(value - at_least) >= 0.
+inline bool ValueReached(uint64_t value, uint64_t at_least) {
+  return static_cast<int64_t>(value - at_least) >= 0;
+}
 
 // The argument checks every Device::Allocate applies: InvalidArgument for
 // zero bytes or an alignment that is not a power of two.

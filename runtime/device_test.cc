@@ -234,6 +234,110 @@ TEST_P(DeviceTest, WaitCapturesTheRecordCurrentAtTheTimeOfTheWait) {
   EXPECT_TRUE(b_ran.load());
 }
 
+// Rule 8: a wait on a value that another thread writes only later (here the
+// test thread, after the wait and the work behind it were enqueued) holds
+// the stream until the value arrives; a smaller value does not release it.
+TEST_P(DeviceTest, WaitValueHoldsTheStreamUntilALaterWrite) {
+  StatusOr<DeviceBuffer> words = device_->AllocateValues(2);
+  ASSERT_TRUE(words.ok()) << words.status();
+  auto* w = static_cast<uint64_t*>(words->data());
+  EXPECT_EQ(HostReadValue(&w[0]), 0u);
+  EXPECT_EQ(HostReadValue(&w[1]), 0u);
+  auto b = NewStream();
+  ASSERT_TRUE(b->WaitValue(&w[0], 7).ok());
+  std::atomic<bool> ran{false};
+  ASSERT_TRUE(b->Enqueue([&]() {
+                 ran = true;
+                 return Status();
+               }).ok());
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_FALSE(ran.load());
+  device_->HostWriteValue(&w[0], 6);  // not enough
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_FALSE(ran.load());
+  device_->HostWriteValue(&w[0], 9);  // >= 7 releases
+  ASSERT_TRUE(b->Synchronize().ok());
+  EXPECT_TRUE(ran.load());
+}
+
+// A stream write orders like a record: the waiter on another stream runs
+// only after the writer's earlier work; the host reads the value after the
+// writer's Synchronize. The comparison is cyclic (int64 of the difference).
+TEST_P(DeviceTest, WriteValueOrdersAcrossStreams) {
+  StatusOr<DeviceBuffer> words = device_->AllocateValues(1);
+  ASSERT_TRUE(words.ok()) << words.status();
+  auto* w = static_cast<uint64_t*>(words->data());
+  auto a = NewStream();
+  auto b = NewStream();
+  Gate gate;
+  ASSERT_TRUE(gate.Close(*a).ok());
+  ASSERT_TRUE(a->WriteValue(w, 3).ok());
+  ASSERT_TRUE(b->WaitValue(w, 3).ok());
+  std::atomic<bool> ran{false};
+  ASSERT_TRUE(b->Enqueue([&]() {
+                 ran = true;
+                 return Status();
+               }).ok());
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_FALSE(ran.load());
+  EXPECT_EQ(HostReadValue(w), 0u);
+  gate.Open();
+  ASSERT_TRUE(b->Synchronize().ok());
+  EXPECT_TRUE(ran.load());
+  ASSERT_TRUE(a->Synchronize().ok());
+  EXPECT_EQ(HostReadValue(w), 3u);
+  // Cyclic: 1 is "after" 2^64 - 1.
+  EXPECT_TRUE(ValueReached(1, ~uint64_t{0}));
+  EXPECT_FALSE(ValueReached(~uint64_t{0}, 1));
+  device_->HostWriteValue(w, 1);
+  ASSERT_TRUE(a->WaitValue(w, ~uint64_t{0}).ok());
+  ASSERT_TRUE(a->Synchronize().ok());
+  EXPECT_EQ(a->WaitValue(nullptr, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->WriteValue(nullptr, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(device_->AllocateValues(0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Writes run also on a stream in its error state (CUDA cannot skip them),
+// so a failed stream still releases its waiters.
+TEST_P(DeviceTest, WriteValueRunsOnAFailedStream) {
+  StatusOr<DeviceBuffer> words = device_->AllocateValues(1);
+  ASSERT_TRUE(words.ok()) << words.status();
+  auto* w = static_cast<uint64_t*>(words->data());
+  auto a = NewStream();
+  ASSERT_TRUE(
+      a->Enqueue([]() { return absl::InternalError("boom"); }).ok());
+  ASSERT_TRUE(a->WriteValue(w, 5).ok());
+  EXPECT_EQ(a->Synchronize().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(HostReadValue(w), 5u);
+}
+
+// The error sink fails the stream at once: host work not yet started is
+// skipped, Synchronize returns the first error; after the stream is gone
+// the sink does nothing.
+TEST_P(DeviceTest, ErrorSinkFailsTheStreamAtOnce) {
+  auto a = NewStream();
+  std::shared_ptr<StreamErrorSink> sink = a->error_sink();
+  ASSERT_NE(sink, nullptr);
+  Gate gate;
+  ASSERT_TRUE(gate.Close(*a).ok());
+  std::atomic<bool> ran{false};
+  ASSERT_TRUE(a->Enqueue([&]() {
+                 ran = true;
+                 return Status();
+               }).ok());
+  sink->Fail(absl::DeadlineExceededError("peer gone"));
+  sink->Fail(absl::InternalError("second"));
+  gate.Open();
+  Status s = a->Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_FALSE(ran.load());
+  a.reset();
+  sink->Fail(absl::InternalError("after the stream"));
+}
+
 // 16 streams, random work and random record/wait pairs; every wait must
 // order all work issued before the captured record on the recording stream
 // before all work issued after the wait on the waiting stream.

@@ -6,6 +6,10 @@
 // recent record at the time of the wait, so re-recording the event later
 // never changes what an earlier wait waits for (CUDA semantics).
 //
+// WaitValue / WriteValue (rule 8) are queue items too: the worker blocks on
+// a process-wide condition variable (ValueHub) until the word reaches the
+// value; every write notifies it.
+//
 // Idle workers and waiting workers spin briefly (yielding the core) before
 // they block on a condition variable: this keeps enqueue-to-run and
 // record-to-wait hand-offs in the microseconds without burning a core when a
@@ -33,6 +37,40 @@ constexpr int kSpinYields = 200;
 
 class HostDevice;
 
+// Wakes the workers waiting in WaitValue (rule 8) when a word is written: a
+// write stores the word, then notifies under the lock, so a waiter that
+// checks the word under the lock never misses it. One for the process: the
+// words of every host device.
+class ValueHub {
+ public:
+  static ValueHub& Get() {
+    static ValueHub* hub = new ValueHub;
+    return *hub;
+  }
+
+  void Write(uint64_t* addr, uint64_t value) {
+    __atomic_store_n(addr, value, __ATOMIC_RELEASE);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+    }
+    cv_.notify_all();
+  }
+
+  void Await(const uint64_t* addr, uint64_t at_least) {
+    auto reached = [&] { return ValueReached(HostReadValue(addr), at_least); };
+    for (int i = 0; i < kSpinYields && !reached(); ++i) {
+      std::this_thread::yield();
+    }
+    if (reached()) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, reached);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
 // One record of an event; completed by the stream that reached it.
 class RecordState {
  public:
@@ -59,6 +97,23 @@ class RecordState {
   std::atomic<bool> done_{false};
   std::mutex mu_;
   std::condition_variable cv_;
+  Status status_;  // guarded by mu_
+};
+
+// A stream's error state, shared with its error sink (which may outlive it).
+class HostStreamErrors final : public StreamErrorSink {
+ public:
+  void Fail(Status status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_.ok()) status_ = std::move(status);
+  }
+  Status Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  mutable std::mutex mu_;
   Status status_;  // guarded by mu_
 };
 
@@ -122,6 +177,30 @@ class HostStream final : public Stream {
 
   Status Wait(Event& event) override;
 
+  std::shared_ptr<StreamErrorSink> error_sink() override { return errors_; }
+
+  Status WaitValue(const uint64_t* addr, uint64_t at_least) override {
+    if (addr == nullptr) {
+      return absl::InvalidArgumentError("WaitValue: null address");
+    }
+    Item item{Item::kWaitValue, nullptr, nullptr};
+    item.addr = const_cast<uint64_t*>(addr);
+    item.value = at_least;
+    Push(std::move(item));
+    return Status();
+  }
+
+  Status WriteValue(uint64_t* addr, uint64_t value) override {
+    if (addr == nullptr) {
+      return absl::InvalidArgumentError("WriteValue: null address");
+    }
+    Item item{Item::kWriteValue, nullptr, nullptr};
+    item.addr = addr;
+    item.value = value;
+    Push(std::move(item));
+    return Status();
+  }
+
   Status MemcpyAsync(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return Status();
     if (dst == nullptr || src == nullptr) {
@@ -150,7 +229,7 @@ class HostStream final : public Stream {
     ++sync_waiters_;
     done_cv_.wait(lock, [&] { return completed_ >= target; });
     --sync_waiters_;
-    return error_;
+    return errors_->Get();
   }
 
   void PushRecord(std::shared_ptr<RecordState> record) {
@@ -159,9 +238,11 @@ class HostStream final : public Stream {
 
  private:
   struct Item {
-    enum Kind { kWork, kRecord, kWait } kind;
+    enum Kind { kWork, kRecord, kWait, kWaitValue, kWriteValue } kind;
     HostWork work;
     std::shared_ptr<RecordState> record;
+    uint64_t* addr = nullptr;  // kWaitValue, kWriteValue
+    uint64_t value = 0;
   };
 
   void Push(Item item) {
@@ -202,12 +283,12 @@ class HostStream final : public Stream {
       Item item = std::move(queue_.front());
       queue_.pop_front();
       pending_.fetch_sub(1, std::memory_order_relaxed);
-      Status error = error_;
+      Status error = errors_->Get();
       lock.unlock();
       Status result = Execute(item, std::move(error));
       item = Item{};  // release captures outside the lock
       lock.lock();
-      if (!result.ok() && error_.ok()) error_ = std::move(result);
+      if (!result.ok()) errors_->Fail(std::move(result));
       ++completed_;
       if (sync_waiters_ > 0) done_cv_.notify_all();
     }
@@ -225,6 +306,13 @@ class HostStream final : public Stream {
         return Status();
       case Item::kWait:
         return item.record->Await();
+      case Item::kWaitValue:
+        ValueHub::Get().Await(item.addr, item.value);
+        return Status();
+      case Item::kWriteValue:
+        // Also in the error state: CUDA cannot skip a stream write either.
+        ValueHub::Get().Write(item.addr, item.value);
+        return Status();
     }
     return Status();
   }
@@ -244,7 +332,8 @@ class HostStream final : public Stream {
   int sync_waiters_ = 0;  // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_
   bool stop_ = false;  // guarded by mu_
-  Status error_;  // guarded by mu_
+  const std::shared_ptr<HostStreamErrors> errors_ =
+      std::make_shared<HostStreamErrors>();
   std::atomic<int64_t> pending_{0};  // queue length, for the idle spin
   std::thread worker_;
 
@@ -280,6 +369,24 @@ class HostDevice final : public Device {
           absl::StrCat("Allocate: host allocation of ", bytes, " bytes failed"));
     }
     return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });
+  }
+
+  StatusOr<DeviceBuffer> AllocateValues(size_t count) override {
+    if (count == 0 || count > (size_t{1} << 40)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AllocateValues: bad count ", count));
+    }
+    void* p = std::calloc(count, sizeof(uint64_t));
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("AllocateValues: ", count, " words failed"));
+    }
+    return DeviceBuffer(p, count * sizeof(uint64_t),
+                        [](void* q) { std::free(q); });
+  }
+
+  void HostWriteValue(uint64_t* addr, uint64_t value) override {
+    ValueHub::Get().Write(addr, value);
   }
 };
 

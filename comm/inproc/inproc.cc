@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -14,26 +15,61 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "baton/comm/backend_util.h"
-#if defined(BATON_HAVE_CUDA)
-#include "baton/comm/inproc/reduce_kernel.h"
-#endif
+#include "baton/comm/inproc/move.h"
 
 namespace baton {
 namespace {
+
+using inproc_internal::EnqueueMoveAll;
+using inproc_internal::MoveShare;
+using inproc_internal::RankBuffers;
 
 struct Arrival {
   const void* send = nullptr;
   void* recv = nullptr;
   CollectiveHeader header;
-  Event* event = nullptr;  // event protocol: `ready` (phase 1), `done` (2)
 };
 
-// Slot keys of the event protocol's two meetings (the host path uses the
-// plain tag).
-constexpr uint32_t kPhase1 = 0x100;
-constexpr uint32_t kPhase2 = 0x200;
-// Slot key of Split's meeting (sequence: the Split's number).
+// Slot key of Split's meeting (sequence: the Split's number; the host path
+// uses the plain tag).
 constexpr uint32_t kPhaseSplit = 0x400;
+
+// Words of Device::AllocateValues per allocation of the event protocol.
+constexpr size_t kWordsPerChunk = 1024;
+
+// One collective of the event protocol (inproc.h), from the first rank's
+// issue until the last rank has enqueued the data movement or the
+// collective failed. Ranks that issued before the last wait on `word`
+// reaching `target`, then run Check() on their stream.
+struct StreamSlot {
+  StreamSlot(int n, uint64_t* w, uint64_t t, absl::Time d)
+      : arrivals(n), ready(n), present(n, false), word(w), target(t),
+        deadline(d) {}
+  std::vector<Arrival> arrivals;
+  std::vector<std::unique_ptr<Event>> ready;  // each rank's `ready` record
+  // The waiting ranks' streams, failed before the word is written on a
+  // failure (guarded by the group's mutex).
+  std::vector<std::shared_ptr<StreamErrorSink>> sinks;
+  std::vector<bool> present;
+  int arrived = 0;
+  uint64_t* const word;
+  const uint64_t target;
+  absl::Time deadline;  // the earliest of the arrivals' deadlines
+  std::pair<uint32_t, uint64_t> key;  // (tag, sequence number)
+  absl::Duration timeout;
+
+  // What the waiting ranks' streams report once released.
+  Status Check() const {
+    absl::MutexLock lock(&mu);
+    return status;
+  }
+  void Fail(Status s) {
+    absl::MutexLock lock(&mu);
+    if (status.ok()) status = std::move(s);
+  }
+  mutable absl::Mutex mu;
+  Status status ABSL_GUARDED_BY(mu);
+};
 
 // Distinguishes groups of the same name, for the names of their children.
 std::atomic<uint64_t> next_world_id{1};
@@ -64,7 +100,18 @@ class World {
       : group_(std::move(group)),
         size_(size),
         id_(next_world_id.fetch_add(1)),
-        joined_(size, false) {}
+        joined_(size, false) {
+    free_events_.resize(size);
+  }
+
+  ~World() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+      cv_.Signal();
+    }
+    if (watchdog_.joinable()) watchdog_.join();
+  }
 
   int size() const { return size_; }
   const std::string& group() const { return group_; }
@@ -178,13 +225,230 @@ class World {
           absl::StrCat("inproc group '", group_, "': rank ", rank,
                        " aborted"));
     }
+    while (!stream_slots_.empty()) {
+      std::shared_ptr<StreamSlot> slot = stream_slots_.begin()->second;
+      FailSlotLocked(slot, aborted_);
+    }
+  }
+
+  // ---- The event protocol (inproc.h) ----
+
+  Status EventProtocolStatus() {
+    absl::MutexLock lock(&mu_);
+    return stream_failed_;
+  }
+
+  // A `ready` event of `rank` (from its pool, or new).
+  StatusOr<std::unique_ptr<Event>> TakeEvent(int rank, Device& device) {
+    {
+      absl::MutexLock lock(&mu_);
+      std::vector<std::unique_ptr<Event>>& pool = free_events_[rank];
+      if (!pool.empty()) {
+        std::unique_ptr<Event> e = std::move(pool.back());
+        pool.pop_back();
+        return e;
+      }
+    }
+    return device.CreateEvent();
+  }
+
+  // Events whose waits have been issued (or that no one will wait on) go
+  // back to their ranks' pools; ready[q] belongs to rank q.
+  void GiveBackEvents(std::vector<std::unique_ptr<Event>> ready) {
+    absl::MutexLock lock(&mu_);
+    GiveBackEventsLocked(ready);
+  }
+
+  struct StreamArrival {
+    std::shared_ptr<StreamSlot> slot;
+    bool last = false;
+    // For the last rank: every rank's buffers and `ready` events.
+    std::vector<RankBuffers> buffers;
+    std::vector<std::unique_ptr<Event>> ready;
+  };
+
+  // Publishes rank's buffers and `ready` (recorded on its stream) in the
+  // slot of (tag, seq); never waits. The last rank to arrive gets the slot
+  // out of the table with everything it needs to enqueue the movement;
+  // mismatched headers fail the slot (InvalidArgument for every rank).
+  StatusOr<StreamArrival> ArriveOnStream(
+      int rank, const Arrival& a, std::unique_ptr<Event> ready,
+      std::shared_ptr<StreamErrorSink> sink, Device& device,
+      absl::Time deadline, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    if (!aborted_.ok()) return aborted_;
+    if (!stream_failed_.ok()) return stream_failed_;
+    const SlotKey key{a.header.tag, a.header.seq};
+    std::shared_ptr<StreamSlot>& entry = stream_slots_[key];
+    if (entry == nullptr) {
+      StatusOr<uint64_t*> word = TakeWordLocked(device);
+      if (!word.ok()) {
+        stream_slots_.erase(key);
+        return word.status();
+      }
+      entry = std::make_shared<StreamSlot>(size_, *word, ++last_target_,
+                                           deadline);
+      entry->key = key;
+      entry->timeout = timeout;
+      used_words_.push_back({*word, entry->target});
+      StartWatchdogLocked();
+    }
+    std::shared_ptr<StreamSlot> slot = entry;
+    if (slot->present[rank]) {
+      return absl::InternalError(absl::StrCat(
+          "inproc ", CollectiveLabel(a.header), ": rank ", rank,
+          " issued it twice"));
+    }
+    slot->arrivals[rank] = a;
+    slot->ready[rank] = std::move(ready);
+    if (sink != nullptr) slot->sinks.push_back(std::move(sink));
+    slot->present[rank] = true;
+    if (deadline < slot->deadline) {
+      slot->deadline = deadline;
+      cv_.Signal();
+    }
+    StreamArrival out;
+    out.slot = slot;
+    if (++slot->arrived < size_) return out;
+    for (int q = 1; q < size_; ++q) {
+      const std::string diff = DescribeMismatch(
+          slot->arrivals[0].header, 0, slot->arrivals[q].header, q);
+      if (!diff.empty()) {
+        Status s = absl::InvalidArgumentError(absl::StrCat(
+            "inproc ", CollectiveLabel(a.header), ": mismatched calls: ",
+            diff));
+        FailSlotLocked(slot, s);
+        return s;
+      }
+    }
+    stream_slots_.erase(key);
+    out.last = true;
+    out.buffers.resize(size_);
+    for (int q = 0; q < size_; ++q) {
+      out.buffers[q] = RankBuffers{slot->arrivals[q].send,
+                                   slot->arrivals[q].recv};
+    }
+    out.ready = std::move(slot->ready);
+    return out;
+  }
+
+  // The last rank could not enqueue its part (or a waiting rank its wait):
+  // fails the slot and the group and releases the waiting ranks.
+  void FailStreamSlot(const std::shared_ptr<StreamSlot>& slot, Status s) {
+    absl::MutexLock lock(&mu_);
+    FailSlotLocked(slot, std::move(s));
   }
 
  private:
+  // Fails `slot` (if still open) and the group's event protocol, then
+  // releases the ranks waiting on its word: their streams then report the
+  // slot's status. Once the group has failed no word is handed out again,
+  // so a late stream write of an old target is harmless.
+  void FailSlotLocked(const std::shared_ptr<StreamSlot>& slot, Status s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    slot->Fail(s);
+    for (const std::shared_ptr<StreamErrorSink>& sink : slot->sinks) {
+      sink->Fail(s);
+    }
+    if (stream_failed_.ok()) stream_failed_ = s;
+    auto it = stream_slots_.find(slot->key);
+    if (it != stream_slots_.end() && it->second == slot) {
+      stream_slots_.erase(it);
+      GiveBackEventsLocked(slot->ready);
+    }
+    value_device_->HostWriteValue(slot->word, slot->target);
+  }
+
+  void GiveBackEventsLocked(std::vector<std::unique_ptr<Event>>& ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (size_t q = 0; q < ready.size(); ++q) {
+      if (ready[q] != nullptr) free_events_[q].push_back(std::move(ready[q]));
+    }
+  }
+
+  // A word no waiter still needs: one whose last target has been written
+  // (waits compare with >=, and every later target is larger), or a new one.
+  StatusOr<uint64_t*> TakeWordLocked(Device& device)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (value_device_ == nullptr) value_device_ = &device;
+    for (size_t i = 0; i < used_words_.size();) {
+      if (ValueReached(HostReadValue(used_words_[i].first),
+                       used_words_[i].second)) {
+        free_words_.push_back(used_words_[i].first);
+        used_words_[i] = used_words_.back();
+        used_words_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (free_words_.empty()) {
+      BATON_ASSIGN_OR_RETURN(DeviceBuffer chunk,
+                             value_device_->AllocateValues(kWordsPerChunk));
+      auto* w = static_cast<uint64_t*>(chunk.data());
+      for (size_t i = 0; i < kWordsPerChunk; ++i) free_words_.push_back(w + i);
+      value_chunks_.push_back(std::move(chunk));
+    }
+    uint64_t* w = free_words_.back();
+    free_words_.pop_back();
+    return w;
+  }
+
+  void StartWatchdogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { Watch(); });
+  }
+
+  // Fails the open slots whose deadline has passed: nobody else waits on
+  // the host, so this is what turns a missing rank into DeadlineExceeded.
+  void Watch() {
+    absl::MutexLock lock(&mu_);
+    while (!stop_) {
+      absl::Time next = absl::InfiniteFuture();
+      for (const auto& [key, slot] : stream_slots_) {
+        next = std::min(next, slot->deadline);
+      }
+      if (next > absl::Now()) {
+        cv_.WaitWithDeadline(&mu_, next);
+        continue;
+      }
+      const absl::Time now = absl::Now();
+      std::vector<std::shared_ptr<StreamSlot>> expired;
+      for (const auto& [key, slot] : stream_slots_) {
+        if (slot->deadline <= now) expired.push_back(slot);
+      }
+      for (const std::shared_ptr<StreamSlot>& slot : expired) {
+        const Arrival* any = nullptr;
+        for (int q = 0; q < size_ && any == nullptr; ++q) {
+          if (slot->present[q]) any = &slot->arrivals[q];
+        }
+        FailSlotLocked(
+            slot, absl::DeadlineExceededError(absl::StrCat(
+                      "inproc ", CollectiveLabel(any->header), ": rank(s) ",
+                      Missing(slot->present), " of ", size_,
+                      " did not issue it within ",
+                      absl::FormatDuration(slot->timeout))));
+      }
+    }
+  }
+
   const std::string group_;
   const int size_;
   const uint64_t id_;
   absl::Mutex mu_;
+  absl::CondVar cv_;  // wakes the watchdog
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watchdog_;  // started with the first event-protocol slot
+  std::map<SlotKey, std::shared_ptr<StreamSlot>> stream_slots_
+      ABSL_GUARDED_BY(mu_);
+  Status stream_failed_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<std::unique_ptr<Event>>> free_events_
+      ABSL_GUARDED_BY(mu_);
+  Device* value_device_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<DeviceBuffer> value_chunks_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t*> free_words_ ABSL_GUARDED_BY(mu_);
+  // (word, the target last assigned to it) of words possibly still awaited.
+  std::vector<std::pair<uint64_t*, uint64_t>> used_words_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t last_target_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> joined_ ABSL_GUARDED_BY(mu_);
   int njoined_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<SlotKey, std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
@@ -246,7 +510,7 @@ class InprocCommunicator : public CommunicatorBase {
   CommCaps caps() const override {
     CommCaps c;
     c.accumulate_fp32 = true;
-    c.graph_capture = false;  // ranks meet on the host at issue time
+    c.graph_capture = false;  // ranks are matched on the host at issue time
     c.host_memory = true;
 #if defined(BATON_HAVE_CUDA)
     c.device_memory = true;
@@ -299,7 +563,12 @@ class InprocCommunicator : public CommunicatorBase {
     return sec > 0 ? static_cast<double>(bytes) * n / sec / 1e9 : 0.0;
   }
 
-  Status health() override { return health_.Get(); }
+  // Also a failure of the event protocol seen by another rank, which this
+  // rank's stream reports when it reaches the collective.
+  Status health() override {
+    Status s = health_.Get();
+    return s.ok() ? world_->EventProtocolStatus() : s;
+  }
 
   // Meets the other ranks in a slot of their own (like the event protocol's
   // meetings), reads every rank's colour and key from their arrivals, then
@@ -380,175 +649,51 @@ class InprocCommunicator : public CommunicatorBase {
     BATON_ASSIGN_OR_RETURN(std::shared_ptr<Slot> slot,
                            world_->Arrive(rank_, Arrival{send, recv, h},
                                           deadline, timeout));
-    Move(h, slot->arrivals);
+    std::vector<RankBuffers> a(size());
+    for (int q = 0; q < size(); ++q) {
+      a[q] = RankBuffers{slot->arrivals[q].send, slot->arrivals[q].recv};
+    }
+    MoveShare(h, a, rank_);
     return world_->Depart(rank_, h, *slot, deadline);
   }
 
-  // The device-memory protocol (inproc.h).
+  // The event protocol (inproc.h): never waits for the peers.
   Status IssueWithEvents(const CollectiveHeader& h, const void* send,
                          void* recv, Stream& stream, absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<Event> ready,
-                           device_->CreateEvent());
-    BATON_ASSIGN_OR_RETURN(std::unique_ptr<Event> done,
-                           device_->CreateEvent());
+                           world_->TakeEvent(rank_, *device_));
     BATON_RETURN_IF_ERROR(ready->Record(stream));
+    std::shared_ptr<StreamErrorSink> sink = stream.error_sink();
+    const bool check_on_stream = sink == nullptr;
     BATON_ASSIGN_OR_RETURN(
-        std::shared_ptr<Slot> one,
-        world_->Arrive(rank_, Arrival{send, recv, h, ready.get()}, deadline,
-                       timeout, kPhase1));
-    const std::vector<Arrival> a = one->arrivals;
-    for (int q = 0; q < size(); ++q) {
-      if (q != rank_) BATON_RETURN_IF_ERROR(stream.Wait(*a[q].event));
-    }
-    BATON_RETURN_IF_ERROR(MoveOnStream(h, a, stream));
-    BATON_RETURN_IF_ERROR(done->Record(stream));
-    BATON_RETURN_IF_ERROR(world_->Depart(rank_, h, *one, deadline, kPhase1));
-    BATON_ASSIGN_OR_RETURN(
-        std::shared_ptr<Slot> two,
-        world_->Arrive(rank_, Arrival{send, recv, h, done.get()}, deadline,
-                       timeout, kPhase2));
-    for (int q = 0; q < size(); ++q) {
-      if (q != rank_) {
-        BATON_RETURN_IF_ERROR(stream.Wait(*two->arrivals[q].event));
+        World::StreamArrival arrival,
+        world_->ArriveOnStream(rank_, Arrival{send, recv, h},
+                               std::move(ready), std::move(sink), *device_,
+                               deadline, timeout));
+    const std::shared_ptr<StreamSlot>& slot = arrival.slot;
+    if (!arrival.last) {
+      // Wait for the last rank's stream to finish the movement. A failure
+      // reaches this stream through its error sink before the word is
+      // written; a stream without a sink checks the slot after the wait.
+      Status s = stream.WaitValue(slot->word, slot->target);
+      if (s.ok() && check_on_stream) {
+        s = stream.Enqueue([slot]() { return slot->Check(); });
       }
+      if (!s.ok()) world_->FailStreamSlot(slot, s);
+      return s;
     }
-    // Once every rank has issued its waits, the events may go (waits
-    // already issued stay valid; runtime/device.h).
-    return world_->Depart(rank_, h, *two, deadline, kPhase2);
-  }
-
-  // This rank's share of the data movement, enqueued on its stream.
-  Status MoveOnStream(const CollectiveHeader& h, std::vector<Arrival> a,
-                      Stream& stream) {
-    if (stream.kind() == DeviceKind::kHost) {
-      return stream.Enqueue([this, h, a = std::move(a)]() {
-        Move(h, a);
-        return Status();
-      });
+    // The last rank: every peer's `ready` was recorded before it arrived,
+    // so these waits capture the right records (device.h rule 3).
+    Status s;
+    for (int q = 0; q < size() && s.ok(); ++q) {
+      if (q != rank_) s = stream.Wait(*arrival.ready[q]);
     }
-    const int n = size();
-    const auto type = static_cast<DataType>(h.type);
-    const size_t esize = DataTypeSize(type);
-    const size_t chunk = h.count * esize;
-    const int divisor = static_cast<ReduceOp>(h.op) == ReduceOp::kAvg ? n : 1;
-    std::vector<const void*> srcs(n);
-    switch (static_cast<CollectiveKind>(h.kind)) {
-      case CollectiveKind::kAllGather:
-        for (int q = 0; q < n; ++q) {
-          char* dst = static_cast<char*>(a[rank_].recv) + q * chunk;
-          if (chunk != 0 && dst != a[q].send) {
-            BATON_RETURN_IF_ERROR(stream.MemcpyAsync(dst, a[q].send, chunk));
-          }
-        }
-        return Status();
-      case CollectiveKind::kBroadcast:
-        if (chunk != 0 && a[rank_].recv != a[h.root].send) {
-          return stream.MemcpyAsync(a[rank_].recv, a[h.root].send, chunk);
-        }
-        return Status();
-      case CollectiveKind::kReduceScatter:
-        for (int q = 0; q < n; ++q) {
-          srcs[q] = static_cast<const char*>(a[q].send) + rank_ * chunk;
-        }
-        return DeviceReduce(a[rank_].recv, srcs, h.count, type, divisor,
-                            stream);
-      case CollectiveKind::kAllReduce: {
-        const size_t begin = h.count * rank_ / n;
-        const size_t end = h.count * (rank_ + 1) / n;
-        if (begin == end) return Status();
-        for (int q = 0; q < n; ++q) {
-          srcs[q] = static_cast<const char*>(a[q].send) + begin * esize;
-        }
-        char* mine = static_cast<char*>(a[rank_].recv) + begin * esize;
-        BATON_RETURN_IF_ERROR(
-            DeviceReduce(mine, srcs, end - begin, type, divisor, stream));
-        for (int q = 0; q < n; ++q) {
-          if (q == rank_) continue;
-          BATON_RETURN_IF_ERROR(stream.MemcpyAsync(
-              static_cast<char*>(a[q].recv) + begin * esize, mine,
-              (end - begin) * esize));
-        }
-        return Status();
-      }
-      case CollectiveKind::kBarrier:
-        return Status();
-    }
-    return Status();
-  }
-
-  Status DeviceReduce(void* out, const std::vector<const void*>& srcs,
-                      size_t count, DataType type, int divisor,
-                      Stream& stream) {
-#if defined(BATON_HAVE_CUDA)
-    if (srcs.size() > inproc_internal::kMaxReduceSources) {
-      return absl::UnimplementedError(absl::StrCat(
-          "inproc on a GPU reduces at most ",
-          inproc_internal::kMaxReduceSources, " ranks"));
-    }
-    const int err = inproc_internal::LaunchReduce(
-        out, srcs.data(), static_cast<int>(srcs.size()), count,
-        static_cast<int>(type), divisor, stream.native_handle());
-    if (err != 0) {
-      return absl::InternalError(
-          absl::StrCat("inproc: reduction kernel launch failed (cudaError ",
-                       err, ")"));
-    }
-    return Status();
-#else
-    return absl::UnimplementedError("inproc: built without CUDA");
-#endif
-  }
-
-  // This rank's share of the data movement (see inproc.h).
-  void Move(const CollectiveHeader& h, const std::vector<Arrival>& a) {
-    const int n = size();
-    const auto type = static_cast<DataType>(h.type);
-    const size_t esize = DataTypeSize(type);
-    const size_t chunk = h.count * esize;
-    const int divisor = static_cast<ReduceOp>(h.op) == ReduceOp::kAvg ? n : 1;
-    const bool acc = h.accumulate_fp32 != 0;
-    std::vector<const void*> srcs(n);
-    switch (static_cast<CollectiveKind>(h.kind)) {
-      case CollectiveKind::kAllGather:
-        for (int q = 0; q < n; ++q) {
-          char* dst = static_cast<char*>(a[rank_].recv) + q * chunk;
-          if (chunk != 0 && dst != a[q].send) CopyBytes(dst, a[q].send, chunk);
-        }
-        return;
-      case CollectiveKind::kReduceScatter:
-        for (int q = 0; q < n; ++q) {
-          srcs[q] = static_cast<const char*>(a[q].send) + rank_ * chunk;
-        }
-        ReduceSources(a[rank_].recv, srcs.data(), n, h.count, type, acc,
-                      divisor);
-        return;
-      case CollectiveKind::kAllReduce: {
-        const size_t begin = h.count * rank_ / n;
-        const size_t end = h.count * (rank_ + 1) / n;
-        if (begin == end) return;
-        for (int q = 0; q < n; ++q) {
-          srcs[q] = static_cast<const char*>(a[q].send) + begin * esize;
-        }
-        char* mine = static_cast<char*>(a[rank_].recv) + begin * esize;
-        ReduceSources(mine, srcs.data(), n, end - begin, type, acc, divisor);
-        for (int q = 0; q < n; ++q) {
-          if (q == rank_) continue;
-          CopyBytes(static_cast<char*>(a[q].recv) + begin * esize, mine,
-                    (end - begin) * esize);
-        }
-        return;
-      }
-      case CollectiveKind::kBroadcast: {
-        const void* src = a[h.root].send;
-        if (chunk != 0 && a[rank_].recv != src) {
-          CopyBytes(a[rank_].recv, src, chunk);
-        }
-        return;
-      }
-      case CollectiveKind::kBarrier:
-        return;
-    }
+    if (s.ok()) s = EnqueueMoveAll(h, std::move(arrival.buffers), stream);
+    if (s.ok()) s = stream.WriteValue(slot->word, slot->target);
+    world_->GiveBackEvents(std::move(arrival.ready));
+    if (!s.ok()) world_->FailStreamSlot(slot, s);
+    return s;
   }
 
   const std::shared_ptr<World> world_;
