@@ -10,7 +10,7 @@ namespace baton::scheduler {
 
 std::vector<std::string> PolicyPresetNames() {
   return {"baton", "yafsdp", "fsdp1", "fsdp2", "zero3", "ddp", "hsdp",
-          "zeropp", "zero_offload"};
+          "zeropp", "zero_offload", "zenflow"};
 }
 
 const char* OffloadName(Offload offload) {

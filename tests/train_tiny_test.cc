@@ -90,6 +90,9 @@ TEST_P(TrainTinyTest, ShardedMatchesUnshardedAndLearns) {
 std::vector<Case> Cases() {
   std::vector<Case> cases;
   for (const std::string& p : scheduler::PolicyPresetNames()) {
+    // ZenFlow's run differs from the unsharded one by more than reduction
+    // order (a column-norm near-tie can flip a selection): its own test.
+    if (p == "zenflow") continue;
     cases.push_back({"inproc", 4, 1, p});
     cases.push_back({"ucx", 2, 2, p});
   }
@@ -120,6 +123,54 @@ TEST(TrainTinyTest, MicroStepsAndBf16) {
   j = LastLineJson(r.out);
   EXPECT_LE(j["max_rel_diff_vs_reference"].get<double>(), 2e-2) << r.out;
   EXPECT_LE(j["loss_last"].get<double>(), 0.7 * j["loss_first"].get<double>());
+}
+
+// ZenFlow (the zenflow preset: topk_ratio 0.05, intervals auto = 4) on 4
+// inproc ranks ends within 5% of the loss of the same run without offload.
+// 95% of the parameters take one host step per 4 training steps, so early
+// in training ZenFlow lags (on the default tiny model, 20 steps of the
+// synthetic corpus: 3.74 against 2.27); the comparison is made where both
+// runs have reached the corpus's entropy floor: 200 steps of byte-level
+// text drawn from a small random grammar (the synthetic phrase corpus is
+// memorised to a loss near 0, where a relative bound means nothing).
+TEST(TrainTinyTest, ZenFlowEndsWithinFivePercentOfNoOffload) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/zenflow_corpus.txt");
+  {
+    const char* words[] = {"the", "host", "device", "shard", "gathers", "a", "column",
+                           "reduces", "every", "step", "of", "norm", "stream", "waits",
+                           "for", "an", "event", "and", "copies", "gradient"};
+    std::string text;
+    uint64_t x = 12345;
+    while (text.size() < 65536) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      text += words[(x >> 33) % 20];
+      text += ((x >> 20) % 9 == 0) ? ".\n" : " ";
+    }
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  auto run = [&](const char* policy) {
+    const Outcome r = Execute(absl::StrCat(
+        "--layers=2 --hidden=64 --heads=4 --kv-heads=2 --ffn=128 --vocab=256 --seq=32 "
+        "--lr=3e-3 --dtype=f32 --nranks=4 --batch=1 --steps=200 --json --data=",
+        path, " --policy=", policy));
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return LastLineJson(r.out);
+  };
+  const nlohmann::json base = run("baton"), zf = run("zenflow");
+  ASSERT_TRUE(base.is_object() && zf.is_object());
+  EXPECT_EQ(zf["policy"], "zenflow");
+  EXPECT_GT(zf["host_bytes"].get<double>(), 0);
+  const double b = base["loss_last"], z = zf["loss_last"];
+  std::printf("final loss after 200 steps: no offload %.4f, zenflow %.4f (%+.2f%%)\n", b, z,
+              100 * (z / b - 1));
+  EXPECT_LE(std::abs(z - b), 0.05 * b) << "no offload " << b << ", zenflow " << z;
+  // Both learned: the floor is well above 0 and far below the start.
+  EXPECT_LE(b, 0.7 * base["loss_first"].get<double>());
+  EXPECT_LE(z, 0.7 * zf["loss_first"].get<double>());
 }
 
 // A policy file (scheduler/policy_file.h) runs as written: HSDP over 2 x 4
@@ -223,7 +274,7 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--backend=mpi", "--backend must be inproc, ucx or nccl"},
       {"--policy=nope", "nope"},
-      {"--policy=zenflow", "ZenFlow is simulated only"},
+      {"--policy=zenflow --device=cuda", "ZenFlow runs on the host runtime only (--device=cpu)"},
       {"--lr=-1", "--lr needs a positive number"},
       {"--heads=3", "--heads 3 does not divide --hidden"},
       {"--model=nope", "nope"},
