@@ -227,6 +227,14 @@ TEST(TrainTinyTest, PolicyFileRunsAsWritten) {
       {"--policy-file=" + write("p4.json", R"({"shard_group": 2, "hpz_group": 4})") +
            " --nranks=4",
        "hpz_group = 4 is larger than the shard group (2 ranks)"},
+      {"--policy-file=" + write("p5.json", R"({"preset": "zenflow", "zenflow_select_interval": 3,
+                                               "zenflow_update_interval": 2})"),
+       "zenflow_select_interval = 3, zenflow_update_interval = 2 (auto resolved): zenflow "
+       "select_interval (3) must be a multiple of update_interval (2)"},
+      {"--policy-file=" + write("p6.json", R"({"preset": "zenflow", "zenflow_topk_ratio": 1.5})"),
+       "zenflow_topk_ratio = 1.5 must be in (0, 1]"},
+      {"--policy-file=" + write("p7.json", R"({"preset": "zenflow", "offload": "none"})"),
+       "zenflow needs offload = optimizer"},
       {"--policy-file=" + good + " --policy=baton", "--policy and --policy-file"},
       {"--policy-file=" + dir + "/missing.json", "cannot read policy file"},
   };
