@@ -40,10 +40,10 @@ TEST(OffloadSimTest, SevenBOnFourA100sHasThePublishedShape) {
   ASSERT_TRUE(zf.ok()) << zf.status();
   std::printf("7B on 4 x A100, host AdamW at 0.25e9/s per GPU: no offload %.3f s, "
               "zero_offload %.3f s, zenflow %.3f s per step; device state %.1f / %.1f / "
-              "%.1f GiB, host %.1f GiB\n",
+              "%.1f GiB, host %.1f / %.1f GiB\n",
               none->step_s, off->step_s, zf->step_s, none->memory.states / 1073741824.0,
               off->memory.states / 1073741824.0, zf->memory.states / 1073741824.0,
-              off->host_bytes / 1073741824.0);
+              off->host_bytes / 1073741824.0, zf->host_bytes / 1073741824.0);
   // ZeRO-Offload is many times slower than no offload...
   EXPECT_GT(off->step_s, 10 * none->step_s);
   // ... and ZenFlow several times faster than ZeRO-Offload.
