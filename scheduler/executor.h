@@ -193,6 +193,8 @@ class Executor {
   Status Synchronize();
 
   // This rank's fp32 master shard of `bucket` (waits for the streams).
+  // Under ZenFlow: the host master, whose selected columns the device
+  // holds newer values of until the next selection step hands them back.
   StatusOr<std::vector<float>> ReadMaster(int bucket);
 
   // CUDA only: captures one step as a CUDA graph (callbacks are called

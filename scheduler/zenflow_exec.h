@@ -43,6 +43,9 @@
 // holds for an unselected column); a column leaving the selection hands its
 // device fp32 value back to the host master at the selection step.
 //
+// Scratch outside the graph's buffers: two fp32 vectors of the shard per
+// bucket (the scaled gradient on each side), not in StepGraph::host_bytes.
+//
 // Host runtime only: every buffer is addressable host memory, and the
 // work runs as host work in stream order. Not thread-safe by itself: the
 // executor's graph edges order the calls (see each method).
