@@ -578,6 +578,8 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
 // are the plain ones (*handled = false).
 Status Executor::RunZenFlowWork(int i, bool* handled) {
   const Node& n = graph_.nodes[i];
+  *handled = false;
+  if (n.bucket < 0) return absl::OkStatus();  // compute nodes
   Stream& s = stream(n.stream);
   ZenFlowState* zf = zenflow_[n.bucket].get();
   const int64_t step = step_;
