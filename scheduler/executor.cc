@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "baton/runtime/stream_ops.h"
 #include "baton/scheduler/offload.h"
+#include "baton/scheduler/zenflow_exec.h"
 #ifdef BATON_HAVE_CUDA
 #include <cuda_runtime.h>
 

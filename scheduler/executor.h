@@ -57,9 +57,10 @@
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
 #include "baton/scheduler/step_graph.h"
-#include "baton/scheduler/zenflow_exec.h"
 
 namespace baton::scheduler {
+
+class ZenFlowState;  // scheduler/zenflow_exec.h
 
 struct TensorView {
   const ParamSlot* param = nullptr;  // name, shape, numel
