@@ -11,6 +11,7 @@
 #include "baton/ops/adamw.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/testing.h"
+#include "baton/scheduler/zenflow_exec.h"
 
 namespace baton::scheduler {
 namespace {
