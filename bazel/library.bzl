@@ -33,6 +33,7 @@ SUPPORT_HEADERS = [
     "memory/arena.h",
     "memory/planner.h",
     "memory/step_dag.h",
+    "ops/adamw.h",
 ]
 
 def header_label(path):

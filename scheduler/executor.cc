@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "baton/runtime/stream_ops.h"
 #include "baton/scheduler/offload.h"
+#include "baton/scheduler/zenflow_exec.h"
 #ifdef BATON_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -47,11 +48,19 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return absl::InvalidArgumentError(
         "executor: the graph has no memory plan (GraphOptions::plan_memory)");
   }
-  if (graph.policy.zenflow) {
+  if (graph.policy.zenflow && device.kind() != DeviceKind::kHost) {
     return absl::UnimplementedError(absl::StrCat(
         "executor: policy ", graph.policy.name,
-        " uses zenflow, whose split update is simulated only; run "
-        "offload = optimizer without zenflow (preset zero_offload)"));
+        " uses zenflow, whose column selection and split update run on the "
+        "host runtime only (no CUDA kernels for them yet); run it on the host "
+        "device, or offload = optimizer without zenflow (preset zero_offload)"));
+  }
+  if (graph.policy.zenflow) {
+    BATON_RETURN_IF_ERROR(ValidatePolicy(graph.policy));
+    if (!graph.layout.options.shard) {
+      return absl::InvalidArgumentError(
+          "executor: zenflow needs a sharded layout");
+    }
   }
   if ((options.poison || options.trace || options.max_delay_us > 0) &&
       device.kind() != DeviceKind::kHost) {
@@ -207,6 +216,18 @@ Status Executor::Init() {
     std::memset(host_state_.data(), 0, host_total);
   }
   BATON_RETURN_IF_ERROR(compute_stream().Synchronize());
+  if (graph_.policy.zenflow) {
+    const ZenFlowIntervals z = ResolveZenFlow(graph_.policy);
+    ops::ZenFlowConfig zc;
+    zc.topk_ratio = graph_.policy.zenflow_topk_ratio;
+    zc.select_interval = z.select;
+    zc.update_interval = z.update;
+    for (const Bucket& bk : graph_.layout.buckets) {
+      zenflow_.push_back(std::make_unique<ZenFlowState>(
+          bk, shard_rank(), graph_.layout.options.world_size, zc,
+          options_.adamw));
+    }
+  }
   // Gradient gaps per bucket.
   for (const Bucket& bk : graph_.layout.buckets) {
     std::vector<std::pair<int64_t, int64_t>> gaps;
@@ -264,10 +285,16 @@ Status Executor::InitParameters(
   }
   // Cast every master into its shard (under offload: the host shard, which
   // the first step's H2D copies to the device).
+  zenflow_init_cast_ = true;
   for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
     if (graph_.nodes[i].kind != NodeKind::kCast) continue;
-    BATON_RETURN_IF_ERROR(RunWork(i, StepCallbacks{}));
+    Status st = RunWork(i, StepCallbacks{});
+    if (!st.ok()) {
+      zenflow_init_cast_ = false;
+      return st;
+    }
   }
+  zenflow_init_cast_ = false;
   return Synchronize();
 }
 
@@ -448,6 +475,11 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
   const Policy& p = graph_.policy;
   CollectiveOptions co;
   co.tag = CollectiveTag(n.stream);
+  if (p.zenflow) {
+    bool handled = false;
+    Status st = RunZenFlowWork(i, &handled);
+    if (handled || !st.ok()) return st;
+  }
   switch (n.kind) {
     case NodeKind::kForward:
     case NodeKind::kRecompute:
@@ -543,6 +575,92 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   return cb.optimizer(ctx);
 }
 
+// ZenFlow's nodes (scheduler/zenflow_exec.h); the D2H and the first cast
+// are the plain ones (*handled = false).
+Status Executor::RunZenFlowWork(int i, bool* handled) {
+  const Node& n = graph_.nodes[i];
+  *handled = false;
+  if (n.bucket < 0) return absl::OkStatus();  // compute nodes
+  Stream& s = stream(n.stream);
+  ZenFlowState* zf = zenflow_[n.bucket].get();
+  const int64_t step = step_;
+  const float scale = static_cast<float>(
+      1.0 / (static_cast<double>(comm_.size()) * graph_.policy.micro_steps));
+  auto data = [&](int b) { return BufferData(b); };
+  auto role = [&](int b) { return graph_.buffers[b].role; };
+  *handled = true;
+  switch (n.kind) {
+    case NodeKind::kAccumulate:
+      if (role(n.writes[0]) != BufferRole::kColumnNorms) break;
+      return s.Enqueue([zf, g = data(n.reads[0]), t = graph_.buffers[n.reads[0]].dtype,
+                        scale, norms = static_cast<float*>(data(n.writes[0]))]() {
+        return zf->Norms(g, t, scale, norms);
+      });
+    case NodeKind::kAllReduce: {
+      if (role(n.writes[0]) != BufferRole::kColumnNorms) break;
+      if (!zf->select_step(step)) return absl::OkStatus();
+      CollectiveOptions co;
+      co.tag = CollectiveTag(n.stream);
+      return CommFor(n.group).AllReduce(data(n.reads[0]), data(n.writes[0]),
+                                        graph_.buffers[n.writes[0]].numel,
+                                        DataType::kF32, ReduceOp::kSum, s, co);
+    }
+    case NodeKind::kOptimizer: {
+      if (role(n.reads.back()) == BufferRole::kTopkState) {
+        int master = -1;
+        for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
+          if (role(b) == BufferRole::kMaster && graph_.buffers[b].bucket == n.bucket) {
+            master = b;
+          }
+        }
+        // The host master is read (not declared in the graph) on a
+        // selection step only, for the newly selected columns: the host's
+        // last update finished before this step began (step boundary).
+        return s.Enqueue([zf, step, norms = static_cast<float*>(data(n.reads[1])),
+                          nn = graph_.buffers[n.reads[1]].numel,
+                          topk = static_cast<float*>(data(n.reads[2])),
+                          tn = graph_.buffers[n.reads[2]].numel,
+                          hm = static_cast<const float*>(data(master)),
+                          shard = data(n.writes[1]),
+                          pt = graph_.buffers[n.writes[1]].dtype]() {
+          return zf->Topk(step, norms, nn, topk, tn, hm, shard, pt);
+        });
+      }
+      return s.Enqueue([zf, step, scale, g = data(n.reads[0]),
+                        t = graph_.buffers[n.reads[0]].dtype,
+                        master = static_cast<float*>(data(n.writes[0])),
+                        m1 = static_cast<float*>(data(n.writes[1])),
+                        m2 = static_cast<float*>(data(n.writes[2])),
+                        accum = static_cast<float*>(data(n.writes[3]))]() {
+        return zf->HostUpdate(step, g, t, scale, master, m1, m2, accum);
+      });
+    }
+    case NodeKind::kCast: {
+      if (!zenflow_init_cast_ && !zf->update_step(step)) return absl::OkStatus();
+      void* dst = data(n.writes[0]);
+      const float* src = static_cast<const float*>(data(n.reads[0]));
+      const GraphBuffer& buf = graph_.buffers[n.writes[0]];
+      if (buf.dtype == DataType::kF32) return s.MemcpyAsync(dst, src, buf.bytes());
+      return CastFromF32(s, dst, src, buf.dtype, static_cast<size_t>(buf.numel));
+    }
+    case NodeKind::kH2D: {
+      if (!zf->upload_step(step)) return absl::OkStatus();
+      const int shard = n.writes[0], stage = n.writes[1];
+      BATON_RETURN_IF_ERROR(s.MemcpyAsync(data(stage), data(n.reads[0]),
+                                          graph_.buffers[stage].bytes()));
+      return s.Enqueue([zf, st = data(stage), sh = data(shard),
+                        pt = graph_.buffers[shard].dtype]() {
+        zf->Apply(st, sh, pt);
+        return absl::OkStatus();
+      });
+    }
+    default:
+      break;
+  }
+  *handled = false;
+  return absl::OkStatus();
+}
+
 Stream& Executor::WorkStream(StreamId s) {
   Stream* view = host_views_[s.index()].get();
   return view != nullptr ? *view : stream(s);
@@ -555,7 +673,7 @@ Status Executor::IssueNode(int i, const StepCallbacks& callbacks) {
 }
 
 Status Executor::CheckCallbacks(const StepCallbacks& callbacks) const {
-  if (callbacks.optimizer_writes_shard && !fusable_cast_) {
+  if (callbacks.optimizer_writes_shard && !fusable_cast_ && !graph_.policy.zenflow) {
     return absl::InvalidArgumentError(
         "executor: optimizer_writes_shard needs every optimizer node followed "
         "by its cast on the same stream and no node waiting on an optimizer");

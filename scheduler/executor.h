@@ -53,11 +53,14 @@
 
 #include "baton/comm/communicator.h"
 #include "baton/memory/arena.h"
+#include "baton/ops/adamw.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
 #include "baton/scheduler/step_graph.h"
 
 namespace baton::scheduler {
+
+class ZenFlowState;  // scheduler/zenflow_exec.h
 
 struct TensorView {
   const ParamSlot* param = nullptr;  // name, shape, numel
@@ -147,6 +150,12 @@ struct ExecutorOptions {
   Communicator* hpz_comm = nullptr;
   // Not owned; must outlive the executor. Null: none.
   NodeObserver* observer = nullptr;
+  // ZenFlow (Policy::zenflow): the executor runs the optimizer itself (its
+  // device path on the selected columns and its host path on the rest,
+  // scheduler/zenflow_exec.h) with this AdamW; StepCallbacks::optimizer is
+  // not called. Host device only: on a CUDA device Create refuses zenflow
+  // (Unimplemented; its column ops are host code, no kernels yet).
+  ops::AdamWConfig adamw;
 };
 
 struct TraceRecord {
@@ -185,6 +194,8 @@ class Executor {
   Status Synchronize();
 
   // This rank's fp32 master shard of `bucket` (waits for the streams).
+  // Under ZenFlow: the host master, whose selected columns the device
+  // holds newer values of until the next selection step hands them back.
   StatusOr<std::vector<float>> ReadMaster(int bucket);
 
   // CUDA only: captures one step as a CUDA graph (callbacks are called
@@ -258,6 +269,10 @@ class Executor {
   // Per bucket: [begin, end) element ranges of its flat buffer that hold no
   // parameter (gaps and tail padding); zeroed before a gradient's first write.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;
+  // ZenFlow: per bucket (null for a bucket no node updates).
+  std::vector<std::unique_ptr<ZenFlowState>> zenflow_;
+  bool zenflow_init_cast_ = false;  // InitParameters' cast: always cast
+  Status RunZenFlowWork(int i, bool* handled);
   bool accumulate_fp32_ = false;  // CollectiveOptions of the reductions
   // Whether every optimizer node is followed by its bucket's cast on the
   // same stream and nothing waits on an optimizer node (fused cast allowed).

@@ -208,6 +208,9 @@ TEST(ExecutorTest, ExecutedOrderRespectsEveryEdge) {
 TEST(ExecutorTest, PoisonStressOverEveryPresetAndDepth) {
   int steps_run = 0;
   for (const std::string& name : PolicyPresetNames()) {
+    // ZenFlow runs its own optimizer, not the toy model's: compared with
+    // its reference (poisoned, delayed) in scheduler/zenflow_exec_test.cc.
+    if (name == "zenflow") continue;
     for (int depth = 0; depth <= 3; ++depth) {
       Policy p = *PolicyPreset(name);
       p.param_dtype = DataType::kF32;

@@ -11,6 +11,7 @@
 #include "baton/ops/adamw.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/testing.h"
+#include "baton/scheduler/zenflow_exec.h"
 
 namespace baton::scheduler {
 namespace {
@@ -130,9 +131,10 @@ TEST(OffloadGraphTest, CopiesAndHostWorkAreWhereTheyBelong) {
   }
 }
 
-// ZenFlow's graph (simulated only): a device TOPK update per bucket before
-// its host work, reading the gradient shard, with 16 bytes of device state
-// per selected element; the executor refuses it.
+// ZenFlow's graph: per bucket NORM (compute) -> AR-NORM (shard group) ->
+// TOPK (compute) -> D2H -> host OPT / CAST, with the topk state sized from
+// the selection (k columns x the rows a shard touches, per matrix), a
+// norms buffer, a host accumulator and an H2D staging buffer.
 TEST(OffloadGraphTest, ZenFlowGraphHasTheDeviceTopkPath) {
   Policy p = *PolicyPreset("zenflow");
   p.zenflow_topk_ratio = 0.25;
@@ -142,26 +144,38 @@ TEST(OffloadGraphTest, ZenFlowGraphHasTheDeviceTopkPath) {
   const auto off = BuildStepGraph(Micro(), *PolicyPreset("zero_offload"), 2);
   ASSERT_TRUE(off.ok());
   int topk = 0;
-  size_t state = 0;
-  for (const Node& n : g->nodes) {
+  size_t device = 0, host = 0;
+  for (int i = 0; i < static_cast<int>(g->nodes.size()); ++i) {
+    const Node& n = g->nodes[i];
     if (n.kind != NodeKind::kOptimizer || n.stream != kComputeStream) continue;
     ++topk;
+    ASSERT_GE(i, 2);
+    EXPECT_EQ(g->nodes[i - 2].name, absl::StrCat("NORM ", g->layout.buckets[n.bucket].name));
+    EXPECT_EQ(g->nodes[i - 1].kind, NodeKind::kAllReduce);
+    EXPECT_EQ(g->nodes[i - 1].group, CommGroup::kShard);
+    EXPECT_EQ(g->nodes[i + 1].kind, NodeKind::kD2H);
     EXPECT_EQ(g->buffers[n.reads[0]].role, BufferRole::kGradShard) << n.name;
-    EXPECT_EQ(g->buffers[n.reads[1]].role, BufferRole::kTopkState) << n.name;
-    const int64_t numel = g->layout.buckets[n.bucket].shard_numel;
-    EXPECT_EQ(g->buffers[n.reads[1]].numel,
-              4 * static_cast<int64_t>(std::ceil(0.25 * numel)));
-    state += g->buffers[n.reads[1]].bytes();
+    EXPECT_EQ(g->buffers[n.reads[1]].role, BufferRole::kColumnNorms) << n.name;
+    EXPECT_EQ(g->buffers[n.reads[2]].role, BufferRole::kTopkState) << n.name;
+    const Bucket& bk = g->layout.buckets[n.bucket];
+    // Bounded by the selection, far below the shard; 3 floats an element.
+    const int64_t state = g->buffers[n.reads[2]].numel;
+    EXPECT_EQ(state, ZenFlowTopkStateNumel(bk, 2, 0.25));
+    EXPECT_EQ(state % 3, 0);
+    EXPECT_LE(state / 3, bk.shard_numel / 4 + 64) << bk.name;
+    device += g->buffers[n.reads[2]].bytes() + g->buffers[n.reads[1]].bytes() +
+              static_cast<size_t>(bk.shard_numel) * DataTypeSize(p.param_dtype);
+    host += static_cast<size_t>(bk.shard_numel) * 4;
   }
   EXPECT_EQ(topk, static_cast<int>(g->layout.buckets.size()));
-  EXPECT_EQ(g->persistent_bytes, off->persistent_bytes + state);
-  EXPECT_EQ(g->host_bytes, off->host_bytes);
+  EXPECT_EQ(g->persistent_bytes, off->persistent_bytes + device);
+  EXPECT_EQ(g->host_bytes, off->host_bytes + host);
+  // The host runtime runs it (scheduler/zenflow_exec_test.cc).
   auto group = CreateInprocGroup(1);
   ASSERT_TRUE(group.ok());
   auto one = BuildStepGraph(Micro(), p, 1);
   ASSERT_TRUE(one.ok());
-  const auto exec = Executor::Create(*one, *group->device, *group->comms[0]);
-  EXPECT_TRUE(absl::IsUnimplemented(exec.status())) << exec.status();
+  EXPECT_TRUE(Executor::Create(*one, *group->device, *group->comms[0]).ok());
 }
 
 TEST(OffloadGraphTest, VerifyCatchesMisplacedOffloadWork) {

@@ -4,12 +4,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "baton/ops/zenflow.h"
 
 namespace baton::scheduler {
 
 std::vector<std::string> PolicyPresetNames() {
   return {"baton", "yafsdp", "fsdp1", "fsdp2", "zero3", "ddp", "hsdp",
-          "zeropp", "zero_offload"};
+          "zeropp", "zero_offload", "zenflow"};
 }
 
 const char* OffloadName(Offload offload) {
@@ -152,6 +153,22 @@ Status ValidatePolicy(const Policy& p) {
     return absl::InvalidArgumentError(absl::StrCat(
         "policy ", p.name, ": zenflow needs offload = optimizer, got offload = ",
         OffloadName(p.offload)));
+  }
+  if (p.zenflow) {
+    // One rule set: the ops' check (ops/zenflow.h) on the resolved knobs, so
+    // a policy that validates runs (select a multiple of update).
+    const ZenFlowIntervals z = ResolveZenFlow(p);
+    ops::ZenFlowConfig c;
+    c.topk_ratio = p.zenflow_topk_ratio;
+    c.select_interval = z.select;
+    c.update_interval = z.update;
+    const Status st = ops::CheckZenFlowConfig(c);
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", p.name, ": zenflow_select_interval = ", z.select,
+          ", zenflow_update_interval = ", z.update, " (auto resolved): ",
+          st.message()));
+    }
   }
   return absl::OkStatus();
 }

@@ -83,15 +83,16 @@
 //   zenflow, zenflow_topk_ratio / zenflow_select_interval /
 //   zenflow_update_interval (ZenFlow, DeepSpeed's importance-aware offload)
 //       On top of offload = optimizer: the topk_ratio fraction of each
-//       bucket's columns with the largest gradient norm (re-selected every
-//       select_interval steps) is updated on the device every step; the
-//       other columns' gradients accumulate in the device gradient shard
-//       (which exists anyway) and go to the host every update_interval
-//       steps, where the optimizer applies them while the device runs on
-//       (their parameters are at most update_interval steps stale).
-//       DeepSpeed moves them every step and accumulates on the host; baton
-//       moves 1/update_interval of that and spends no host pass per step.
-//       Simulated only: the executor refuses zenflow (Unimplemented).
+//       matrix's columns with the largest gradient norm (norms summed over
+//       the shard group, re-selected every select_interval steps) is
+//       updated on the device every step; the gradient shard goes to the
+//       host every step, where the other columns' gradients accumulate and
+//       the host optimizer applies them every update_interval steps (as
+//       DeepSpeed does). Parameters that are not 2-D take the host path.
+//       The executor runs it on the host runtime with staleness 0
+//       (scheduler/zenflow_exec.h); on a CUDA device it refuses zenflow
+//       (Unimplemented). select_interval must be a multiple of
+//       update_interval (after "auto" is resolved; ops/zenflow.h).
 //       Intervals may be kAutoInterval ("auto", as in DeepSpeed's config):
 //       update_interval auto = kAutoUpdateInterval (4, the value of
 //       DeepSpeed's ZenFlow tutorial); select_interval auto = the update

@@ -74,6 +74,9 @@ std::string TrainAndCompare(Session& s, ToyModel& toy, int rank, int steps,
 
 TEST(SessionTest, HooksReproduceTheReference) {
   for (const std::string& name : PolicyPresetNames()) {
+    // ZenFlow runs its own optimizer, not the toy model's: compared with
+    // its reference (poisoned, delayed) in scheduler/zenflow_exec_test.cc.
+    if (name == "zenflow") continue;
     const int ranks = 2;
     Policy p = *PolicyPreset(name);
     p.param_dtype = DataType::kF32;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/memory/step_dag.h"
+#include "baton/scheduler/zenflow_exec.h"
 
 namespace baton::scheduler {
 
@@ -56,6 +57,9 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kHostGrad: return "host_grad";
     case BufferRole::kHostShard: return "host_shard";
     case BufferRole::kTopkState: return "topk_state";
+    case BufferRole::kColumnNorms: return "column_norms";
+    case BufferRole::kHostAccum: return "host_accum";
+    case BufferRole::kStage: return "h2d_stage";
   }
   return "?";
 }
@@ -159,7 +163,8 @@ class Builder {
   bool offload_ = false;
   std::vector<int> shard_, master_, gshard_, m1_, m2_;
   std::vector<int> host_grad_, host_shard_;  // offload
-  std::vector<int> topk_;                    // zenflow: device state
+  std::vector<int> topk_, norms_, stage_;    // zenflow: device state
+  std::vector<int> accum_;                   // zenflow: host accumulator
   std::vector<bool> uploaded_;  // offload: bucket's H2D issued this step
   std::vector<int> fwd_order_;  // non-resident buckets, forward order
   std::vector<int> pos_;        // bucket -> index in fwd_order_
@@ -208,11 +213,19 @@ void Builder::Persistent() {
                                       p_.param_dtype, true, true));
     }
     if (p_.zenflow) {
-      const int64_t k = static_cast<int64_t>(
-          std::ceil(p_.zenflow_topk_ratio * static_cast<double>(n)));
-      topk_.push_back(AddBuffer(absl::StrCat("topk_state.", name),
-                                BufferRole::kTopkState, b, 4 * k,
-                                DataType::kF32, true));
+      const int shards = layout_.options.shard ? layout_.options.world_size : 1;
+      topk_.push_back(AddBuffer(
+          absl::StrCat("topk_state.", name), BufferRole::kTopkState, b,
+          ZenFlowTopkStateNumel(B(b), shards, p_.zenflow_topk_ratio),
+          DataType::kF32, true));
+      norms_.push_back(AddBuffer(absl::StrCat("column_norms.", name),
+                                 BufferRole::kColumnNorms, b,
+                                 ZenFlowNormsNumel(B(b)), DataType::kF32, true));
+      accum_.push_back(AddBuffer(absl::StrCat("host_accum.", name),
+                                 BufferRole::kHostAccum, b, n, DataType::kF32,
+                                 true, true));
+      stage_.push_back(AddBuffer(absl::StrCat("h2d_stage.", name),
+                                 BufferRole::kStage, b, n, p_.param_dtype, true));
     }
   }
 }
@@ -226,7 +239,9 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
   if (offload_ && !uploaded_[b]) {
     // The host updated this bucket last step: bring its shard back first.
     uploaded_[b] = true;
-    AddNode(NodeKind::kH2D, hcopy_, -1, b, m, {host_shard_[b]}, {shard_[b]},
+    std::vector<int> writes = {shard_[b]};
+    if (p_.zenflow) writes.push_back(stage_[b]);  // staging, then unselected
+    AddNode(NodeKind::kH2D, hcopy_, -1, b, m, {host_shard_[b]}, writes,
             absl::StrCat("H2D ", B(b).name));
   }
   int input = secondary ? hpz_[b] : shard_[b];
@@ -438,7 +453,7 @@ int Builder::Reduce(int b, int m) {
   grad_[b] = -1;
   final_reduce_[b] = node;
   if (g_.groups.replicas <= 1 || p_.all_reduce) window_src_[b] = node;
-  if (offload_ && m == p_.micro_steps - 1) {
+  if (offload_ && !p_.zenflow && m == p_.micro_steps - 1) {
     // Offload: the gradient shard goes to the host as soon as it is final.
     AddNode(NodeKind::kD2H, hcopy_, -1, b, m, {gshard_[b]}, {host_grad_[b]},
             absl::StrCat("D2H ", bk.name));
@@ -448,9 +463,14 @@ int Builder::Reduce(int b, int m) {
 
 void Builder::HostOptimizer(int b, int m) {
   const std::string& name = B(b).name;
-  AddNode(NodeKind::kOptimizer, host_, -1, b, m,
-          {host_grad_[b], master_[b], m1_[b], m2_[b]},
-          {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", name));
+  std::vector<int> reads = {host_grad_[b], master_[b], m1_[b], m2_[b]};
+  std::vector<int> writes = {master_[b], m1_[b], m2_[b]};
+  if (p_.zenflow) {
+    reads.push_back(accum_[b]);
+    writes.push_back(accum_[b]);
+  }
+  AddNode(NodeKind::kOptimizer, host_, -1, b, m, reads, writes,
+          absl::StrCat("OPT ", name));
   AddNode(NodeKind::kCast, host_, -1, b, m, {master_[b]}, {host_shard_[b]},
           absl::StrCat("CAST ", name));
 }
@@ -461,9 +481,18 @@ void Builder::Optimizer() {
   for (int b : order) {
     if (final_reduce_[b] < 0) continue;  // a bucket no unit reads
     if (p_.zenflow) {
-      AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, p_.micro_steps - 1,
-              {gshard_[b], topk_[b]}, {topk_[b], shard_[b]},
-              absl::StrCat("TOPK ", B(b).name));
+      // Column norms, their sum over the shard group, the device update of
+      // the selected columns; then the gradient shard goes to the host.
+      const int m = p_.micro_steps - 1;
+      AddNode(NodeKind::kAccumulate, kComputeStream, -1, b, m, {gshard_[b]},
+              {norms_[b]}, absl::StrCat("NORM ", B(b).name));
+      AddNode(NodeKind::kAllReduce, rs_, -1, b, m, {norms_[b]}, {norms_[b]},
+              absl::StrCat("AR-NORM ", B(b).name));
+      AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, m,
+              {gshard_[b], norms_[b], topk_[b]},
+              {topk_[b], shard_[b], norms_[b]}, absl::StrCat("TOPK ", B(b).name));
+      AddNode(NodeKind::kD2H, hcopy_, -1, b, m, {gshard_[b], topk_[b]},
+              {host_grad_[b]}, absl::StrCat("D2H ", B(b).name));
     }
     if (offload_) {
       // On the host stream: it waits for the bucket's D2H only, so it

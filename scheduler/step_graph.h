@@ -40,15 +40,25 @@
 // buckets' forward). persistent_bytes counts device buffers only,
 // host_bytes the host ones.
 //
-// ZenFlow (Policy::zenflow, on top of offload): before the host work of a
-// bucket, "TOPK" (compute stream) selects the top-k columns by gradient
-// norm and updates them on the device (kTopkState, and their elements of
-// the device shard). The other columns' gradients accumulate in the
-// device gradient shard; D2H, OPT, CAST and H2D then run once every
-// update_interval steps (their cost per step is 1/update_interval of the
-// graph's, which the simulator prices) and the host's update overlaps the
-// following steps. The graph shows the steady state of one step; the
-// executor refuses ZenFlow graphs (Unimplemented): simulated only.
+// ZenFlow (Policy::zenflow, on top of offload), per bucket after the
+// compute: "NORM" (compute) adds the per-column squared gradient sums of
+// the bucket's matrices (2-D parameters) in this shard into kColumnNorms;
+// "AR-NORM" (reduce-scatter stream) sums them over the shard group (the
+// executor issues it on selection steps only: a matrix's columns span
+// several ranks' shards); "TOPK" (compute) selects the top-k columns per
+// matrix on a selection step and updates the selected elements on the
+// device every step (kTopkState: their fp32 master and moments, packed,
+// sized from the selection) and writes them into the device shard; then
+// "D2H" copies the gradient shard to the host EVERY step (reading the topk
+// state too: on a selection step it hands the columns leaving the selection
+// back to the host master), and the host OPT adds the unselected gradient
+// into kHostAccum and, every update_interval steps, updates the unselected
+// elements; CAST then writes the host shard. The H2D of the step after an
+// update copies the host shard into kStage and from there only the
+// unselected elements into the device shard (the selected ones are newer
+// there); on other steps OPT's update, CAST and H2D do nothing (the
+// simulator prices them 1/update_interval; sim/offload_cost.h). The
+// executor runs ZenFlow on the host device only (scheduler/zenflow_exec.h).
 //
 // Plain data; immutable once built; safe to share between threads.
 #ifndef BATON_SCHEDULER_STEP_GRAPH_H_
@@ -108,8 +118,13 @@ enum class BufferRole {
   kHostGrad,   // persistent, host (offload): copied gradient shard
   kHostShard,  // persistent, host (offload): parameter-dtype shard the host
                // cast writes and H2D copies to the device
-  kTopkState,  // persistent, device (zenflow): master, moments and index of
-               // the selected columns (4 x 4 bytes per selected element)
+  kTopkState,  // persistent, device (zenflow): fp32 master and moments of
+               // the selected elements, packed (3 x 4 bytes each; sized by
+               // ZenFlowTopkStateNumel, scheduler/zenflow_exec.h)
+  kColumnNorms,  // persistent, device (zenflow): per-column squared gradient
+                 // sums of the bucket's matrices (all-reduced at a selection)
+  kHostAccum,    // persistent, host (zenflow): unselected gradient sum
+  kStage,        // persistent, device (zenflow): H2D staging of the host shard
 };
 const char* BufferRoleName(BufferRole role);
 

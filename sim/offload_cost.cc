@@ -22,23 +22,34 @@ std::optional<double> OffloadNodeSeconds(const StepGraph& g, const Node& n,
   auto numel = [&]() {  // only for bucket nodes (bucket >= 0)
     return static_cast<double>(g.layout.buckets[n.bucket].shard_numel);
   };
-  double share = 1;  // of a full copy or update, per step
-  if (p.zenflow) {
-    share = (1 - p.zenflow_topk_ratio) / scheduler::ResolveZenFlow(p).update;
-  }
+  // ZenFlow (scheduler/step_graph.h): the gradient shard goes down every
+  // step; the host update of the unselected elements and the H2D of the
+  // host shard happen once every update_interval steps.
+  const double per_update = p.zenflow ? 1.0 / scheduler::ResolveZenFlow(p).update : 1.0;
   switch (n.kind) {
     case NodeKind::kD2H:
     case NodeKind::kH2D:
-      return share * static_cast<double>(g.buffers[n.writes[0]].bytes()) /
+      return (n.kind == NodeKind::kH2D ? per_update : 1.0) *
+             static_cast<double>(g.buffers[n.writes[0]].bytes()) /
              (c.host_link_gbps * 1e9);
+    case NodeKind::kAccumulate:
+      // ZenFlow's NORM: one read of the gradient shard on the device.
+      if (p.zenflow && g.buffers[n.writes[0]].role == BufferRole::kColumnNorms) {
+        return k.CopyBytes(static_cast<double>(g.buffers[n.reads[0]].bytes())).seconds;
+      }
+      return std::nullopt;
     case NodeKind::kOptimizer:
-      if (OnHostStream(g, n)) return share * numel() / (c.host_adam_gparams * 1e9);
+      if (OnHostStream(g, n)) {
+        const double adam = numel() / (c.host_adam_gparams * 1e9);
+        if (!p.zenflow) return adam;
+        // The unselected share updated once a window, plus the
+        // accumulation pass every step.
+        return (1 - p.zenflow_topk_ratio) * per_update * adam +
+               numel() * kZenFlowAccumulateBytes / (kHostStreamGBps * 1e9);
+      }
       if (p.zenflow) {
-        // TOPK: the device AdamW over the selected elements, and the
-        // column-norm pass (read the gradient shard) when re-selecting.
-        const double grad_bytes = static_cast<double>(g.buffers[n.reads[0]].bytes());
-        return k.Optimizer(p.zenflow_topk_ratio * numel()).seconds +
-               k.CopyBytes(grad_bytes).seconds / scheduler::ResolveZenFlow(p).select;
+        // TOPK: the device AdamW over the selected elements.
+        return k.Optimizer(p.zenflow_topk_ratio * numel()).seconds;
       }
       return std::nullopt;
     case NodeKind::kCast:

@@ -5,13 +5,17 @@
 //                    stream)
 //   host OPT         shard elements / host_adam_gparams
 //   host CAST        0: fused into the host AdamW's pass (ops/adamw.h)
-//   ZenFlow          TOPK (device): AdamW over topk_ratio of the shard
-//                    plus the column-norm pass over the gradient shard
-//                    every select_interval steps; D2H, H2D and the host
-//                    OPT move / update the other (1 - topk_ratio) of the
-//                    shard once every update_interval steps, so each costs
-//                    (1 - topk_ratio) / update_interval of the full copy or
-//                    update per step.
+//   ZenFlow          as the executor runs it (scheduler/step_graph.h):
+//                    NORM (device) one read of the gradient shard; TOPK
+//                    (device) AdamW over topk_ratio of the shard; D2H the
+//                    whole gradient shard every step; the host OPT an
+//                    accumulation pass every step (12 bytes an element at
+//                    kHostStreamGBps) plus AdamW over the other
+//                    (1 - topk_ratio) once every update_interval steps;
+//                    H2D the host shard once every update_interval steps.
+//                    AR-NORM (one float per matrix column, run on
+//                    selection steps) is priced as a collective every
+//                    step, an upper bound.
 // With zenflow the host's work overlaps the following steps (bounded
 // staleness), so a step takes max(device time, host time per step)
 // (StepWithAsyncHost); under plain offload it is serial with the step.
@@ -27,8 +31,17 @@
 
 namespace baton::sim {
 
+// ZenFlow's host accumulation (read the gradient, read and write the fp32
+// sum: 12 bytes an element) streams through host memory at
+// kHostStreamGBps per GPU whatever the host optimizer's speed: a DGX A100
+// host's 410 GB/s over 8 GPUs is 51 GB/s, a DGX H100's 614 GB/s 77 GB/s
+// (sim/cluster.h); the lower figure, rounded. A constant of this file until
+// ClusterSpec has a host memory bandwidth.
+inline constexpr double kHostStreamGBps = 50;
+inline constexpr double kZenFlowAccumulateBytes = 12;
+
 // Seconds of node `n` when it is an offload node (a host-link copy, a node
-// of the host stream, a ZenFlow TOPK); nullopt for every other node.
+// of the host stream, a ZenFlow NORM or TOPK); nullopt for every other node.
 std::optional<double> OffloadNodeSeconds(const scheduler::StepGraph& graph,
                                          const scheduler::Node& n,
                                          const ClusterSpec& cluster,

@@ -15,8 +15,9 @@ namespace {
 using scheduler::Policy;
 
 constexpr DataType kReduceDtypes[] = {DataType::kF32, DataType::kBF16};
-// Offload values searched. ZenFlow is left out until the executor runs it
-// (a tuned policy file must run as tuned).
+// Offload values searched. ZenFlow is left out: the executor runs it on the
+// host runtime only, and a tuned policy file must run as tuned on the GPUs
+// it was tuned for.
 constexpr scheduler::Offload kOffloads[] = {scheduler::Offload::kNone,
                                             scheduler::Offload::kOptimizer};
 

@@ -5,6 +5,7 @@
 // within 1e-5 relative, and fall by at least 30% over the run.
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -90,6 +91,9 @@ TEST_P(TrainTinyTest, ShardedMatchesUnshardedAndLearns) {
 std::vector<Case> Cases() {
   std::vector<Case> cases;
   for (const std::string& p : scheduler::PolicyPresetNames()) {
+    // ZenFlow's run differs from the unsharded one by more than reduction
+    // order (a column-norm near-tie can flip a selection): its own test.
+    if (p == "zenflow") continue;
     cases.push_back({"inproc", 4, 1, p});
     cases.push_back({"ucx", 2, 2, p});
   }
@@ -120,6 +124,67 @@ TEST(TrainTinyTest, MicroStepsAndBf16) {
   j = LastLineJson(r.out);
   EXPECT_LE(j["max_rel_diff_vs_reference"].get<double>(), 2e-2) << r.out;
   EXPECT_LE(j["loss_last"].get<double>(), 0.7 * j["loss_first"].get<double>());
+}
+
+// ZenFlow (the zenflow preset: topk_ratio 0.05, intervals auto = 4) on 4
+// inproc ranks ends within 5% of the loss of the same run without offload.
+// 95% of the parameters take one host step per 4 training steps, so early
+// in training ZenFlow lags (on the default tiny model, 20 steps of the
+// synthetic corpus: 3.74 against 2.27); the comparison is made where both
+// runs have reached the corpus's entropy floor: 200 steps of bytes from an
+// order-1 Markov chain over 13 symbols (conditional entropy about 1.8
+// nats; the synthetic phrase corpus is memorised to a loss near 0, where a
+// relative bound means nothing).
+TEST(TrainTinyTest, ZenFlowEndsWithinFivePercentOfNoOffload) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/zenflow_corpus.txt");
+  {
+    const std::string symbols = "etaoinshrdlu ";
+    const size_t n = symbols.size();
+    uint64_t x = 7;
+    auto uniform = [&x]() {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<double>(x >> 11) / 9007199254740992.0;
+    };
+    std::vector<std::vector<double>> next(n, std::vector<double>(n));
+    for (auto& row : next) {
+      for (double& w : row) w = std::pow(uniform(), 3);
+    }
+    std::string text;
+    size_t c = 0;
+    while (text.size() < 65536) {
+      double total = 0;
+      for (double w : next[c]) total += w;
+      double u = uniform() * total;
+      size_t d = 0;
+      while (d + 1 < n && u >= next[c][d]) u -= next[c][d++];
+      c = d;
+      text += symbols[c];
+    }
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  auto run = [&](const char* policy) {
+    const Outcome r = Execute(absl::StrCat(
+        "--layers=2 --hidden=64 --heads=4 --kv-heads=2 --ffn=128 --vocab=256 --seq=32 "
+        "--lr=3e-3 --dtype=f32 --nranks=4 --batch=1 --steps=200 --json --data=",
+        path, " --policy=", policy));
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return LastLineJson(r.out);
+  };
+  const nlohmann::json base = run("baton"), zf = run("zenflow");
+  ASSERT_TRUE(base.is_object() && zf.is_object());
+  EXPECT_EQ(zf["policy"], "zenflow");
+  EXPECT_GT(zf["host_bytes"].get<double>(), 0);
+  const double b = base["loss_last"], z = zf["loss_last"];
+  std::printf("final loss after 200 steps: no offload %.4f, zenflow %.4f (%+.2f%%)\n", b, z,
+              100 * (z / b - 1));
+  EXPECT_LE(std::abs(z - b), 0.05 * b) << "no offload " << b << ", zenflow " << z;
+  // Both learned: the floor is well above 0 and far below the start.
+  EXPECT_LE(b, 0.7 * base["loss_first"].get<double>());
+  EXPECT_LE(z, 0.7 * zf["loss_first"].get<double>());
 }
 
 // A policy file (scheduler/policy_file.h) runs as written: HSDP over 2 x 4
@@ -162,6 +227,14 @@ TEST(TrainTinyTest, PolicyFileRunsAsWritten) {
       {"--policy-file=" + write("p4.json", R"({"shard_group": 2, "hpz_group": 4})") +
            " --nranks=4",
        "hpz_group = 4 is larger than the shard group (2 ranks)"},
+      {"--policy-file=" + write("p5.json", R"({"preset": "zenflow", "zenflow_select_interval": 3,
+                                               "zenflow_update_interval": 2})"),
+       "zenflow_select_interval = 3, zenflow_update_interval = 2 (auto resolved): zenflow "
+       "select_interval (3) must be a multiple of update_interval (2)"},
+      {"--policy-file=" + write("p6.json", R"({"preset": "zenflow", "zenflow_topk_ratio": 1.5})"),
+       "zenflow_topk_ratio = 1.5 must be in (0, 1]"},
+      {"--policy-file=" + write("p7.json", R"({"preset": "zenflow", "offload": "none"})"),
+       "zenflow needs offload = optimizer"},
       {"--policy-file=" + good + " --policy=baton", "--policy and --policy-file"},
       {"--policy-file=" + dir + "/missing.json", "cannot read policy file"},
   };
@@ -223,7 +296,7 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--backend=mpi", "--backend must be inproc, ucx or nccl"},
       {"--policy=nope", "nope"},
-      {"--policy=zenflow", "ZenFlow is simulated only"},
+      {"--policy=zenflow --device=cuda", "ZenFlow runs on the host runtime only (--device=cpu)"},
       {"--lr=-1", "--lr needs a positive number"},
       {"--heads=3", "--heads 3 does not divide --hidden"},
       {"--model=nope", "nope"},
