@@ -53,9 +53,16 @@ TEST_P(AdamWTest, StepsMatchTheFloat64Reference) {
     // n % 4 != 0 (the scalar tail of ops/adamw.cu), a large n, and the
     // state (s) or the gradient and param (g) one element off their vector
     // alignment (the scalar kernel).
-    for (auto [n, s_shift, g_shift] : std::vector<std::tuple<int64_t, size_t, size_t>>{
-             {1, 0, 0}, {7, 0, 0}, {4099, 0, 0}, {300007, 0, 0},
-             {4099, 4, 0}, {4099, 0, DataTypeSize(t)}}) {
+    std::vector<std::tuple<int64_t, size_t, size_t>> cases = {
+        {1, 0, 0}, {7, 0, 0}, {4099, 0, 0}, {300007, 0, 0},
+        {4099, 4, 0}, {4099, 0, DataTypeSize(t)}};
+    // On a GPU, more elements than one pass of the capped grid covers
+    // (ops/adamw.cu), so the grid-stride loop takes a second pass.
+    if (device->kind() == DeviceKind::kCuda) {
+      cases.push_back({4400003, 0, 0});
+      cases.push_back({4400003, 4, 0});
+    }
+    for (auto [n, s_shift, g_shift] : cases) {
       SCOPED_TRACE(::testing::Message() << n << " shifts " << s_shift << " " << g_shift);
       auto stream = *device->CreateStream();
       const auto master = Random(n, 1 + n);

@@ -16,7 +16,8 @@
 // walks the rows; each thread sums dy * x * rstd for its columns over its
 // rows in registers, the block's row slots are added in shared memory, and
 // one partial row per block is written; FinishDw adds the partial rows in a
-// fixed order (deterministic). Rows too long for the register cache (more
+// fixed order: deterministic run to run on one GPU model, though the
+// number of partial rows (and so the rounding) follows its SM count. Rows too long for the register cache (more
 // than 512 * kCache vectors) take the unfused path: dx alone, then a
 // column-sliced dw pass writing the same partial rows.
 #include "baton/ops/cuda_util.cuh"

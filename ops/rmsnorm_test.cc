@@ -48,11 +48,12 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheFloat64Reference) {
     // Odd shapes for the CUDA kernels' launch math (ops/rmsnorm.cu): rows
     // that are not a multiple of 8 elements (scalar path), rows not
     // filling the last block, rows too long for the register cache
-    // (unfused dw), more rows than the persistent backward grid holds;
-    // each also 1 element off 16-byte alignment (scalar path).
+    // (unfused dw; scalar at 5001, vector at 32768), more rows than the
+    // persistent backward grid holds; each also 1 element off 16-byte
+    // alignment (scalar path).
     for (auto [tokens, hidden, shift] : std::vector<std::tuple<int64_t, int64_t, size_t>>{
              {1, 5, 0}, {3, 7, 0}, {17, 256, 0}, {5, 1000, 0}, {64, 8192, 0},
-             {33, 40, 0}, {4, 1001, 0}, {3, 5001, 0}, {9000, 16, 0},
+             {33, 40, 0}, {4, 1001, 0}, {3, 5001, 0}, {2, 32768, 0}, {9000, 16, 0},
              {17, 256, DataTypeSize(t)}, {5, 1000, DataTypeSize(t)},
              {9000, 16, DataTypeSize(t)}}) {
       SCOPED_TRACE(::testing::Message() << tokens << "x" << hidden << " shift " << shift);
@@ -74,6 +75,12 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheFloat64Reference) {
       Shifted ddx_acc = Upload(*device, *stream, res, shift);
       DeviceBuffer ddw = Poisoned(*device, *stream, hidden * 4);
       DeviceBuffer ddw2 = Poisoned(*device, *stream, hidden * 4);
+      DeviceBuffer ddw_again = Poisoned(*device, *stream, hidden * 4);
+      // dw += onto a bf16 gradient already there (the accumulating and
+      // bf16 branches of the dw finish).
+      const auto dw0s = Pack(Random(hidden, 5 + hidden), DataType::kBF16);
+      const auto dw0 = Unpack(dw0s, DataType::kBF16);
+      DeviceBuffer ddw16 = Upload(*device, *stream, dw0s);
       ASSERT_TRUE(RmsNormForward(*stream, s, dx_.data(), dw_.data(), dy.data(),
                                  static_cast<float*>(dr.data())).ok());
       ASSERT_TRUE(RmsNormBackward(*stream, s, dg.data(), dx_.data(), dw_.data(),
@@ -83,6 +90,12 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheFloat64Reference) {
                                   static_cast<const float*>(dr.data()),
                                   ddx_acc.data(), true, ddw2.data(),
                                   DataType::kF32, false).ok());
+      ASSERT_TRUE(RmsNormBackward(*stream, s, dg.data(), dx_.data(), dw_.data(),
+                                  static_cast<const float*>(dr.data()), ddx.data(),
+                                  false, ddw_again.data(), DataType::kF32, false).ok());
+      ASSERT_TRUE(RmsNormBackward(*stream, s, dg.data(), dx_.data(), dw_.data(),
+                                  static_cast<const float*>(dr.data()), ddx.data(),
+                                  false, ddw16.data(), DataType::kBF16, true).ok());
       std::vector<double> ry, rr;
       ReferenceForward(x, w, tokens, hidden, 1e-5, ry, rr);
       std::vector<double> rdx(n), rdw(hidden, 0);
@@ -104,6 +117,13 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheFloat64Reference) {
       EXPECT_EQ(Compare("dx (+=)", Fetch(*stream, ddx_acc, n, t), rdx_acc, tol), "");
       EXPECT_EQ(Compare("dw", Fetch(*stream, ddw, hidden, DataType::kF32), rdw, tol), "");
       EXPECT_EQ(Compare("dw", Fetch(*stream, ddw2, hidden, DataType::kF32), rdw, tol), "");
+      // dw is deterministic: the same call gives the same bits.
+      EXPECT_EQ(testing::Download(*stream, ddw, hidden * 4),
+                testing::Download(*stream, ddw_again, hidden * 4));
+      std::vector<double> rdw_acc(hidden);
+      for (int64_t i = 0; i < hidden; ++i) rdw_acc[i] = dw0[i] + rdw[i];
+      EXPECT_EQ(Compare("dw (bf16, +=)", Fetch(*stream, ddw16, hidden, DataType::kBF16),
+                        rdw_acc, testing::Tolerance(DataType::kBF16)), "");
     }
   }
 }

@@ -51,6 +51,7 @@ TEST_P(RotaryTest, ForwardAndBackwardMatchTheFloat64Reference) {
              {RotaryShape{2, 128, 4, 64, 500000.0, t}, 0},
              {RotaryShape{1, 33, 11, 48, 10000.0, t}, 0},
              {RotaryShape{2, 17, 9, 24, 10000.0, t}, 0},
+             {RotaryShape{2, 7, 5, 20, 10000.0, t}, 0},  // half 10: scalar in f32 too
              {RotaryShape{2, 128, 4, 64, 500000.0, t}, DataTypeSize(t)}}) {
       SCOPED_TRACE(::testing::Message() << s.heads << "x" << s.head_dim << " shift " << shift);
       auto stream = *device->CreateStream();

@@ -7,8 +7,9 @@
 // step, so every SM has plenty of loads in flight. The vector path needs
 // every pointer 16-byte aligned (checked); the elements past the last whole
 // vector (n % width) are done by a scalar tail, and misaligned pointers run
-// the same kernel with one element per access. expf and fp32 math, as the
-// CPU path computes it.
+// the same kernel with one element per access. expf and fp32 math; the
+// forward computes g / (1 + exp(-g)) * u where the CPU path computes
+// g * (1 / (1 + exp(-g))) * u, so the two may differ in the last bit.
 #include "baton/ops/cuda_util.cuh"
 #include "baton/ops/kernels.h"
 

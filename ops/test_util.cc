@@ -3,6 +3,9 @@
 #include <cmath>
 #include <random>
 #include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
 
 namespace baton::ops::testing {
 
@@ -69,16 +72,37 @@ std::vector<double> Fetch(Stream& s, const DeviceBuffer& b, int64_t n,
 
 Shifted Upload(Device& d, Stream& s, const std::vector<uint8_t>& bytes,
                size_t shift) {
-  std::vector<uint8_t> padded(shift, 0xFF);
+  std::vector<uint8_t> padded(Shifted::kGuardBytes + shift, Shifted::kGuardByte);
   padded.insert(padded.end(), bytes.begin(), bytes.end());
-  return Shifted(Upload(d, s, padded), shift);
+  padded.insert(padded.end(), Shifted::kGuardBytes, Shifted::kGuardByte);
+  return Shifted(Upload(d, s, padded), shift, bytes.size());
 }
 
 Shifted Poisoned(Device& d, Stream& s, size_t bytes, size_t shift) {
   return Upload(d, s, std::vector<uint8_t>(bytes, 0xFF), shift);
 }
 
+std::string Shifted::CheckGuards(Stream& s) const {
+  const size_t head = kGuardBytes + shift_;
+  const std::vector<uint8_t> all = Download(s, buffer_, head + bytes_ + kGuardBytes);
+  for (size_t i = 0; i < head; ++i) {
+    if (all[i] != kGuardByte) {
+      return "write " + std::to_string(head - i) +
+             " byte(s) before the start of the buffer";
+    }
+  }
+  for (size_t i = 0; i < kGuardBytes; ++i) {
+    if (all[head + bytes_ + i] != kGuardByte) {
+      return "write at byte " + std::to_string(i) + " past the end of the " +
+             std::to_string(bytes_) + "-byte buffer";
+    }
+  }
+  return "";
+}
+
 std::vector<double> Fetch(Stream& s, const Shifted& b, int64_t n, DataType t) {
+  const std::string guards = b.CheckGuards(s);
+  if (!guards.empty()) ADD_FAILURE() << guards;
   std::vector<uint8_t> out(n * DataTypeSize(t));
   (void)s.MemcpyAsync(out.data(), b.data(), out.size());
   (void)s.Synchronize();

@@ -40,19 +40,34 @@ std::vector<uint8_t> Download(Stream& s, const DeviceBuffer& b, size_t bytes);
 std::vector<double> Fetch(Stream& s, const DeviceBuffer& b, int64_t n,
                           DataType t);
 
-// Device memory starting `shift` bytes past the start of its allocation: a
-// pointer that is not 16-byte aligned when shift is not a multiple of 16, so
-// the CUDA kernels' scalar fallbacks (ops/cuda_util.cuh) run on it.
+// Device memory starting `shift` bytes past a guard band: a pointer that
+// is not 16-byte aligned when shift is not a multiple of 16, so the CUDA
+// kernels' scalar fallbacks (ops/cuda_util.cuh) run on it. The allocation
+// is [kGuardBytes guard][shift bytes][payload][kGuardBytes guard], the
+// guards and the shift filled with kGuardByte; Fetch checks that they are
+// intact and fails the running test (naming the side and the first byte
+// changed) when an op wrote outside its buffer.
 class Shifted {
  public:
-  Shifted(DeviceBuffer b, size_t shift) : buffer_(std::move(b)), shift_(shift) {}
-  void* data() const { return static_cast<char*>(buffer_.data()) + shift_; }
+  static constexpr size_t kGuardBytes = 64;  // a multiple of 16: the guard
+                                             // does not change alignment
+  static constexpr uint8_t kGuardByte = 0xA5;
+  Shifted(DeviceBuffer b, size_t shift, size_t bytes)
+      : buffer_(std::move(b)), shift_(shift), bytes_(bytes) {}
+  void* data() const {
+    return static_cast<char*>(buffer_.data()) + kGuardBytes + shift_;
+  }
+  // "" when the guard bands and the shift bytes still hold kGuardByte;
+  // else which byte, before or after the payload, was overwritten.
+  std::string CheckGuards(Stream& s) const;
 
  private:
   DeviceBuffer buffer_;
   size_t shift_;
+  size_t bytes_;
 };
-// Upload / Poisoned / Fetch at `shift` bytes.
+// Upload / Poisoned / Fetch at `shift` bytes. Fetch also checks the guards
+// (CheckGuards) and adds a test failure when they are not intact.
 Shifted Upload(Device& d, Stream& s, const std::vector<uint8_t>& bytes,
                size_t shift);
 Shifted Poisoned(Device& d, Stream& s, size_t bytes, size_t shift);
