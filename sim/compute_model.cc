@@ -24,7 +24,9 @@ StatusOr<AttentionKernel> AttentionKernelPreset(const std::string& name,
   // FlashAttention-3, arXiv:2407.08608 abstract), and is 1.3-1.5x faster
   // than FlashAttention in Triton forward and about 2x backward (Dao 2023,
   // section 4.1). Triton FlashAttention pads the head dimension
-  // (flash_attn_triton.py: BLOCK_HEADDIM = max(next_power_of_2(d), 16)).
+  // (KernelHeadDim: mosaicml/llm-foundry
+  // llmfoundry/models/layers/flash_attn_triton.py, BLOCK_HEADDIM =
+  // max(triton.next_power_of_2(d), 16)).
   double fa2 = 0;
   if (gpu == "h100") fa2 = 0.35;
   if (gpu == "a100") fa2 = 0.73;
@@ -39,6 +41,30 @@ StatusOr<AttentionKernel> AttentionKernelPreset(const std::string& name,
   k.pad_head_dim = true;
   k.no_rope = name == "triton-alibi";
   return k;
+}
+
+StatusOr<int64_t> KernelHeadDim(const AttentionKernel& kernel, int64_t head_dim) {
+  if (head_dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim must be positive, got ", head_dim));
+  }
+  if (kernel.pad_head_dim) {
+    // llmfoundry/models/layers/flash_attn_triton.py, _flash_attn_forward:
+    // assert d <= 128; BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16).
+    if (head_dim > 128) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the Triton FlashAttention kernel runs head dims up to 128 "
+          "(flash_attn_triton.py asserts d <= 128); the model's is ", head_dim));
+    }
+    int64_t w = 16;
+    while (w < head_dim) w *= 2;
+    return w;
+  }
+  // FlashAttention-2 csrc/flash_attn/src/static_switch.h HEADDIM_SWITCH.
+  for (int64_t t : {32, 64, 96, 128, 160, 192, 256}) {
+    if (head_dim <= t) return t;
+  }
+  return head_dim;
 }
 
 double ComputeModel::Gemm(double m, double n, double k) const {
@@ -102,14 +128,18 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
   BATON_ASSIGN_OR_RETURN(const double glu_b, c.Op("swiglu", T * F * 6, true));
   BATON_ASSIGN_OR_RETURN(const double ce_f, c.Op("cross_entropy", T * V * 2, false));
   BATON_ASSIGN_OR_RETURN(const double ce_b, c.Op("cross_entropy", T * V * 2, true));
-  double attn_f = table.AttentionSeconds(b, H, G, s, d, false) * c.compute_scale_;
-  double attn_b = table.AttentionSeconds(b, H, G, s, d, true) * c.compute_scale_;
+  BATON_ASSIGN_OR_RETURN(const int64_t kernel_d, KernelHeadDim(attention, m.head_dim));
+  const double width = static_cast<double>(kernel_d);
+  // The table's attention: at the model's head dim if measured there, else
+  // at the width the kernel runs (its time is that width's FLOPs at the
+  // rate measured for it).
+  double table_d = width;
+  for (const KernelTable::Attention& a : table.attention) {
+    if (a.head_dim == d) table_d = d;
+  }
+  double attn_f = table.AttentionSeconds(b, H, G, s, table_d, false) * c.compute_scale_;
+  double attn_b = table.AttentionSeconds(b, H, G, s, table_d, true) * c.compute_scale_;
   if (attention.active()) {
-    double width = d;
-    if (attention.pad_head_dim) {
-      width = 16;
-      while (width < d) width *= 2;
-    }
     // Causal: half of 4 b H s^2 d (the table's convention).
     const double flops = 2 * b * H * s * s * width;
     const double peak = cluster.peak_tflops * 1e12;

@@ -65,9 +65,11 @@ constexpr int kEmbeddingSortKernels = 6;
 // simulated GPU's dense peak: for a software stack whose attention kernel is
 // known from published figures rather than measured (sim/validation_test.cc
 // uses it for 2023 runs on Triton FlashAttention). Utilizations of 0 keep
-// the table's curves. pad_head_dim: the kernel rounds the head dimension up
-// to a power of two (at least 16) and pays for the padded width, as Triton
-// FlashAttention does (BLOCK_HEADDIM = max(next_power_of_2(d), 16)).
+// the table's curves. pad_head_dim: the kernel is Triton FlashAttention,
+// which rounds the head dimension up to a power of two (at least 16) and
+// pays for the padded width (BLOCK_HEADDIM = max(next_power_of_2(d), 16)),
+// up to 128; otherwise the kernel is FlashAttention's CUDA one (see
+// KernelHeadDim).
 struct AttentionKernel {
   double fwd_utilization = 0;
   double bwd_utilization = 0;  // of 2.5x the forward's FLOPs
@@ -77,6 +79,26 @@ struct AttentionKernel {
   bool no_rope = false;
   bool active() const { return fwd_utilization > 0 && bwd_utilization > 0; }
 };
+
+// The head dimension the attention kernel runs at for a model's head_dim,
+// whose width its FLOPs (and the table lookup) count:
+//   pad_head_dim (Triton FlashAttention as llm-foundry ships it,
+//     mosaicml/llm-foundry llmfoundry/models/layers/flash_attn_triton.py, a
+//     copy of Dao-AILab/flash-attention flash_attn/flash_attn_triton.py):
+//     max(next power of two, 16); InvalidArgument beyond 128 (the kernel
+//     asserts d <= 128).
+//   otherwise FlashAttention's CUDA kernels, the flash SDPA backend of the
+//     shipped table: compiled for head dims 32, 64, 96, 128, 160, 192, 256
+//     and a head dim runs the smallest template that holds it
+//     (FlashAttention-2, Dao-AILab/flash-attention
+//     csrc/flash_attn/src/static_switch.h HEADDIM_SWITCH, which PyTorch's
+//     flash backend vendors). FlashAttention-3 on Hopper rounds to 64, 96,
+//     128, 192, 256 (hopper/flash_api.cpp round_up_headdim): the same for
+//     65-128 and 193-256 (MPT-30B's 112 runs as 128 in both), not for
+//     d <= 32, 33-63 or 129-160; cuDNN's fused attention is closed source
+//     and not modelled. Beyond 256 no flash template exists (PyTorch falls
+//     back to another SDPA backend): the head dim is kept as is.
+StatusOr<int64_t> KernelHeadDim(const AttentionKernel& kernel, int64_t head_dim);
 
 // Named attention kernels (`simulate --attention-kernel=NAME`), one constant
 // set per GPU type, from published figures (sources in compute_model.cc):
@@ -109,7 +131,12 @@ struct KernelSum {
 class ComputeModel {
  public:
   // `table` must outlive the model. InvalidArgument if the table lacks an
-  // op the model needs (rmsnorm, swiglu, cross_entropy).
+  // op the model needs (rmsnorm, swiglu, cross_entropy) or the attention
+  // kernel cannot run the model's head dim (KernelHeadDim). The table's
+  // attention is looked up at the model's head dim when the table has a
+  // row at it (a table measured at that shape: the padding is in its
+  // time), else at KernelHeadDim's, counting that width's FLOPs (the
+  // shipped table has 128 only).
   static StatusOr<ComputeModel> Create(const KernelTable& table,
                                        const ClusterSpec& cluster,
                                        const scheduler::ModelSpec& model,

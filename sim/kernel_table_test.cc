@@ -1,6 +1,8 @@
 #include "baton/sim/kernel_table.h"
 
+#include <cmath>
 #include <string>
+#include <utility>
 
 #include "baton/sim/compute_model.h"
 #include "gtest/gtest.h"
@@ -131,7 +133,7 @@ TEST(ComputeModelTest, AttentionKernelByUtilization) {
   const KernelTable& t = *H100KernelTable();
   const ClusterSpec h100 = *ClusterPreset("h100");
   scheduler::ModelSpec m = *scheduler::ModelPreset("llama2-7b");
-  m.head_dim = 112;  // pads to 128
+  m.head_dim = 96;  // a FlashAttention template; Triton pads it to 128
   m.hidden = m.heads * m.head_dim;
   AttentionKernel fast{0.4, 0.2, false, false};
   AttentionKernel slow{0.2, 0.1, false, false};
@@ -142,19 +144,95 @@ TEST(ComputeModelTest, AttentionKernelByUtilization) {
   auto p = ComputeModel::Create(t, h100, m, 8192, 2, 4096, padded);
   auto n = ComputeModel::Create(t, h100, m, 8192, 2, 4096, no_rope);
   ASSERT_TRUE(f.ok() && s.ok() && p.ok() && n.ok());
-  const double flops = 2.0 * 2 * m.heads * 4096.0 * 4096 * 112;
+  const double flops = 2.0 * 2 * m.heads * 4096.0 * 4096 * 96;
   const double attn_f = flops / (0.4 * 989e12);
   EXPECT_NEAR(s->BlockForward().seconds - f->BlockForward().seconds, attn_f, 1e-9);
   EXPECT_NEAR(s->BlockBackward(false).seconds - f->BlockBackward(false).seconds,
               2.5 * flops / (0.2 * 989e12), 1e-9);
   EXPECT_NEAR(p->BlockForward().seconds - f->BlockForward().seconds,
-              attn_f * (128.0 / 112 - 1), 1e-9);
+              attn_f * (128.0 / 96 - 1), 1e-9);
   EXPECT_EQ(n->BlockForward().kernels, f->BlockForward().kernels - 6);
   EXPECT_LT(n->BlockForward().seconds, f->BlockForward().seconds);
   // Utilizations of 0 keep the table's attention.
   auto table = ComputeModel::Create(t, h100, m, 8192, 2, 4096);
   ASSERT_TRUE(table.ok());
   EXPECT_NE(table->BlockForward().seconds, f->BlockForward().seconds);
+}
+
+// The head dim each attention kernel runs at (compute_model.h
+// KernelHeadDim): FlashAttention's CUDA templates, Triton's powers of two.
+TEST(ComputeModelTest, KernelHeadDimRoundsToTheKernelsTemplates) {
+  const AttentionKernel flash{}, triton{0.25, 0.175, true, false};
+  const std::pair<int64_t, int64_t> flash_dims[] = {
+      {1, 32},    {32, 32},   {40, 64},   {64, 64},   {80, 96},  {96, 96},
+      {112, 128}, {128, 128}, {129, 160}, {176, 192}, {200, 256}, {256, 256},
+      {257, 257}, {512, 512}};
+  for (const auto& [d, want] : flash_dims) {
+    auto got = KernelHeadDim(flash, d);
+    ASSERT_TRUE(got.ok()) << d << ": " << got.status();
+    EXPECT_EQ(*got, want) << d;
+  }
+  const std::pair<int64_t, int64_t> triton_dims[] = {
+      {1, 16}, {16, 16}, {17, 32}, {80, 128}, {96, 128}, {112, 128}, {128, 128}};
+  for (const auto& [d, want] : triton_dims) {
+    auto got = KernelHeadDim(triton, d);
+    ASSERT_TRUE(got.ok()) << d << ": " << got.status();
+    EXPECT_EQ(*got, want) << d;
+  }
+  // Triton FlashAttention asserts d <= 128: a model beyond it is refused,
+  // by name, also when building a compute model.
+  auto big = KernelHeadDim(triton, 160);
+  ASSERT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("up to 128"), std::string::npos);
+  EXPECT_NE(big.status().message().find("160"), std::string::npos);
+  EXPECT_EQ(KernelHeadDim(flash, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  scheduler::ModelSpec m = *scheduler::ModelPreset("llama2-7b");
+  m.head_dim = 160;
+  m.hidden = m.heads * m.head_dim;
+  auto c = ComputeModel::Create(*H100KernelTable(), *ClusterPreset("h100"), m,
+                                4096, 1, 4096, triton);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The table's attention at a head dim it lacks is looked up at the width
+// the flash kernel runs and pays that width's FLOPs: a head dim of 112
+// costs what 128 costs (the shipped table has 128 only); a table with rows
+// at the model's own head dim is taken at it.
+TEST(ComputeModelTest, TableAttentionAtThePaddedHeadDim) {
+  const KernelTable& t = *H100KernelTable();
+  const ClusterSpec h100 = *ClusterPreset("h100");
+  scheduler::ModelSpec m = *scheduler::ModelPreset("llama2-7b");
+  m.head_dim = 112;
+  const double attn128 = t.AttentionSeconds(1, m.heads, m.kv_heads, 4096, 128, false);
+  const double attn112 = t.AttentionSeconds(1, m.heads, m.kv_heads, 4096, 112, false);
+  // An unpadded lookup: about the same rate, 112/128 of the FLOPs.
+  EXPECT_NEAR(attn112 / attn128, 112.0 / 128, 1e-3);
+  // Doubling the table's attention times adds the 128 time to the block,
+  // not the unpadded 112 one.
+  KernelTable slow = t;
+  for (KernelTable::Attention& row : slow.attention) {
+    row.fwd_s *= 2;
+    row.bwd_s *= 2;
+  }
+  auto a = ComputeModel::Create(t, h100, m, 4096, 1, 4096);
+  auto s = ComputeModel::Create(slow, h100, m, 4096, 1, 4096);
+  ASSERT_TRUE(a.ok() && s.ok());
+  EXPECT_NEAR(s->BlockForward().seconds - a->BlockForward().seconds, attn128, 1e-12);
+  // A table with rows at the model's own head dim is taken at it.
+  KernelTable own = t;
+  for (KernelTable::Attention row : t.attention) {
+    row.head_dim = 112;
+    row.fwd_s *= 3;
+    row.bwd_s *= 3;
+    own.attention.push_back(row);
+  }
+  const double own112 = own.AttentionSeconds(1, m.heads, m.kv_heads, 4096, 112, false);
+  const double own128 = own.AttentionSeconds(1, m.heads, m.kv_heads, 4096, 128, false);
+  EXPECT_GT(std::fabs(own112 / own128 - 1), 0.05);  // the check below can tell them apart
+  auto o = ComputeModel::Create(own, h100, m, 4096, 1, 4096);
+  ASSERT_TRUE(o.ok());
+  EXPECT_NEAR(o->BlockForward().seconds - a->BlockForward().seconds, own112 - attn128,
+              1e-12);
 }
 
 // The named kernels behind `simulate --attention-kernel` (compute_model.h).
