@@ -188,7 +188,10 @@ double KernelTable::GemmSeconds(double m, double n, double k) const {
 double KernelTable::AttentionSeconds(double batch, double heads, double kv_heads,
                                      double seq, double head_dim,
                                      bool backward) const {
-  if (attention.empty() || batch <= 0 || heads <= 0 || seq <= 0) return 0;
+  if (attention.empty() || !(batch > 0) || !(heads > 0) || !(kv_heads > 0) ||
+      !(seq > 0) || !(head_dim > 0)) {
+    return 0;
+  }
   auto key = [](double b, double h, double kv, double s, double d) {
     return std::vector<double>{std::log(s), std::log(b * h), std::log(h / kv),
                                std::log(d)};

@@ -22,6 +22,16 @@
 //                 log batch x heads, log heads / kv heads, log head dim),
 //                 same weighting; FLOPs 2 b h s^2 d forward (causal half of
 //                 4 b h s^2 d), 2.5x that backward (the table's convention).
+//                 The head dim is the one the kernel runs at (the caller
+//                 pads it: compute_model.h KernelHeadDim).
+// Beyond the measured range every lookup takes the rate of the nearest
+// measured shapes (a weighted mean of their log rates never exceeds the
+// largest): a long sequence or small head dim the table lacks runs at its
+// neighbours' rate, not faster. The shipped table measures head dim 128
+// only, so a 64 runs at 128's rate, which is optimistic where the kernel
+// is slower at small head dims; measure the model's own shapes
+// (//bench:kernels) for those. A non-positive dimension returns 0 (the
+// callers validate shapes first).
 //   Elementwise   per op, time by bytes, piecewise linear in log-log between
 //                 measured sizes, proportional to bytes beyond the ends. A
 //                 point slower than a larger one of the same op is dropped

@@ -1,5 +1,6 @@
 #include "baton/sim/kernel_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -53,6 +54,28 @@ TEST(KernelTableTest, InterpolatesBetweenAndScalesBeyondMeasuredSizes) {
   EXPECT_LT(rate, 810);
   EXPECT_EQ(t.ElementwiseSeconds("layernorm", 1e6, false).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Attention beyond the measured range (sequence 2k-32k, head dim 128)
+  // runs at a rate inside the measured one, never faster; a shape with a
+  // zero dimension costs 0, not NaN.
+  double lo_rate = INFINITY, hi_rate = 0;
+  for (const KernelTable::Attention& a : t.attention) {
+    const double r = 2 * a.batch * a.heads * a.seq * a.seq * a.head_dim / a.fwd_s;
+    lo_rate = std::min(lo_rate, r);
+    hi_rate = std::max(hi_rate, r);
+  }
+  const struct {
+    double b, h, kv, s, d;
+  } outside[] = {{1, 32, 8, 131072, 128}, {64, 32, 32, 512, 128}, {1, 8, 8, 4096, 64},
+                 {1, 16, 16, 8192, 256}, {2, 256, 8, 2048, 128}};
+  for (const auto& q : outside) {
+    const double sec = t.AttentionSeconds(q.b, q.h, q.kv, q.s, q.d, false);
+    const double r = 2 * q.b * q.h * q.s * q.s * q.d / sec;
+    EXPECT_GE(r, lo_rate * (1 - 1e-9)) << q.s << " " << q.d;
+    EXPECT_LE(r, hi_rate * (1 + 1e-9)) << q.s << " " << q.d;
+  }
+  EXPECT_EQ(t.AttentionSeconds(1, 32, 0, 4096, 128, false), 0);
+  EXPECT_EQ(t.AttentionSeconds(1, 32, 8, 4096, 0, true), 0);
+  EXPECT_EQ(t.AttentionSeconds(1, 32, 8, 4096, NAN, true), 0);
 }
 
 std::string Table(const std::string& gemm_row) {
