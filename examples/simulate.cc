@@ -313,6 +313,9 @@ int Main(int argc, char** argv) {
     Fail(absl::StrCat("--attention-kernel: ", attention_kernel.status().message()));
   }
   const sim::AttentionKernel attention = *attention_kernel;
+  if (auto d = sim::KernelHeadDim(attention, model->head_dim); !d.ok()) {
+    Fail(absl::StrCat("--attention-kernel=", f.attention_kernel, ": ", d.status().message()));
+  }
   if (Status s = sim::ValidateWorkload(f.workload); !s.ok()) {
     Fail(std::string(s.message()));
   }

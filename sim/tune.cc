@@ -256,6 +256,10 @@ StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
   BATON_RETURN_IF_ERROR(scheduler::ValidateModelSpec(model));
   BATON_RETURN_IF_ERROR(ValidateCluster(cluster));
   BATON_RETURN_IF_ERROR(ValidateWorkload(workload));
+  // An attention kernel that cannot run the model's head dim refuses every
+  // candidate alike: say so, not "no configuration fits".
+  BATON_RETURN_IF_ERROR(
+      KernelHeadDim(options.sim.attention, model.head_dim).status());
   if (options.keep < 1 || options.max_prefetch < 0 || options.max_passes < 1 ||
       options.max_step_units < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -73,7 +73,8 @@ struct TuneReport {
 };
 
 // InvalidArgument for a workload ValidateWorkload refuses, a model or
-// cluster that fails validation, or options out of range (keep < 1,
+// cluster that fails validation, a head dim options.sim.attention cannot
+// run (compute_model.h KernelHeadDim), or options out of range (keep < 1,
 // max_prefetch < 0, max_passes < 1), and when no configuration could be
 // simulated (every one cannot fit by the lower bound, or was refused).
 // Candidates that were simulated but do not fit even with every block

@@ -145,5 +145,18 @@ TEST(TuneTest, BadOptionsAreRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A head dim the attention kernel cannot run is named as such, not
+// reported as "no configuration fits".
+TEST(TuneTest, HeadDimTheKernelCannotRunIsNamed) {
+  Case c;
+  c.model.head_dim = 160;
+  TuneOptions o;
+  o.sim.attention = *AttentionKernelPreset("triton", "h100");
+  auto r = Tune(c.model, c.cluster, c.w, o);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("head dims up to 128"), std::string::npos)
+      << r.status().message();
+}
+
 }  // namespace
 }  // namespace baton::sim

@@ -174,4 +174,13 @@ check_msg attn-twice '--attention-kernel is given more than once' --attention-ke
 echo '{"name": "mi300x"}' >"$t/mi300x.json"
 check_msg attn-gpu 'published figures for the h100 and a100 clusters only, not "mi300x"' \
   --cluster-file="$t/mi300x.json" --attention-kernel=triton
+# A head dim the kernel cannot run (Triton FlashAttention: up to 128) is
+# refused before anything is simulated or printed, also under --tune.
+printf '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 5120, "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 160, "intermediate_size": 13824, "vocab_size": 32000}' >"$t/hd160.json"
+for mode in --policy=baton --tune; do
+  check_msg "attn-head-dim $mode" 'runs head dims up to 128 (flash_attn_triton.py asserts d <= 128); the model'"'"'s is 160' \
+    --hf-config="$t/hd160.json" --gpus=8 --global-batch=8 --attention-kernel=triton "$mode"
+  [[ -s "$t/out" ]] && { echo "FAIL attn-head-dim $mode: printed before refusing"; fail=1; }
+done
+check attn-head-dim-table 0 --hf-config="$t/hd160.json" --gpus=8 --global-batch=8 --policy=baton
 exit $fail
