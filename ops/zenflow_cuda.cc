@@ -24,6 +24,14 @@ Status CheckCols(const char* op, int64_t cols) {
   return absl::OkStatus();
 }
 
+Status CheckScale(const char* op, float scale) {
+  if (!std::isfinite(scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": scale must be finite, got ", scale));
+  }
+  return absl::OkStatus();
+}
+
 Status CheckSlots(const char* op, const ColumnBlock& b, const DeviceColumnSlots& s) {
   BATON_RETURN_IF_ERROR(CheckColumnBlock(op, b));
   BATON_RETURN_IF_ERROR(CheckCols(op, b.cols));
@@ -85,10 +93,7 @@ Status AccumulateColumnSquaresCuda(Stream& stream, const void* grad, DataType t,
   constexpr const char* kOp = "AccumulateColumnSquaresCuda";
   BATON_RETURN_IF_ERROR(CheckColumnBlock(kOp, b));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "grad dtype", t));
-  if (!std::isfinite(scale)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": scale must be finite, got ", scale));
-  }
+  BATON_RETURN_IF_ERROR(CheckScale(kOp, scale));
   if (b.n == 0) return absl::OkStatus();
   BATON_RETURN_IF_ERROR(CheckNotNull(kOp, {{"grad", grad}, {"norms", norms}}));
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
@@ -99,11 +104,12 @@ Status AccumulateColumnSquaresCuda(Stream& stream, const void* grad, DataType t,
 }
 
 Status SplitGradientCuda(Stream& stream, const void* grad, DataType t,
-                         const ColumnBlock& b, const DeviceColumnSlots& s,
+                         const ColumnBlock& b, float scale, const DeviceColumnSlots& s,
                          float* selected, float* rest) {
   constexpr const char* kOp = "SplitGradientCuda";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "grad dtype", t));
+  BATON_RETURN_IF_ERROR(CheckScale(kOp, scale));
   if (b.n == 0) return absl::OkStatus();
   BATON_RETURN_IF_ERROR(
       CheckNotNull(kOp, {{"grad", grad}, {"selected", selected}, {"rest", rest}}));
@@ -111,8 +117,8 @@ Status SplitGradientCuda(Stream& stream, const void* grad, DataType t,
   [[maybe_unused]] const int32_t* table = s.table;
   return Launch(stream, kOp, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowSplit(grad, static_cast<int>(t), c0,
-                                                          b.n, b.cols, table, selected,
-                                                          rest, st);
+                                                          b.n, b.cols, table, scale,
+                                                          selected, rest, st);
                 }));
 }
 
@@ -131,23 +137,27 @@ Status GatherColumnsCuda(Stream& stream, const float* src, const ColumnBlock& b,
 }
 
 Status ScatterColumnsCuda(Stream& stream, const float* packed, const ColumnBlock& b,
-                          const DeviceColumnSlots& s, float* dst) {
+                          const DeviceColumnSlots& s, void* dst, DataType dst_dtype) {
   constexpr const char* kOp = "ScatterColumnsCuda";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
+  BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "dst dtype", dst_dtype));
   if (b.n == 0) return absl::OkStatus();
   BATON_RETURN_IF_ERROR(CheckNotNull(kOp, {{"packed", packed}, {"dst", dst}}));
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
   [[maybe_unused]] const int32_t* table = s.table;
   return Launch(stream, kOp, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowScatter(packed, c0, b.n, b.cols, table,
-                                                            dst, st);
+                                                            dst, static_cast<int>(dst_dtype),
+                                                            st);
                 }));
 }
 
-Status CopyColumnsCuda(Stream& stream, const float* src, float* dst, const ColumnBlock& b,
-                       const DeviceColumnSlots& s, WhichColumns which) {
+Status CopyColumnsCuda(Stream& stream, const void* src, void* dst, DataType t,
+                       const ColumnBlock& b, const DeviceColumnSlots& s,
+                       WhichColumns which) {
   constexpr const char* kOp = "CopyColumnsCuda";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
+  BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "dtype", t));
   if (which != WhichColumns::kSelected && which != WhichColumns::kUnselected) {
     return absl::InvalidArgumentError(absl::StrCat(
         kOp, ": which must be kSelected or kUnselected, got ", static_cast<int>(which)));
@@ -158,8 +168,9 @@ Status CopyColumnsCuda(Stream& stream, const float* src, float* dst, const Colum
   [[maybe_unused]] const int32_t* table = s.table;
   [[maybe_unused]] const bool want_selected = which == WhichColumns::kSelected;
   return Launch(stream, kOp, BATON_OPS_CUDA([=](void* st) {
-                  return ops_internal::LaunchZenFlowCopy(src, dst, c0, b.n, b.cols, table,
-                                                         want_selected, st);
+                  return ops_internal::LaunchZenFlowCopy(src, dst, static_cast<int>(t), c0,
+                                                         b.n, b.cols, table, want_selected,
+                                                         st);
                 }));
 }
 

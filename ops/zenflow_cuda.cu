@@ -67,7 +67,7 @@ template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     Split(const T* __restrict__ grad, const int32_t* __restrict__ table,
           float* __restrict__ selected, float* __restrict__ rest, int64_t c0, int64_t n,
-          int64_t cols) {
+          int64_t cols, float scale) {
   const Slots s = ReadSlots(table, cols, c0);
   const int64_t groups = (n + kGroup - 1) / kGroup;
   for (int64_t g = ThreadIndex(); g < groups; g += GridStride()) {
@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(kThreads)
       bool all_rest = true;
 #pragma unroll
       for (int e = 0; e < kGroup; ++e) {
+        gv[e] = __fmul_rn(gv[e], scale);
         if (t[e] >= 0) {
           selected[k[e]] = gv[e];
           all_rest = false;
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < kGroup; ++e) {
         const int64_t i = i0 + e;
         if (i >= n) break;
-        const float v = dtype_device::ToFloat(grad[i]);
+        const float v = __fmul_rn(dtype_device::ToFloat(grad[i]), scale);
         if (t[e] >= 0) {
           selected[k[e]] = v;
         } else {
@@ -130,9 +131,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <typename D>
 __global__ void __launch_bounds__(kThreads)
     Scatter(const float* __restrict__ packed, const int32_t* __restrict__ table,
-            float* __restrict__ dst, int64_t c0, int64_t n, int64_t cols) {
+            D* __restrict__ dst, int64_t c0, int64_t n, int64_t cols) {
   const Slots s = ReadSlots(table, cols, c0);
   const int64_t groups = (n + kGroup - 1) / kGroup;
   for (int64_t g = ThreadIndex(); g < groups; g += GridStride()) {
@@ -142,14 +144,15 @@ __global__ void __launch_bounds__(kThreads)
     GroupSlots(s, c0, cols, i0, t, k);
 #pragma unroll
     for (int e = 0; e < kGroup; ++e) {
-      if (i0 + e < n && t[e] >= 0) dst[i0 + e] = packed[k[e]];
+      if (i0 + e < n && t[e] >= 0) dst[i0 + e] = dtype_device::FromFloat<D>(packed[k[e]]);
     }
   }
 }
 
-template <bool kVec>
+// Bit copies: W is uint32_t (f32) or uint16_t (bf16), never converted.
+template <typename W, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    Copy(const float* src, float* dst,  // may alias (a no-op then)
+    Copy(const W* src, W* dst,  // may alias (a no-op then)
          const int32_t* __restrict__ table, int64_t c0, int64_t n, int64_t cols,
          bool want_selected) {
   const Slots s = ReadSlots(table, cols, c0);
@@ -167,14 +170,13 @@ __global__ void __launch_bounds__(kThreads)
       all = all && own[e];
     }
     if (kVec && i0 + kGroup <= n) {
-      float v[kGroup];
-      LoadVec<float, kGroup>(src + i0, v);
+      const Pack<W, kGroup> v = *reinterpret_cast<const Pack<W, kGroup>*>(src + i0);
       if (all) {
-        StoreVec<float, kGroup>(dst + i0, v);
+        *reinterpret_cast<Pack<W, kGroup>*>(dst + i0) = v;
       } else {
 #pragma unroll
         for (int e = 0; e < kGroup; ++e) {
-          if (own[e]) dst[i0 + e] = v[e];
+          if (own[e]) dst[i0 + e] = v.e[e];
         }
       }
     } else {
@@ -273,14 +275,28 @@ bool AlignedTo(const void* p, size_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
 }
 
+template <typename W>
+int CopyTyped(const void* src, void* dst, int64_t c0, int64_t n, int64_t cols,
+              const int32_t* table, bool selected_columns, cudaStream_t s) {
+  const unsigned grid = GridFor((n + kGroup - 1) / kGroup, kElementBlocksPerSm);
+  auto* st = static_cast<const W*>(src);
+  auto* dt = static_cast<W*>(dst);
+  if (AlignedTo(src, kGroup * sizeof(W)) && AlignedTo(dst, kGroup * sizeof(W))) {
+    Copy<W, true><<<grid, kThreads, 0, s>>>(st, dt, table, c0, n, cols, selected_columns);
+  } else {
+    Copy<W, false><<<grid, kThreads, 0, s>>>(st, dt, table, c0, n, cols, selected_columns);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
 template <typename T>
 int SplitTyped(const T* grad, int64_t c0, int64_t n, int64_t cols, const int32_t* table,
-               float* selected, float* rest, cudaStream_t s) {
+               float scale, float* selected, float* rest, cudaStream_t s) {
   const unsigned grid = GridFor((n + kGroup - 1) / kGroup, kElementBlocksPerSm);
   if (AlignedTo(grad, kGroup * sizeof(T)) && Aligned16({rest})) {
-    Split<T, true><<<grid, kThreads, 0, s>>>(grad, table, selected, rest, c0, n, cols);
+    Split<T, true><<<grid, kThreads, 0, s>>>(grad, table, selected, rest, c0, n, cols, scale);
   } else {
-    Split<T, false><<<grid, kThreads, 0, s>>>(grad, table, selected, rest, c0, n, cols);
+    Split<T, false><<<grid, kThreads, 0, s>>>(grad, table, selected, rest, c0, n, cols, scale);
   }
   return static_cast<int>(cudaGetLastError());
 }
@@ -297,13 +313,15 @@ int LaunchZenFlowColumnSquares(const void* grad, int dtype, int64_t c0, int64_t 
 }
 
 int LaunchZenFlowSplit(const void* grad, int dtype, int64_t c0, int64_t n, int64_t cols,
-                       const int32_t* table, float* selected, float* rest, void* stream) {
+                       const int32_t* table, float scale, float* selected, float* rest,
+                       void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (dtype == dtype_device::kBF16) {
-    return SplitTyped(static_cast<const __nv_bfloat16*>(grad), c0, n, cols, table, selected,
-                      rest, s);
+    return SplitTyped(static_cast<const __nv_bfloat16*>(grad), c0, n, cols, table, scale,
+                      selected, rest, s);
   }
-  return SplitTyped(static_cast<const float*>(grad), c0, n, cols, table, selected, rest, s);
+  return SplitTyped(static_cast<const float*>(grad), c0, n, cols, table, scale, selected,
+                    rest, s);
 }
 
 int LaunchZenFlowGather(const float* src, int64_t c0, int64_t n, int64_t cols,
@@ -314,22 +332,27 @@ int LaunchZenFlowGather(const float* src, int64_t c0, int64_t n, int64_t cols,
 }
 
 int LaunchZenFlowScatter(const float* packed, int64_t c0, int64_t n, int64_t cols,
-                         const int32_t* table, float* dst, void* stream) {
-  Scatter<<<GridFor((n + kGroup - 1) / kGroup, kElementBlocksPerSm), kThreads, 0,
-            static_cast<cudaStream_t>(stream)>>>(packed, table, dst, c0, n, cols);
+                         const int32_t* table, void* dst, int dst_dtype, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const unsigned grid = GridFor((n + kGroup - 1) / kGroup, kElementBlocksPerSm);
+  if (dst_dtype == dtype_device::kBF16) {
+    Scatter<__nv_bfloat16><<<grid, kThreads, 0, s>>>(
+        packed, table, static_cast<__nv_bfloat16*>(dst), c0, n, cols);
+  } else {
+    Scatter<float><<<grid, kThreads, 0, s>>>(packed, table, static_cast<float*>(dst), c0, n,
+                                             cols);
+  }
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchZenFlowCopy(const float* src, float* dst, int64_t c0, int64_t n, int64_t cols,
-                      const int32_t* table, bool selected_columns, void* stream) {
+int LaunchZenFlowCopy(const void* src, void* dst, int dtype, int64_t c0, int64_t n,
+                      int64_t cols, const int32_t* table, bool selected_columns,
+                      void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const unsigned grid = GridFor((n + kGroup - 1) / kGroup, kElementBlocksPerSm);
-  if (Aligned16({src, dst})) {
-    Copy<true><<<grid, kThreads, 0, s>>>(src, dst, table, c0, n, cols, selected_columns);
-  } else {
-    Copy<false><<<grid, kThreads, 0, s>>>(src, dst, table, c0, n, cols, selected_columns);
+  if (dtype == dtype_device::kBF16) {
+    return CopyTyped<uint16_t>(src, dst, c0, n, cols, table, selected_columns, s);
   }
-  return static_cast<int>(cudaGetLastError());
+  return CopyTyped<uint32_t>(src, dst, c0, n, cols, table, selected_columns, s);
 }
 
 }  // namespace baton::ops_internal

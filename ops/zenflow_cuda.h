@@ -97,27 +97,34 @@ Status AccumulateColumnSquaresCuda(Stream& stream, const void* grad, DataType t,
                                    const ColumnBlock& block, float scale,
                                    float* norms);
 
-// SplitGradient (ops/zenflow.h) on the device: the selected elements in
-// element order into `selected` (=, selection.CountIn(block) floats, at
-// most PackedCapacity), the others added into `rest` (block.n floats, +=;
-// elements of selected columns are not written).
-// InvalidArgument: bad block, slots.cols != block.cols, grad dtype not
-// f32/bf16, a null pointer (n > 0) or null table.
+// SplitGradient (ops/zenflow.h) on the device, of the gradient times
+// `scale` (g = fl(scale * grad[e]); scale 1 is the host op exactly): the
+// selected elements' g in element order into `selected` (=,
+// selection.CountIn(block) floats, at most PackedCapacity), the others'
+// added into `rest` (block.n floats, +=; elements of selected columns are
+// not written). InvalidArgument: bad block, slots.cols != block.cols, grad
+// dtype not f32/bf16, a scale that is not finite, a null pointer (n > 0)
+// or null table.
 Status SplitGradientCuda(Stream& stream, const void* grad, DataType t,
-                         const ColumnBlock& block, const DeviceColumnSlots& slots,
-                         float* selected, float* rest);
+                         const ColumnBlock& block, float scale,
+                         const DeviceColumnSlots& slots, float* selected, float* rest);
 
-// packed[k] = src[e] for the block's selected elements e in order (=), and
-// the inverse dst[e] = packed[k] (only selected elements of dst written).
+// GatherColumns: packed[k] = src[e] for the block's selected elements e in
+// order (=; f32).
 Status GatherColumnsCuda(Stream& stream, const float* src, const ColumnBlock& block,
                          const DeviceColumnSlots& slots, float* packed);
+// ScatterColumns, the inverse: dst[e] = packed[k] (only selected elements
+// of dst are written), dst of dtype `dst_dtype`: f32, or bf16 rounded to
+// nearest even (the selected path's new fp32 values into a bf16 parameter
+// shard; f32 is the host op).
 Status ScatterColumnsCuda(Stream& stream, const float* packed,
                           const ColumnBlock& block, const DeviceColumnSlots& slots,
-                          float* dst);
+                          void* dst, DataType dst_dtype);
 
-// dst[e] = src[e] for the block's elements in selected columns (kSelected)
-// or in the others (kUnselected); no other element of dst is written.
-Status CopyColumnsCuda(Stream& stream, const float* src, float* dst,
+// CopyColumns: dst[e] = src[e] for the block's elements in selected
+// columns (kSelected) or in the others (kUnselected), elements of dtype t
+// (f32 or bf16, copied bit for bit); no other element of dst is written.
+Status CopyColumnsCuda(Stream& stream, const void* src, void* dst, DataType t,
                        const ColumnBlock& block, const DeviceColumnSlots& slots,
                        WhichColumns which);
 

@@ -157,55 +157,72 @@ TEST(ZenFlowCudaArgsTest, BadArgumentsAreNamedAndNothingRuns) {
   for (const ColumnBlock& bad : {ColumnBlock{-1, 4, 8}, ColumnBlock{0, -1, 8},
                                  ColumnBlock{0, 4, 0}}) {
     ExpectInvalid(AccumulateColumnSquaresCuda(s, p, DataType::kF32, bad, 1.0f, q), "bad block");
-    ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, bad, slots, q, r), "bad block");
+    ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, bad, 1.0f, slots, q, r), "bad block");
     ExpectInvalid(GatherColumnsCuda(s, p, bad, slots, q), "bad block");
-    ExpectInvalid(ScatterColumnsCuda(s, p, bad, slots, q), "bad block");
-    ExpectInvalid(CopyColumnsCuda(s, p, q, bad, slots, WhichColumns::kSelected), "bad block");
+    ExpectInvalid(ScatterColumnsCuda(s, p, bad, slots, q, DataType::kF32), "bad block");
+    ExpectInvalid(CopyColumnsCuda(s, p, q, DataType::kF32, bad, slots, WhichColumns::kSelected),
+                  "bad block");
   }
   // The slot table: its column count and pointer; the int32 range.
   const DeviceColumnSlots wrong_cols{table.data(), 9}, null_table{nullptr, 8};
-  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, wrong_cols, q, r), "slot table has 9");
+  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, 1.0f, wrong_cols, q, r),
+                "slot table has 9");
   ExpectInvalid(GatherColumnsCuda(s, p, ok, wrong_cols, q), "slot table has 9");
-  ExpectInvalid(ScatterColumnsCuda(s, p, ok, null_table, q), "slot table is null");
-  ExpectInvalid(CopyColumnsCuda(s, p, q, ok, null_table, WhichColumns::kUnselected),
+  ExpectInvalid(ScatterColumnsCuda(s, p, ok, null_table, q, DataType::kF32), "slot table is null");
+  ExpectInvalid(CopyColumnsCuda(s, p, q, DataType::kF32, ok, null_table, WhichColumns::kUnselected),
                 "slot table is null");
   const int64_t huge = kMaxSlotTableCols + 1;
   ExpectInvalid(GatherColumnsCuda(s, p, {0, 4, huge}, {table.data(), huge}, q), "int32 range");
-  ExpectInvalid(CopyColumnsCuda(s, p, q, ok, slots, static_cast<WhichColumns>(7)), "which");
+  ExpectInvalid(
+      CopyColumnsCuda(s, p, q, DataType::kF32, ok, slots, static_cast<WhichColumns>(7)),
+      "which");
   // Dtypes and the scale.
   ExpectInvalid(AccumulateColumnSquaresCuda(s, p, DataType::kI32, ok, 1.0f, q), "grad dtype");
-  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF16, ok, slots, q, r), "grad dtype");
+  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF16, ok, 1.0f, slots, q, r), "grad dtype");
+  ExpectInvalid(ScatterColumnsCuda(s, p, ok, slots, q, DataType::kI32), "dst dtype");
+  ExpectInvalid(CopyColumnsCuda(s, p, q, DataType::kF16, ok, slots, WhichColumns::kSelected),
+                "dtype");
   for (float bad : {std::numeric_limits<float>::quiet_NaN(),
                     std::numeric_limits<float>::infinity()}) {
     ExpectInvalid(AccumulateColumnSquaresCuda(s, p, DataType::kF32, ok, bad, q), "scale");
+    ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, bad, slots, q, r), "scale");
   }
   // Null pointers, each named.
   ExpectInvalid(AccumulateColumnSquaresCuda(s, nullptr, DataType::kF32, ok, 1.0f, q), "grad is null");
   ExpectInvalid(AccumulateColumnSquaresCuda(s, p, DataType::kBF16, ok, 1.0f, nullptr), "norms is null");
-  ExpectInvalid(SplitGradientCuda(s, nullptr, DataType::kF32, ok, slots, q, r), "grad is null");
-  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, slots, nullptr, r), "selected is null");
-  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, slots, q, nullptr), "rest is null");
+  ExpectInvalid(SplitGradientCuda(s, nullptr, DataType::kF32, ok, 1.0f, slots, q, r),
+                "grad is null");
+  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, 1.0f, slots, nullptr, r),
+                "selected is null");
+  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, 1.0f, slots, q, nullptr),
+                "rest is null");
   ExpectInvalid(GatherColumnsCuda(s, nullptr, ok, slots, q), "src is null");
   ExpectInvalid(GatherColumnsCuda(s, p, ok, slots, nullptr), "packed is null");
-  ExpectInvalid(ScatterColumnsCuda(s, nullptr, ok, slots, q), "packed is null");
-  ExpectInvalid(ScatterColumnsCuda(s, p, ok, slots, nullptr), "dst is null");
-  ExpectInvalid(CopyColumnsCuda(s, nullptr, q, ok, slots, WhichColumns::kSelected), "src is null");
-  ExpectInvalid(CopyColumnsCuda(s, p, nullptr, ok, slots, WhichColumns::kSelected), "dst is null");
+  ExpectInvalid(ScatterColumnsCuda(s, nullptr, ok, slots, q, DataType::kF32), "packed is null");
+  ExpectInvalid(ScatterColumnsCuda(s, p, ok, slots, nullptr, DataType::kBF16), "dst is null");
+  ExpectInvalid(CopyColumnsCuda(s, nullptr, q, DataType::kF32, ok, slots, WhichColumns::kSelected),
+                "src is null");
+  ExpectInvalid(CopyColumnsCuda(s, p, nullptr, DataType::kBF16, ok, slots, WhichColumns::kSelected),
+                "dst is null");
 
   // An empty block is nothing to do, null pointers or not (as on the host).
   const ColumnBlock empty{5, 0, 8};
   EXPECT_TRUE(AccumulateColumnSquaresCuda(s, nullptr, DataType::kF32, empty, 1.0f, nullptr).ok());
-  EXPECT_TRUE(SplitGradientCuda(s, nullptr, DataType::kF32, empty, slots, nullptr, nullptr).ok());
+  EXPECT_TRUE(
+      SplitGradientCuda(s, nullptr, DataType::kF32, empty, 1.0f, slots, nullptr, nullptr).ok());
   EXPECT_TRUE(GatherColumnsCuda(s, nullptr, empty, slots, nullptr).ok());
-  EXPECT_TRUE(ScatterColumnsCuda(s, nullptr, empty, slots, nullptr).ok());
-  EXPECT_TRUE(CopyColumnsCuda(s, nullptr, nullptr, empty, slots, WhichColumns::kSelected).ok());
+  EXPECT_TRUE(ScatterColumnsCuda(s, nullptr, empty, slots, nullptr, DataType::kF32).ok());
+  EXPECT_TRUE(
+      CopyColumnsCuda(s, nullptr, nullptr, DataType::kF32, empty, slots, WhichColumns::kSelected)
+          .ok());
 
   // Valid arguments, but a host stream.
   for (const Status& st :
        {AccumulateColumnSquaresCuda(s, p, DataType::kF32, ok, 1.0f, q),
-        SplitGradientCuda(s, p, DataType::kBF16, ok, slots, q, r),
-        GatherColumnsCuda(s, p, ok, slots, q), ScatterColumnsCuda(s, p, ok, slots, q),
-        CopyColumnsCuda(s, p, q, ok, slots, WhichColumns::kUnselected)}) {
+        SplitGradientCuda(s, p, DataType::kBF16, ok, 0.5f, slots, q, r),
+        GatherColumnsCuda(s, p, ok, slots, q),
+        ScatterColumnsCuda(s, p, ok, slots, q, DataType::kBF16),
+        CopyColumnsCuda(s, p, q, DataType::kBF16, ok, slots, WhichColumns::kUnselected)}) {
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
     EXPECT_NE(std::string(st.message()).find("CUDA stream"), std::string::npos) << st;
   }
@@ -357,44 +374,63 @@ void ZenFlowCudaTest::RunSquares(const Case& k, DataType t, bool misaligned) {
             << worst << " u (bound " << kZenFlowRowsPerChunk + chunks + 1 << " u)\n";
 }
 
+// Every op but the squares with one selection. t is the gradient's dtype
+// (split) and the dense buffer's (scatter's dst, the copies); packed and
+// rest buffers are f32. The host op runs on f32: the gradient halved (the
+// device scales by 0.5; exact), bf16 buffers widened and narrowed back
+// (exact both ways; the device rounds scatter's values as Pack does).
 void ZenFlowCudaTest::RunSelection(const Case& k, DataType t, bool misaligned,
                                    const ColumnSelection& sel) {
   const ColumnBlock b{k.first, k.n, k.cols};
-  const size_t gshift = misaligned ? DataTypeSize(t) : 0, fshift = misaligned ? 4 : 0;
+  const size_t tshift = misaligned ? DataTypeSize(t) : 0, fshift = misaligned ? 4 : 0;
   const int64_t count = sel.CountIn(b);
   const int64_t cap = PackedCapacity(b, static_cast<int64_t>(sel.columns().size()));
   ASSERT_LE(count, cap);
-  const size_t fbytes = k.n * sizeof(float);
+  const size_t fbytes = k.n * sizeof(float), tbytes = k.n * DataTypeSize(t);
+  const auto widened = [&](const std::vector<uint8_t>& bytes) {
+    std::vector<float> out;
+    for (double d : testing::Unpack(bytes, t)) out.push_back(static_cast<float>(d));
+    return out;
+  };
+  const auto narrowed = [&](const std::vector<float>& v) {
+    return Pack(std::vector<double>(v.begin(), v.end()), t);
+  };
+  // The packed side: `count` floats as the host wrote them, the rest of
+  // the capacity still poisoned.
+  const auto expect_packed = [&](const std::vector<uint8_t>& got, const std::vector<float>& want,
+                                 const char* what) {
+    EXPECT_EQ(FirstDiff(std::vector<uint8_t>(got.begin(), got.begin() + count * 4),
+                        BytesOf(want), 4),
+              -1)
+        << what;
+    EXPECT_EQ(FirstDiff(std::vector<uint8_t>(got.begin() + count * 4, got.end()),
+                        std::vector<uint8_t>((cap - count) * 4, 0xFF), 4),
+              -1)
+        << what << ": wrote past the selected count";
+  };
 
   Shifted table = Up(BytesOf(*ColumnSlotTable(sel)), 0);
   const DeviceColumnSlots slots{static_cast<const int32_t*>(table.data()), k.cols};
   Stream& s = *stream_;
 
-  // SplitGradient: packed selected elements (the rest of the capacity
-  // untouched) and rest +=.
-  {
-    const std::vector<uint8_t> g = Pack(Random(k.n, 3 + k.n), t);
+  {  // SplitGradient
+    const std::vector<double> g = testing::Round(Random(k.n, 3 + k.n), t);
+    std::vector<double> half(g);
+    for (double& e : half) e *= 0.5;
     const std::vector<uint8_t> rest0 = Pack(Random(k.n, 4 + k.n), DataType::kF32);
     std::vector<float> want_sel(count), want_rest = Floats(rest0);
-    ASSERT_TRUE(SplitGradient(g.data(), t, b, sel, want_sel.data(), want_rest.data()).ok());
-    Shifted dg = Up(g, gshift), drest = Up(rest0, fshift),
+    ASSERT_TRUE(
+        SplitGradient(Pack(half, t).data(), t, b, sel, want_sel.data(), want_rest.data()).ok());
+    Shifted dg = Up(Pack(g, t), tshift), drest = Up(rest0, fshift),
             dsel = Poison(cap * sizeof(float), fshift);
-    ASSERT_TRUE(SplitGradientCuda(s, dg.data(), t, b, slots, static_cast<float*>(dsel.data()),
+    ASSERT_TRUE(SplitGradientCuda(s, dg.data(), t, b, 0.5f, slots,
+                                  static_cast<float*>(dsel.data()),
                                   static_cast<float*>(drest.data()))
                     .ok());
-    const std::vector<uint8_t> got_sel = Read(s, dsel, cap * sizeof(float));
-    EXPECT_EQ(FirstDiff(std::vector<uint8_t>(got_sel.begin(), got_sel.begin() + count * 4),
-                        BytesOf(want_sel), 4),
-              -1)
-        << "split: selected";
-    EXPECT_EQ(FirstDiff(std::vector<uint8_t>(got_sel.begin() + count * 4, got_sel.end()),
-                        std::vector<uint8_t>((cap - count) * 4, 0xFF), 4),
-              -1)
-        << "split: wrote past the selected count";
+    expect_packed(Read(s, dsel, cap * sizeof(float)), want_sel, "split: selected");
     EXPECT_EQ(FirstDiff(Read(s, drest, fbytes), BytesOf(want_rest), 4), -1) << "split: rest";
   }
-  // GatherColumns, ScatterColumns.
-  {
+  {  // GatherColumns
     const std::vector<uint8_t> src = Pack(Random(k.n, 5 + k.n), DataType::kF32);
     std::vector<float> want(count);
     ASSERT_TRUE(GatherColumns(Floats(src).data(), b, sel, want.data()).ok());
@@ -402,38 +438,29 @@ void ZenFlowCudaTest::RunSelection(const Case& k, DataType t, bool misaligned,
     ASSERT_TRUE(GatherColumnsCuda(s, static_cast<const float*>(dsrc.data()), b, slots,
                                   static_cast<float*>(dpacked.data()))
                     .ok());
-    const std::vector<uint8_t> got = Read(s, dpacked, cap * sizeof(float));
-    EXPECT_EQ(FirstDiff(std::vector<uint8_t>(got.begin(), got.begin() + count * 4),
-                        BytesOf(want), 4),
-              -1)
-        << "gather";
-    EXPECT_EQ(FirstDiff(std::vector<uint8_t>(got.begin() + count * 4, got.end()),
-                        std::vector<uint8_t>((cap - count) * 4, 0xFF), 4),
-              -1)
-        << "gather: wrote past the selected count";
+    expect_packed(Read(s, dpacked, cap * sizeof(float)), want, "gather");
   }
-  {
+  {  // ScatterColumns into a dst of dtype t
     const std::vector<uint8_t> packed = Pack(Random(count, 6 + k.n), DataType::kF32);
-    const std::vector<uint8_t> dst0 = Pack(Random(k.n, 7 + k.n), DataType::kF32);
-    std::vector<float> want = Floats(dst0);
+    const std::vector<uint8_t> dst0 = Pack(Random(k.n, 7 + k.n), t);
+    std::vector<float> want = widened(dst0);
     ASSERT_TRUE(ScatterColumns(Floats(packed).data(), b, sel, want.data()).ok());
-    Shifted dpacked = Up(packed, fshift), ddst = Up(dst0, fshift);
+    Shifted dpacked = Up(packed, fshift), ddst = Up(dst0, tshift);
     ASSERT_TRUE(ScatterColumnsCuda(s, static_cast<const float*>(dpacked.data()), b, slots,
-                                   static_cast<float*>(ddst.data()))
+                                   ddst.data(), t)
                     .ok());
-    EXPECT_EQ(FirstDiff(Read(s, ddst, fbytes), BytesOf(want), 4), -1) << "scatter";
+    EXPECT_EQ(FirstDiff(Read(s, ddst, tbytes), narrowed(want), DataTypeSize(t)), -1)
+        << "scatter";
   }
-  // CopyColumns, both ways.
+  // CopyColumns, both ways, elements of dtype t.
   for (WhichColumns which : {WhichColumns::kSelected, WhichColumns::kUnselected}) {
-    const std::vector<uint8_t> src = Pack(Random(k.n, 8 + k.n), DataType::kF32);
-    const std::vector<uint8_t> dst0 = Pack(Random(k.n, 9 + k.n), DataType::kF32);
-    std::vector<float> want = Floats(dst0);
-    ASSERT_TRUE(CopyColumns(Floats(src).data(), want.data(), b, sel, which).ok());
-    Shifted dsrc = Up(src, fshift), ddst = Up(dst0, fshift);
-    ASSERT_TRUE(CopyColumnsCuda(s, static_cast<const float*>(dsrc.data()),
-                                static_cast<float*>(ddst.data()), b, slots, which)
-                    .ok());
-    EXPECT_EQ(FirstDiff(Read(s, ddst, fbytes), BytesOf(want), 4), -1)
+    const std::vector<uint8_t> src = Pack(Random(k.n, 8 + k.n), t);
+    const std::vector<uint8_t> dst0 = Pack(Random(k.n, 9 + k.n), t);
+    std::vector<float> want = widened(dst0);
+    ASSERT_TRUE(CopyColumns(widened(src).data(), want.data(), b, sel, which).ok());
+    Shifted dsrc = Up(src, tshift), ddst = Up(dst0, tshift);
+    ASSERT_TRUE(CopyColumnsCuda(s, dsrc.data(), ddst.data(), t, b, slots, which).ok());
+    EXPECT_EQ(FirstDiff(Read(s, ddst, tbytes), narrowed(want), DataTypeSize(t)), -1)
         << "copy " << (which == WhichColumns::kSelected ? "selected" : "unselected");
   }
 }

@@ -78,13 +78,15 @@ BATON_ZF_HD int64_t ZenFlowPackedIndex(int64_t r, int32_t t, int64_t k, int64_t 
 int LaunchZenFlowColumnSquares(const void* grad, int dtype, int64_t c0, int64_t n,
                                int64_t cols, float scale, float* norms, void* stream);
 int LaunchZenFlowSplit(const void* grad, int dtype, int64_t c0, int64_t n, int64_t cols,
-                       const int32_t* table, float* selected, float* rest, void* stream);
+                       const int32_t* table, float scale, float* selected, float* rest,
+                       void* stream);
 int LaunchZenFlowGather(const float* src, int64_t c0, int64_t n, int64_t cols,
                         const int32_t* table, float* packed, void* stream);
 int LaunchZenFlowScatter(const float* packed, int64_t c0, int64_t n, int64_t cols,
-                         const int32_t* table, float* dst, void* stream);
-int LaunchZenFlowCopy(const float* src, float* dst, int64_t c0, int64_t n, int64_t cols,
-                      const int32_t* table, bool selected_columns, void* stream);
+                         const int32_t* table, void* dst, int dst_dtype, void* stream);
+int LaunchZenFlowCopy(const void* src, void* dst, int dtype, int64_t c0, int64_t n,
+                      int64_t cols, const int32_t* table, bool selected_columns,
+                      void* stream);
 
 }  // namespace baton::ops_internal
 
