@@ -5,18 +5,24 @@
 // Element kernels (split, gather, scatter, copy): 256-thread blocks, at most
 // SMs x 16 blocks, grid-stride over groups of kGroup = 4 consecutive
 // elements. A thread divides once per group (p / cols) and steps the
-// column across the group. Split and copy move the f32 data of a full
-// group as one 16-byte vector (a bf16 gradient as 8 bytes) when the
-// pointers are aligned to the group (checked on the host; otherwise the
-// same kernel runs with scalar accesses); a vector store only when all
-// four elements are the thread's to write, else scalar stores of those
-// that are. Gather and scatter are scalar: the selected elements of a group
-// are not contiguous in the dense buffer, nor aligned in the packed one.
+// column across the group. Split and copy move a full group as one vector
+// (f32: 16 bytes; bf16: 8 bytes) when the pointers are aligned to the
+// group (checked on the host; otherwise the same kernel runs with scalar
+// accesses); a vector store only when all four elements are the thread's
+// to write, else scalar stores of those that are. Copies move bits (bf16
+// as uint16_t), never converting. Gather and scatter are scalar: the
+// selected elements of a group are not contiguous in the dense buffer, nor
+// aligned in the packed one. Scatter rounds to bf16 (nearest even) for a
+// bf16 destination.
 //
 // Column squares: one thread per (chunk of 64 rows, column), consecutive
 // threads on consecutive columns; then, with several chunks, one thread per
 // column adds the chunk sums in order. __fmul_rn / __fadd_rn: no
 // contraction into FMA, so the one-chunk case rounds as the host loop.
+//
+// Not yet run on a GPU: written and compiled (sm_90) without one; the index
+// arithmetic is checked on the host (ops/zenflow_cuda_test.cc), the kernels
+// by that test's GPU cases where a GPU is present.
 #include "baton/ops/cuda_util.cuh"
 #include "baton/ops/zenflow_kernels.h"
 

@@ -9,7 +9,7 @@
 // and the table goes back to the device. Everything O(elements) runs on
 // the GPU through the functions below.
 //
-// The selection is not known when these functions are called: an executor
+// The selection need not be known when these functions are called: an executor
 // enqueues them before the host work that picks the columns has run. So
 // nothing here reads the selection on the host: the kernels read the slot
 // table (device memory, DeviceColumnSlots) when they run, and the number of
@@ -22,16 +22,17 @@
 // returns. Not a CUDA stream: FailedPrecondition (the host path is
 // ops/zenflow.h); a build without CUDA: Unimplemented. Pointers are device
 // memory of the stream's device and must stay valid until the work has run.
-// Results equal the host ops' on the same data bit for bit, except the
-// column squares (see AccumulateColumnSquaresCuda).
+// Results equal the host ops' on the same data bit for bit (scale 1, f32
+// buffers; a bf16 result is the f32 one rounded to nearest even), except
+// the column squares (see AccumulateColumnSquaresCuda).
 //
 // Differences from the host ops' contract: pointers are checked for null
 // whenever the block is not empty (the host ops skip the packed-side checks
 // when the selection has no element in the block, which is unknown here).
 //
 // Concurrency: SplitGradient, ScatterColumns and CopyColumns never write an
-// element they do not own (a 16-byte vector store only when all four
-// elements of the group are written), so two of them may write the two
+// element they do not own (a vector store only when all four elements of
+// the group are written), so two of them may write the two
 // classes of columns of one buffer on different streams at once.
 #ifndef BATON_OPS_ZENFLOW_CUDA_H_
 #define BATON_OPS_ZENFLOW_CUDA_H_
@@ -84,7 +85,8 @@ int64_t PackedCapacity(const ColumnBlock& block, int64_t k);
 // consecutive threads take consecutive columns, so a warp's loads of a row
 // are coalesced). No fused multiply-add. When the block touches at most 64
 // rows (one chunk) the order is the host op's (norms[c] + square of row 0 +
-// ...) and the result equals the host's bit for bit; with Q > 1 chunks it
+// ...) and the result equals the host op's on the scaled gradient
+// fl(scale * grad) bit for bit; with Q > 1 chunks it
 // may differ: all terms are >= 0, so each result is within
 // (terms - 1) * 2^-24 of the exact sum S relatively, and
 //   |device - host| <= (m + 64 + Q) * 2^-24 * S   (first order)
