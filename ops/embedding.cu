@@ -10,7 +10,8 @@
 // Backward: an fp32 accumulator (the f32 dtable itself, else a scratch
 // buffer) is cleared with cudaMemsetAsync (=) or filled from dtable (+=),
 // then every token's dy row is added into its id's row with atomics: float4
-// atomicAdd (sm_90) per 4 elements when dy and the accumulator allow
+// atomicAdd (sm_90+; built for an older GPU, four scalar atomicAdds) per 4
+// elements when dy and the accumulator allow
 // 16-byte access, else scalar atomicAdd; then the accumulator is rounded
 // into a bf16 dtable. The conversions are grid-stride over 4-element
 // vectors (float4 on the fp32 side), 256-thread blocks, at most SMs x 16.
@@ -83,7 +84,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t j = lane; j < hidden / 4; j += group) {
       float v[4];
       LoadVec<T, 4>(g + j * 4, v);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       atomicAdd(reinterpret_cast<float4*>(a) + j, make_float4(v[0], v[1], v[2], v[3]));
+#else  // float4 atomicAdd is sm_90+: four scalar atomics, the same sums
+#pragma unroll
+      for (int k = 0; k < 4; ++k) atomicAdd(a + j * 4 + k, v[k]);
+#endif
     }
   } else {
     for (int64_t i = lane; i < hidden; i += group) atomicAdd(a + i, dtype_device::ToFloat(g[i]));

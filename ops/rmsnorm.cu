@@ -12,14 +12,18 @@
 // access. Math in fp32; the group's sum is a warp-shuffle + shared-memory
 // reduction (cuda_util.cuh, GroupSum).
 //
-// The backward fuses dw with dx: a persistent grid (SMs x resident blocks)
-// walks the rows; each thread sums dy * x * rstd for its columns over its
+// The backward fuses dw with dx: a persistent grid (SMs x resident blocks,
+// the occupancy asked once per device and shape) walks the rows; each thread sums dy * x * rstd for its columns over its
 // rows in registers, the block's row slots are added in shared memory, and
 // one partial row per block is written; FinishDw adds the partial rows in a
 // fixed order: deterministic run to run on one GPU model, though the
 // number of partial rows (and so the rounding) follows its SM count. Rows too long for the register cache (more
 // than 512 * kCache vectors) take the unfused path: dx alone, then a
 // column-sliced dw pass writing the same partial rows.
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "baton/ops/cuda_util.cuh"
 #include "baton/ops/kernels.h"
 
@@ -274,6 +278,37 @@ int ForwardTyped(const void* x, const void* w, void* y, float* rstd,
   return static_cast<int>(cudaGetLastError());
 }
 
+// Resident blocks per SM (at least 1) of the fused backward kernel at
+// (block, smem) on the current device. The occupancy query runs once per
+// (device, block, smem) and is remembered: a process sees a few row shapes,
+// and a backward costs one cudaGetDevice and a map lookup, not a query.
+template <typename T, int kW>
+cudaError_t FusedBlocksPerSm(int block, size_t smem, int* per_sm) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, size_t>, int> known;  // guarded by mu
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  const auto key = std::make_tuple(dev, block, smem);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = known.find(key); it != known.end()) {
+      *per_sm = it->second;
+      return cudaSuccess;
+    }
+  }
+  int n = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &n, Backward<T, kW, true>, block, smem);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (n < 1) n = 1;
+  std::lock_guard<std::mutex> lock(mu);
+  known.emplace(key, n);
+  *per_sm = n;
+  return cudaSuccess;
+}
+
 template <typename T, int kW>
 int BackwardTyped(const T* dy, const T* x, const T* w, const float* rstd, T* dx,
                   bool accumulate_dx, void* dw, int dw_dtype, bool accumulate_dw,
@@ -289,12 +324,9 @@ int BackwardTyped(const T* dy, const T* x, const T* w, const float* rstd, T* dx,
   if (fused) {
     const size_t smem = rpb > 1 ? static_cast<size_t>(rpb * hidden) * sizeof(float) : 0;
     int per_sm = 0;
-    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, Backward<T, kW, true>, block, smem);
-        e != cudaSuccess) {
+    if (cudaError_t e = FusedBlocksPerSm<T, kW>(block, smem, &per_sm); e != cudaSuccess) {
       return e;
     }
-    if (per_sm < 1) per_sm = 1;
     const int64_t resident = int64_t{SmCount()} * per_sm;
     parts = row_blocks < resident ? row_blocks : resident;
     if (cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&part),

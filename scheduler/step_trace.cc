@@ -1,10 +1,9 @@
 #include "baton/scheduler/step_trace.h"
 
-#include <fstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
+#include "baton/runtime/trace_json.h"
 
 namespace baton::scheduler {
 namespace {
@@ -69,17 +68,13 @@ class StepTrace::Recorder : public NodeObserver {
     });
   }
 
-  void AppendJson(nlohmann::json& events) const {
+  void AppendTo(TraceJsonWriter& trace) const {
     std::lock_guard<std::mutex> lock(mu_);
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank_},
-                      {"args", {{"name", absl::StrCat("rank ", rank_)}}}});
-    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank_},
-                      {"args", {{"sort_index", rank_}}}});
+    trace.ProcessName(rank_, absl::StrCat("rank ", rank_));
+    trace.ProcessSortIndex(rank_, rank_);
     for (int s = 0; s < graph_.num_streams; ++s) {
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank_}, {"tid", s},
-                        {"args", {{"name", StreamName(graph_, s)}}}});
-      events.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", rank_},
-                        {"tid", s}, {"args", {{"sort_index", s}}}});
+      trace.ThreadName(rank_, s, StreamName(graph_, s));
+      trace.ThreadSortIndex(rank_, s, s);
     }
     auto us = [](int64_t ns) { return static_cast<double>(ns) / 1e3; };
     for (const Entry& e : entries_) {
@@ -87,14 +82,12 @@ class StepTrace::Recorder : public NodeObserver {
       const int64_t t0 = e.t[0].load(), t1 = e.t[1].load(), t2 = e.t[2].load();
       const int tid = n.stream.index();
       if (!n.waits.empty() && t0 >= 0 && t1 > t0) {  // blocked on another stream
-        events.push_back({{"ph", "X"}, {"cat", "wait"}, {"name", "wait"}, {"pid", rank_},
-                          {"tid", tid}, {"ts", us(t0)}, {"dur", us(t1 - t0)},
-                          {"args", {{"step", e.step}, {"before", n.name}}}});
+        trace.Complete(rank_, tid, "wait", "wait", us(t0), us(t1 - t0),
+                       {{"step", e.step}, {"before", n.name}});
       }
       if (t1 >= 0 && t2 >= t1) {
-        events.push_back({{"ph", "X"}, {"cat", Category(n.kind)}, {"name", n.name},
-                          {"pid", rank_}, {"tid", tid}, {"ts", us(t1)}, {"dur", us(t2 - t1)},
-                          {"args", {{"step", e.step}, {"kind", NodeKindName(n.kind)}}}});
+        trace.Complete(rank_, tid, n.name, Category(n.kind), us(t1), us(t2 - t1),
+                       {{"step", e.step}, {"kind", std::string(NodeKindName(n.kind))}});
       }
     }
   }
@@ -118,21 +111,15 @@ NodeObserver* StepTrace::ForRank(int rank, const StepGraph& graph) {
 }
 
 std::string StepTrace::Json() const {
-  nlohmann::json events = nlohmann::json::array();
-  for (const auto& [rank, recorder] : ranks_) recorder->AppendJson(events);
-  nlohmann::json j;
-  j["traceEvents"] = std::move(events);
-  j["displayTimeUnit"] = "ms";
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  TraceJsonWriter trace;
+  for (const auto& [rank, recorder] : ranks_) recorder->AppendTo(trace);
+  return trace.Json();
 }
 
 Status StepTrace::Write(const std::string& path) const {
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write the trace to ", path));
-  out << Json() << "\n";
-  out.close();
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write the trace to ", path));
-  return absl::OkStatus();
+  TraceJsonWriter trace;
+  for (const auto& [rank, recorder] : ranks_) recorder->AppendTo(trace);
+  return trace.Write(path);
 }
 
 }  // namespace baton::scheduler

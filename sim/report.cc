@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
+#include "baton/runtime/trace_json.h"
 
 namespace baton::sim {
 namespace {
@@ -72,20 +72,14 @@ Status ValidateResult(const SimResult& r) {
 }
 
 std::string TraceJson(const scheduler::StepGraph& g, const SimResult& r) {
-  nlohmann::json events = nlohmann::json::array();
+  TraceJsonWriter trace;
   const std::vector<std::string> streams = g.stream_names();
-  events.push_back({{"ph", "M"}, {"pid", 0}, {"name", "process_name"},
-                    {"args", {{"name", "rank 0 (every rank is the same)"}}}});
-  for (int s = 0; s < g.num_streams; ++s) {
-    events.push_back({{"ph", "M"}, {"pid", 0}, {"tid", s},
-                      {"name", "thread_name"}, {"args", {{"name", streams[s]}}}});
-  }
+  trace.ProcessName(0, "rank 0 (every rank is the same)");
+  for (int s = 0; s < g.num_streams; ++s) trace.ThreadName(0, s, streams[s]);
   for (const Interval& iv : r.timeline) {
     const scheduler::Node& n = g.nodes[iv.node];
-    events.push_back({{"ph", "X"}, {"pid", 0}, {"tid", iv.stream.index()},
-                      {"name", n.name}, {"cat", scheduler::NodeKindName(n.kind)},
-                      {"ts", iv.start_s * 1e6},
-                      {"dur", (iv.end_s - iv.start_s) * 1e6}});
+    trace.Complete(0, iv.stream.index(), n.name, scheduler::NodeKindName(n.kind),
+                   iv.start_s * 1e6, (iv.end_s - iv.start_s) * 1e6);
   }
   // Memory: persistent state + arena buffers live from their first writer's
   // start to their last use's end.
@@ -102,17 +96,12 @@ std::string TraceJson(const scheduler::StepGraph& g, const SimResult& r) {
     delta[end[g.last_use[b]]] -= bytes;
   }
   double live = r.memory.states;
-  events.push_back({{"ph", "C"}, {"pid", 0}, {"name", "memory"}, {"ts", 0},
-                    {"args", {{"bytes", live}}}});
+  trace.Counter(0, "memory", 0, {{"bytes", live}});
   for (const auto& [t, d] : delta) {
     live += d;
-    events.push_back({{"ph", "C"}, {"pid", 0}, {"name", "memory"},
-                      {"ts", t * 1e6}, {"args", {{"bytes", live}}}});
+    trace.Counter(0, "memory", t * 1e6, {{"bytes", live}});
   }
-  nlohmann::json out;
-  out["traceEvents"] = events;
-  out["displayTimeUnit"] = "ms";
-  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return trace.Json();
 }
 
 std::string StepSvg(const scheduler::StepGraph& g, const SimResult& r,
