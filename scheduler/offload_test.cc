@@ -165,7 +165,7 @@ TEST(OffloadGraphTest, ZenFlowGraphHasTheDeviceTopkPath) {
     EXPECT_LE(state / 3, bk.shard_numel / 4 + 64) << bk.name;
     device += g->buffers[n.reads[2]].bytes() + g->buffers[n.reads[1]].bytes() +
               static_cast<size_t>(bk.shard_numel) * DataTypeSize(p.param_dtype);
-    host += static_cast<size_t>(bk.shard_numel) * 4;
+    host += static_cast<size_t>(bk.shard_numel) * 8;  // two accumulators
   }
   EXPECT_EQ(topk, static_cast<int>(g->layout.buckets.size()));
   EXPECT_EQ(g->persistent_bytes, off->persistent_bytes + device);
