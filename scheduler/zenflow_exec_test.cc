@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -48,6 +49,54 @@ float Grad(int64_t step, const ParamSlot& p, int64_t i) {
 // Every forward's view of every parameter, per rank: seen[rank][step][name].
 using Seen = std::vector<std::map<int64_t, std::map<std::string, std::vector<float>>>>;
 
+// Makes the host update of every window slow by a random 0..max_ms (so a
+// missing event shows as a difference from the reference): with
+// staleness > 0 it first waits until a forward of the next step has
+// started, which nothing may hold back then (5 s at most).
+class SlowUpdate : public NodeObserver {
+ public:
+  // `steps`: the steps that will run (the last one has no next forward).
+  SlowUpdate(const StepGraph& g, int64_t steps, bool gate, uint64_t seed, int max_ms)
+      : update_(ResolveZenFlow(g.policy).update), steps_(steps), gate_(gate), rng_(seed),
+        max_ms_(max_ms) {
+    for (const Node& n : g.nodes) kinds_.push_back(n.kind);
+  }
+
+  Status Observe(int node, int64_t step, Point point, Stream& stream) override {
+    if (point != Point::kBeforeWork) return absl::OkStatus();
+    const NodeKind kind = kinds_[node];
+    if (kind == NodeKind::kForward) {
+      return stream.Enqueue([this, step]() {
+        std::lock_guard<std::mutex> lock(mu_);
+        started_ = std::max(started_, step);
+        cv_.notify_all();
+        return absl::OkStatus();
+      });
+    }
+    if (kind != NodeKind::kCast || (step + 1) % update_ != 0) return absl::OkStatus();
+    const int ms = static_cast<int>(rng_() % (max_ms_ + 1));
+    return stream.Enqueue([this, step, ms]() {
+      if (gate_ && step + 1 < steps_) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::seconds(5), [&] { return started_ > step; });
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  std::vector<NodeKind> kinds_;
+  const int update_;
+  const int64_t steps_;
+  const bool gate_;
+  std::mt19937_64 rng_;
+  const int max_ms_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t started_ = -1;
+};
+
 StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
                            const ops::AdamWConfig& adamw) {
   BATON_ASSIGN_OR_RETURN(testing::InprocGroup group, CreateInprocGroup(ranks));
@@ -58,10 +107,12 @@ StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
       BATON_ASSIGN_OR_RETURN(StepGraph graph,
                              BuildStepGraph(*ModelPreset("micro"), policy, ranks));
       BATON_RETURN_IF_ERROR(VerifyStepGraph(graph));
+      SlowUpdate slow(graph, steps, ResolveZenFlow(policy).staleness > 0, 7 + r, 12);
       ExecutorOptions o;
       o.adamw = adamw;
       o.max_delay_us = 20;  // reorders the streams' work where edges allow
       o.poison = true;
+      o.observer = &slow;
       BATON_ASSIGN_OR_RETURN(auto exec, Executor::Create(std::move(graph),
                                                          *group.device,
                                                          *group.comms[r], o));
