@@ -70,6 +70,14 @@ TEST(OffloadPolicyTest, AutoIntervalsResolve) {
   EXPECT_EQ(z.select, 3);
   p.zenflow_select_interval = 1;
   EXPECT_EQ(ResolveZenFlow(p).select, 1);
+  // The preset's staleness is auto: update_interval - 1.
+  p.zenflow_select_interval = kAutoInterval;
+  EXPECT_EQ(p.zenflow_staleness, kAutoInterval);
+  EXPECT_EQ(ResolveZenFlow(p).staleness, 2);
+  p.zenflow_staleness = 1;
+  EXPECT_EQ(ResolveZenFlow(p).staleness, 1);
+  p.zenflow_staleness = 3;
+  ExpectInvalid(p, "zenflow_staleness");
 }
 
 TEST(OffloadGraphTest, CopiesAndHostWorkAreWhereTheyBelong) {

@@ -72,10 +72,11 @@
 // shard write in the same one) and never by the update, which reads a
 // snapshot of its window's selection that OPT of step e wrote (parity
 // slots; the slot is written again two windows later, after done of w).
-// A selection step waits for the host update of the window before it, so
-// with select_interval == update_interval a window's update overlaps one
-// step's forward and backward; with select_interval = 2 x update_interval
-// every other window overlaps min(d, ...) whole steps.
+// A selection step's TOPK waits for the host update of the window before
+// it, so with select_interval == update_interval a window's update
+// overlaps one step's forward and backward (d > 0); with select_interval
+// a multiple of update_interval the windows not followed by a selection
+// overlap d whole steps.
 //
 // Parameters that are not 2-D (norm gains) and the bucket's gaps take the
 // host path whole (never selected). DeepSpeed's ZenFlow instead updates
@@ -88,7 +89,8 @@
 // device fp32 value back to the host master at the selection step.
 //
 // Scratch outside the graph's buffers: two fp32 vectors of the shard per
-// bucket (the scaled gradient on each side), not in StepGraph::host_bytes.
+// bucket (the scaled gradient on each side), not in StepGraph::host_bytes;
+// two column selections per matrix (the window snapshots).
 //
 // Host runtime only: every buffer is addressable host memory, and the
 // work runs as host work in stream order. Not thread-safe by itself: the
