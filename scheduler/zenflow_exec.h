@@ -61,6 +61,12 @@
 //             w + 1 (which overwrites the host shard that copy read; it
 //             comes at step e + U >= e + 1 + d, so it is always issued
 //             after that copy).
+// Two of these are also implied by the barrier chain and kept explicit:
+// OPT's wait for done of w - 2 (H2D of w - 2 waited for it and the
+// host-copy stream is in the barrier of every later step), and uploaded
+// (CAST waits for ready, OPT of its bucket came after D2H, which follows
+// the H2D on the host-copy stream). The H2D's and TOPK's waits are not:
+// without either, //scheduler:zenflow_exec_test fails.
 // What else each buffer sees: the host moments only the host-update stream;
 // the master also ReadMaster (Executor::Synchronize waits for the
 // host-update stream too); the device shard H2D (unselected, host-copy),
@@ -68,8 +74,10 @@
 // graph's edges (H2D -> gather -> ... -> TOPK) and across steps by the
 // barrier. The state below: the current selection is written by TOPK on a
 // selection step and read by OPT (after TOPK via D2H in the step), by H2D
-// (at e + 1 + d >= the selection step e + 1, in a later step or after TOPK's
-// shard write in the same one) and never by the update, which reads a
+// (at e + 1 + d: with d > 0 in a later step than the selection at e + 1;
+// with d = 0 before that step's TOPK, graph edge H2D -> TOPK on the device
+// shard, so it sees the window's own selection) and never by the update,
+// which reads a
 // snapshot of its window's selection that OPT of step e wrote (parity
 // slots; the slot is written again two windows later, after done of w).
 // A selection step's TOPK waits for the host update of the window before
@@ -84,9 +92,9 @@
 // they are a tiny part of the model and the host path keeps one rule.
 //
 // The fp32 master of a newly selected column starts from the host master
-// (where the host's last update left it, which is what the device shard
-// holds for an unselected column); a column leaving the selection hands its
-// device fp32 value back to the host master at the selection step.
+// (after the host's last update, which a stale device shard may not show
+// yet); a column leaving the selection hands its device fp32 value back to
+// the host master at the selection step.
 //
 // Scratch outside the graph's buffers: two fp32 vectors of the shard per
 // bucket (the scaled gradient on each side), not in StepGraph::host_bytes;
