@@ -16,7 +16,9 @@
 //   2. select:  when s % select_interval == 0: the host master takes the
 //               device's values of the previously selected columns; S =
 //               the k = max(1, floor(topk_ratio * cols)) columns with the
-//               largest norms (SelectTopColumns); norms = 0; the selected
+//               largest norms (SelectTopColumns); columns new to S start
+//               on the device from the host master (after any host update
+//               of step 5 before this step); norms = 0; the selected
 //               path's moments are zeroed and its step count restarts.
 //   3. device:  AdamW on the columns in S with G[:, S], the selected
 //               path's own moments, at its own 1-based step count
@@ -27,9 +29,15 @@
 //               master's unselected columns with gradient A / update_interval
 //               and the host moments, at the host's own 1-based count of
 //               updates (HostAdamWSkipping); A = 0. The updated columns
-//               reach the device weights before the forward of step
-//               s + 1 + d, d = the staleness (0 <= d < update_interval), and
-//               before the forward of step s + 1 when that step selects.
+//               that are not selected at that moment reach the device
+//               weights before the forward of step s + 1 + d, d = the
+//               staleness (0 <= d < update_interval): the host update runs
+//               while the device computes steps s + 1 .. s + d on older
+//               weights. A selection at step s + 1 happens after that
+//               step's forward and backward and takes its newly selected
+//               columns from the host master after the update (step 2); a
+//               column leaving the selection then is not one the update
+//               changed, so the late copy never overwrites it.
 // select_interval must be a multiple of update_interval, so a selection
 // never falls inside an accumulation window.
 //

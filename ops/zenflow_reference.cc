@@ -79,6 +79,10 @@ Status ZenFlowReference::Step(const std::vector<float>& grad) {
 
   // 2. Selection.
   if (s % z.select_interval == 0) {
+    // Columns leaving the selection hand their device values to the host
+    // master (a pending host update never updated them: they were selected
+    // during its window).
+    const std::vector<bool> was = is_selected_;
     for (int64_t j : selected_) {
       for (int64_t r = 0; r < rows; ++r) host_[r * cols + j] = device_[r * cols + j];
     }
@@ -96,6 +100,13 @@ Status ZenFlowReference::Step(const std::vector<float>& grad) {
     std::sort(selected_.begin(), selected_.end());
     is_selected_.assign(cols, false);
     for (int64_t j : selected_) is_selected_[j] = true;
+    // Newly selected columns start from the host master, after the host
+    // update of the window that just ended (which a stale device copy may
+    // not show yet).
+    for (int64_t j : selected_) {
+      if (was[j]) continue;
+      for (int64_t r = 0; r < rows; ++r) device_[r * cols + j] = host_[r * cols + j];
+    }
     std::fill(norms_.begin(), norms_.end(), 0.0f);
     std::fill(sel_m_.begin(), sel_m_.end(), 0.0f);
     std::fill(sel_v_.begin(), sel_v_.end(), 0.0f);
@@ -137,18 +148,23 @@ Status ZenFlowReference::Step(const std::vector<float>& grad) {
     pending_w_ = host_;
     pending_cols_.assign(cols, false);
     for (int64_t j = 0; j < cols; ++j) pending_cols_[j] = !is_selected_[j];
-    pending_at_ = (s + 1) % z.select_interval == 0 ? s + 1 : s + 1 + o_.staleness;
+    pending_at_ = s + 1 + o_.staleness;
   }
 #if defined(__SSE__)
   _mm_setcsr(csr);
 #endif
 
   ++step_;
-  // 6. A host update reaches the device weights before this forward.
+  // 6. A host update reaches the device weights before this forward: the
+  // columns it updated that are not selected now (a column selected since
+  // took the update from the host master when it was selected, and the
+  // device path has moved it on).
   if (pending_ && pending_at_ == step_) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < cols; ++j) {
-        if (pending_cols_[j]) device_[r * cols + j] = pending_w_[r * cols + j];
+        if (pending_cols_[j] && !is_selected_[j]) {
+          device_[r * cols + j] = pending_w_[r * cols + j];
+        }
       }
     }
     pending_ = false;

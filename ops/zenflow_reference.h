@@ -32,7 +32,11 @@ struct ZenFlowReferenceOptions {
   AdamWConfig adamw;
   ZenFlowConfig zenflow;
   // Steps the forward runs on before a host update reaches the device
-  // weights: 0 (synchronous) .. update_interval - 1.
+  // weights: 0 (synchronous) .. update_interval - 1. The update of the
+  // window ending at step s reaches them before the forward of step
+  // s + 1 + staleness, in the columns it updated that are not selected
+  // then; a selection at step s + 1 (after that step's forward) starts its
+  // newly selected columns from the host master, the update included.
   int64_t staleness = 0;
 };
 

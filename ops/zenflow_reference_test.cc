@@ -121,11 +121,11 @@ TEST(ZenFlowReferenceTest, EqualsPlainAdamWWhenNothingIsDeferred) {
 }
 
 // The selected columns (the largest gradients: the last columns) move every
-// step; the others only when a host update lands: after update_interval +
-// staleness steps, or at once before a selecting step.
+// step; the others only when a host update lands: `staleness` steps after
+// the step that follows the window's end, selecting step or not.
 TEST(ZenFlowReferenceTest, HostUpdatesLandAfterTheStaleness) {
   const int64_t rows = 3, cols = 10;
-  for (int64_t staleness : {0, 2}) {
+  for (int64_t staleness : {0, 2, 3}) {
     ZenFlowReferenceOptions o;
     o.rows = rows;
     o.cols = cols;
@@ -143,10 +143,13 @@ TEST(ZenFlowReferenceTest, HostUpdatesLandAfterTheStaleness) {
       if (ref.weights()[0] != before[0]) changed_at.push_back(ref.step());
       before = ref.weights();
     }
-    // Windows end at s = 3, 7, 11; the one ending at 7 is followed by a
-    // selecting step (8), so it lands at once.
+    // Windows end at s = 3, 7, 11; each lands before the forward of step
+    // s + 1 + staleness (the selecting step 8 does not pull the one ending
+    // at 7 forward; the one ending at 11 lands after step 12 unless d = 0).
     const std::vector<int64_t> want =
-        staleness == 0 ? std::vector<int64_t>{4, 8, 12} : std::vector<int64_t>{6, 8};
+        staleness == 0   ? std::vector<int64_t>{4, 8, 12}
+        : staleness == 2 ? std::vector<int64_t>{6, 10}
+                         : std::vector<int64_t>{7, 11};
     EXPECT_EQ(changed_at, want) << "staleness " << staleness;
     EXPECT_EQ(ref.host_updates(), 3);
   }
@@ -157,14 +160,30 @@ TEST(ZenFlowReferenceTest, HostUpdatesLandAfterTheStaleness) {
 // AdamWStep on packed columns, the host path through HostAdamWSkipping on a
 // thread pool, host results applied after the staleness with CopyColumns.
 // Equal to the reference, bit for bit, at every step.
-TEST(ZenFlowReferenceTest, OpsAssembledLikeAnExecutorMatchStepByStep) {
+// Columns in `a` and not in `b` (all of `a` without `b`), or in either.
+ColumnSelection Minus(const ColumnSelection& a, const std::optional<ColumnSelection>& b) {
+  std::vector<int64_t> c;
+  for (int64_t j : a.columns()) {
+    if (!b || !b->selected(j)) c.push_back(j);
+  }
+  return *ColumnSelection::Create(a.cols(), c);
+}
+ColumnSelection Union(const ColumnSelection& a, const ColumnSelection& b) {
+  std::vector<int64_t> c;
+  for (int64_t j = 0; j < a.cols(); ++j) {
+    if (a.selected(j) || b.selected(j)) c.push_back(j);
+  }
+  return *ColumnSelection::Create(a.cols(), c);
+}
+
+void AssembleLikeAnExecutor(const ZenFlowConfig& z, int64_t staleness) {
   const int64_t rows = 6, cols = 10, n = rows * cols;
   ZenFlowReferenceOptions o;
   o.rows = rows;
   o.cols = cols;
   o.adamw = kAdamW;
-  o.zenflow = {0.25, 4, 2};
-  o.staleness = 1;
+  o.zenflow = z;
+  o.staleness = staleness;
   const auto w0 = Floats(n, 11);
   auto ref = *ZenFlowReference::Create(o, w0);
 
@@ -208,7 +227,13 @@ TEST(ZenFlowReferenceTest, OpsAssembledLikeAnExecutorMatchStepByStep) {
                                   WhichColumns::kSelected).ok());
         }
       }
+      const std::optional<ColumnSelection> old = sel;
       sel = *SelectTopColumns(norms.data(), cols, k);
+      // New columns start from the host master (its last update included).
+      for (Shard& sh : shards) {
+        ASSERT_TRUE(CopyColumns(sh.host.data(), sh.dev.data(), sh.b, Minus(*sel, old),
+                                WhichColumns::kSelected).ok());
+      }
       std::fill(norms.begin(), norms.end(), 0.0f);
       for (Shard& sh : shards) {
         sh.sel_m.assign(sel->CountIn(sh.b), 0.0f);
@@ -251,12 +276,15 @@ TEST(ZenFlowReferenceTest, OpsAssembledLikeAnExecutorMatchStepByStep) {
         sh.pending = sh.host;
       }
       pending_sel = sel;
-      pending_at = (s + 1) % o.zenflow.select_interval == 0 ? s + 1 : s + 1 + o.staleness;
+      pending_at = s + 1 + o.staleness;
     }
     if (pending_at == s + 1) {
+      // Skipped: the columns the update left alone (selected in its window)
+      // and those selected now.
       for (Shard& sh : shards) {
-        ASSERT_TRUE(CopyColumns(sh.pending.data(), sh.dev.data(), sh.b, *pending_sel,
-                                WhichColumns::kUnselected).ok());
+        ASSERT_TRUE(CopyColumns(sh.pending.data(), sh.dev.data(), sh.b,
+                                Union(*pending_sel, *sel), WhichColumns::kUnselected)
+                        .ok());
       }
       pending_at = -1;
     }
@@ -264,7 +292,15 @@ TEST(ZenFlowReferenceTest, OpsAssembledLikeAnExecutorMatchStepByStep) {
   std::vector<float> w;
   for (const Shard& sh : shards) w.insert(w.end(), sh.dev.begin(), sh.dev.end());
   EXPECT_TRUE(SameBits(w, ref.weights()));
-  EXPECT_EQ(ref.host_updates(), 8);
+  EXPECT_EQ(ref.host_updates(), 16 / z.update_interval);
+}
+
+TEST(ZenFlowReferenceTest, OpsAssembledLikeAnExecutorMatchStepByStep) {
+  for (int64_t d : {0, 1}) {
+    AssembleLikeAnExecutor({0.25, 4, 2}, d);  // select = 2 x update
+    AssembleLikeAnExecutor({0.25, 2, 2}, d);  // select = update
+  }
+  AssembleLikeAnExecutor({0.25, 4, 4}, 3);
 }
 
 }  // namespace

@@ -86,6 +86,7 @@ Executor::Executor(std::shared_ptr<const StepGraph> graph, Device& device,
       trace_mu_(std::make_shared<std::mutex>()) {}
 
 Executor::~Executor() {
+  if (zf_stream_) (void)zf_stream_->Synchronize();
   for (auto& s : streams_) {
     if (s) (void)s->Synchronize();
   }
@@ -224,8 +225,17 @@ Status Executor::Init() {
     zc.update_interval = z.update;
     for (const Bucket& bk : graph_.layout.buckets) {
       zenflow_.push_back(std::make_unique<ZenFlowState>(
-          bk, shard_rank(), graph_.layout.options.world_size, zc,
+          bk, shard_rank(), graph_.layout.options.world_size, zc, z.staleness,
           options_.adamw));
+    }
+    StreamOptions so;
+    so.name = absl::StrCat("host_update.r", comm_.rank());
+    BATON_ASSIGN_OR_RETURN(zf_stream_, device_.CreateStream(so));
+    for (size_t b = 0; b < graph_.layout.buckets.size(); ++b) {
+      for (auto* v : {&zf_ready_, &zf_uploaded_, &zf_done_, &zf_done_}) {
+        BATON_ASSIGN_OR_RETURN(auto ev, device_.CreateEvent());
+        v->push_back(std::move(ev));
+      }
     }
   }
   // Gradient gaps per bucket.
@@ -332,7 +342,7 @@ Status Executor::Trace(int i, bool start) {
     rec->node = i;
     rec->step = step;
     pending_trace_ = rec;
-    return stream(graph_.nodes[i].stream).Enqueue([seq, rec]() {
+    return NodeStream(i).Enqueue([seq, rec]() {
       rec->start = seq->fetch_add(1);
       return absl::OkStatus();
     });
@@ -340,7 +350,7 @@ Status Executor::Trace(int i, bool start) {
   auto rec = std::move(pending_trace_);
   auto out = trace_;
   auto mu = trace_mu_;
-  return stream(graph_.nodes[i].stream).Enqueue([seq, rec, out, mu]() {
+  return NodeStream(i).Enqueue([seq, rec, out, mu]() {
     rec->end = seq->fetch_add(1);
     std::lock_guard<std::mutex> lock(*mu);
     out->push_back(*rec);
@@ -358,11 +368,16 @@ std::vector<TraceRecord> Executor::TakeTrace() {
 Status Executor::PreNode(int i) {
   if (!in_step_) return absl::FailedPreconditionError("executor: no open step");
   const Node& n = graph_.nodes[i];
-  Stream& s = stream(n.stream);
+  Stream& s = NodeStream(i);
   if (n.host_wait >= 0) {
     BATON_RETURN_IF_ERROR(node_events_[n.host_wait]->Synchronize());
   }
   BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWaits, s));
+  if (&s != &stream(n.stream)) {
+    // ZenFlow's CAST off its graph stream: first where its graph stream
+    // stands (its OPT), then the graph's waits (pruned against that).
+    BATON_RETURN_IF_ERROR(s.Wait(*zf_ready_[n.bucket]));
+  }
   for (int w : n.waits) BATON_RETURN_IF_ERROR(s.Wait(*node_events_[w]));
   BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWork, s));
   if (options_.max_delay_us > 0) {
@@ -404,7 +419,7 @@ Status Executor::Observe(int i, NodeObserver::Point point, Stream& s) {
 
 Status Executor::PostNode(int i) {
   const Node& n = graph_.nodes[i];
-  Stream& s = stream(n.stream);
+  Stream& s = NodeStream(i);
   BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kAfterWork, s));
   for (int w : n.writes) {
     if (!graph_.buffers[w].persistent) {
@@ -427,7 +442,20 @@ Status Executor::PostNode(int i) {
   }
   BATON_RETURN_IF_ERROR(Trace(i, false));
   if (node_events_[i]) BATON_RETURN_IF_ERROR(node_events_[i]->Record(s));
+  if (graph_.policy.zenflow && n.kind == NodeKind::kCast &&
+      zenflow_[n.bucket]->update_step(step_)) {
+    // After the observer's and the trace's end: what waits on the update
+    // sees them done.
+    const int64_t w = zenflow_[n.bucket]->window(step_);
+    BATON_RETURN_IF_ERROR(zf_done_[2 * n.bucket + w % 2]->Record(s));
+  }
   return absl::OkStatus();
+}
+
+Stream& Executor::NodeStream(int i) {
+  const Node& n = graph_.nodes[i];
+  if (zf_stream_ && n.kind == NodeKind::kCast) return *zf_stream_;
+  return stream(n.stream);
 }
 
 ComputeContext Executor::MakeComputeContext(int i) {
@@ -581,7 +609,7 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
   const Node& n = graph_.nodes[i];
   *handled = false;
   if (n.bucket < 0) return absl::OkStatus();  // compute nodes
-  Stream& s = stream(n.stream);
+  Stream& s = NodeStream(i);
   ZenFlowState* zf = zenflow_[n.bucket].get();
   const int64_t step = step_;
   const float scale = static_cast<float>(
@@ -606,6 +634,7 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
                                         DataType::kF32, ReduceOp::kSum, s, co);
     }
     case NodeKind::kOptimizer: {
+      const int64_t w = zf->window(step);
       if (role(n.reads.back()) == BufferRole::kTopkState) {
         int master = -1;
         for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
@@ -614,8 +643,11 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
           }
         }
         // The host master is read (not declared in the graph) on a
-        // selection step only, for the newly selected columns: the host's
-        // last update finished before this step began (step boundary).
+        // selection step only, for the newly selected columns: after the
+        // host update of the window that just ended.
+        if (zf->select_step(step) && w >= 1) {
+          BATON_RETURN_IF_ERROR(s.Wait(*zf_done_[2 * n.bucket + (w - 1) % 2]));
+        }
         return s.Enqueue([zf, step, norms = static_cast<float*>(data(n.reads[1])),
                           nn = graph_.buffers[n.reads[1]].numel,
                           topk = static_cast<float*>(data(n.reads[2])),
@@ -626,31 +658,68 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
           return zf->Topk(step, norms, nn, topk, tn, hm, shard, pt);
         });
       }
-      return s.Enqueue([zf, step, scale, g = data(n.reads[0]),
-                        t = graph_.buffers[n.reads[0]].dtype,
-                        master = static_cast<float*>(data(n.writes[0])),
-                        m1 = static_cast<float*>(data(n.writes[1])),
-                        m2 = static_cast<float*>(data(n.writes[2])),
-                        accum = static_cast<float*>(data(n.writes[3]))]() {
-        return zf->HostUpdate(step, g, t, scale, master, m1, m2, accum);
-      });
+      // OPT on the host stream: this window's accumulator.
+      if (step % zf->update_interval() == 0 && w >= 1) {
+        // Two windows back used this accumulator: its update is done (the
+        // event's last record is that window's). A selection step hands
+        // values back into the master the last window's cast reads.
+        BATON_RETURN_IF_ERROR(s.Wait(*zf_done_[2 * n.bucket + w % 2]));
+        if (zf->select_step(step)) {
+          BATON_RETURN_IF_ERROR(s.Wait(*zf_done_[2 * n.bucket + (w - 1) % 2]));
+        }
+      }
+      const int64_t numel = graph_.layout.buckets[n.bucket].shard_numel;
+      BATON_RETURN_IF_ERROR(s.Enqueue(
+          [zf, step, scale, g = data(n.reads[0]), t = graph_.buffers[n.reads[0]].dtype,
+           master = static_cast<float*>(data(n.writes[0])),
+           accum = static_cast<float*>(data(n.writes[3])) + (w % 2) * numel]() {
+            return zf->Accumulate(step, g, t, scale, master, accum);
+          }));
+      return zf_ready_[n.bucket]->Record(s);
     }
     case NodeKind::kCast: {
-      if (!zenflow_init_cast_ && !zf->update_step(step)) return absl::OkStatus();
+      // On the host-update stream (NodeStream), after OPT (PreNode).
       void* dst = data(n.writes[0]);
       const float* src = static_cast<const float*>(data(n.reads[0]));
       const GraphBuffer& buf = graph_.buffers[n.writes[0]];
-      if (buf.dtype == DataType::kF32) return s.MemcpyAsync(dst, src, buf.bytes());
-      return CastFromF32(s, dst, src, buf.dtype, static_cast<size_t>(buf.numel));
+      auto cast = [&]() -> Status {
+        if (buf.dtype == DataType::kF32) return s.MemcpyAsync(dst, src, buf.bytes());
+        return CastFromF32(s, dst, src, buf.dtype, static_cast<size_t>(buf.numel));
+      };
+      if (zenflow_init_cast_) return cast();
+      if (!zf->update_step(step)) return absl::OkStatus();
+      const int64_t w = zf->window(step);
+      int m1 = -1, m2 = -1, accum = -1;
+      for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
+        const GraphBuffer& gb = graph_.buffers[b];
+        if (gb.bucket != n.bucket) continue;
+        if (gb.role == BufferRole::kMoment1) m1 = b;
+        if (gb.role == BufferRole::kMoment2) m2 = b;
+        if (gb.role == BufferRole::kHostAccum) accum = b;
+      }
+      const int64_t numel = graph_.layout.buckets[n.bucket].shard_numel;
+      BATON_RETURN_IF_ERROR(s.Enqueue(
+          [zf, w, master = static_cast<float*>(data(n.reads[0])),
+           m1 = static_cast<float*>(data(m1)), m2 = static_cast<float*>(data(m2)),
+           acc = static_cast<float*>(data(accum)) + (w % 2) * numel]() {
+            return zf->Update(w, master, m1, m2, acc);
+          }));
+      // The last upload read the host shard (issued before: it came at the
+      // previous window's end + 1 + d <= this step).
+      BATON_RETURN_IF_ERROR(s.Wait(*zf_uploaded_[n.bucket]));
+      return cast();  // PostNode records zf_done_
     }
     case NodeKind::kH2D: {
-      if (!zf->upload_step(step)) return absl::OkStatus();
+      const int64_t w = zf->upload_window(step);
+      if (w == ZenFlowState::kNone) return absl::OkStatus();
+      if (w >= 0) BATON_RETURN_IF_ERROR(s.Wait(*zf_done_[2 * n.bucket + w % 2]));
       const int shard = n.writes[0], stage = n.writes[1];
       BATON_RETURN_IF_ERROR(s.MemcpyAsync(data(stage), data(n.reads[0]),
                                           graph_.buffers[stage].bytes()));
-      return s.Enqueue([zf, st = data(stage), sh = data(shard),
+      BATON_RETURN_IF_ERROR(zf_uploaded_[n.bucket]->Record(s));
+      return s.Enqueue([zf, w, st = data(stage), sh = data(shard),
                         pt = graph_.buffers[shard].dtype]() {
-        zf->Apply(st, sh, pt);
+        zf->Apply(w, st, sh, pt);
         return absl::OkStatus();
       });
     }
@@ -696,6 +765,7 @@ Status Executor::Step(const StepCallbacks& callbacks) {
 
 Status Executor::Synchronize() {
   Status first = absl::OkStatus();
+  if (zf_stream_) first = zf_stream_->Synchronize();
   for (auto& s : streams_) {
     Status st = s->Synchronize();
     if (first.ok() && !st.ok()) first = st;

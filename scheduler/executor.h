@@ -10,6 +10,8 @@
 //     After a node that some later node waits on, an event is recorded.
 //   - Between steps every stream waits on every other stream's last event,
 //     so step k+1 never touches bytes step k still uses. No host blocking.
+//     (ZenFlow's host-update stream is the one exception: explicit events
+//     order it, scheduler/zenflow_exec.h.)
 //   - The host blocks only for Node::host_wait (peer emulation of FSDP1's
 //     and DeepSpeed's limiters; baton's own presets never set it).
 //   - Collectives use CollectiveTag(their stream) (scheduler/streams.h: one
@@ -153,7 +155,9 @@ struct ExecutorOptions {
   // ZenFlow (Policy::zenflow): the executor runs the optimizer itself (its
   // device path on the selected columns and its host path on the rest,
   // scheduler/zenflow_exec.h) with this AdamW; StepCallbacks::optimizer is
-  // not called. Host device only: on a CUDA device Create refuses zenflow
+  // not called. Its CAST nodes run on a host-update stream of their own,
+  // outside the step barrier (Policy::zenflow_staleness): the observer and
+  // the delay injection see that stream for them. Host device only: on a CUDA device Create refuses zenflow
   // (Unimplemented; its column ops are host code, no kernels yet).
   ops::AdamWConfig adamw;
 };
@@ -273,6 +277,14 @@ class Executor {
   std::vector<std::unique_ptr<ZenFlowState>> zenflow_;
   bool zenflow_init_cast_ = false;  // InitParameters' cast: always cast
   Status RunZenFlowWork(int i, bool* handled);
+  // ZenFlow: the host-update stream, outside BeginStep's barrier, and the
+  // events that order it (zenflow_exec.h), per bucket; zf_done_[2b + p] for
+  // window parity p.
+  std::unique_ptr<Stream> zf_stream_;
+  std::vector<std::unique_ptr<Event>> zf_ready_, zf_uploaded_, zf_done_;
+  // The stream node i's work runs on: the host-update stream for ZenFlow's
+  // CAST, else the node's own.
+  Stream& NodeStream(int i);
   bool accumulate_fp32_ = false;  // CollectiveOptions of the reductions
   // Whether every optimizer node is followed by its bucket's cast on the
   // same stream and nothing waits on an optimizer node (fused cast allowed).

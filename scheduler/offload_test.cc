@@ -70,6 +70,14 @@ TEST(OffloadPolicyTest, AutoIntervalsResolve) {
   EXPECT_EQ(z.select, 3);
   p.zenflow_select_interval = 1;
   EXPECT_EQ(ResolveZenFlow(p).select, 1);
+  // The preset's staleness is auto: update_interval - 1.
+  p.zenflow_select_interval = kAutoInterval;
+  EXPECT_EQ(p.zenflow_staleness, kAutoInterval);
+  EXPECT_EQ(ResolveZenFlow(p).staleness, 2);
+  p.zenflow_staleness = 1;
+  EXPECT_EQ(ResolveZenFlow(p).staleness, 1);
+  p.zenflow_staleness = 3;
+  ExpectInvalid(p, "zenflow_staleness");
 }
 
 TEST(OffloadGraphTest, CopiesAndHostWorkAreWhereTheyBelong) {
@@ -165,7 +173,7 @@ TEST(OffloadGraphTest, ZenFlowGraphHasTheDeviceTopkPath) {
     EXPECT_LE(state / 3, bk.shard_numel / 4 + 64) << bk.name;
     device += g->buffers[n.reads[2]].bytes() + g->buffers[n.reads[1]].bytes() +
               static_cast<size_t>(bk.shard_numel) * DataTypeSize(p.param_dtype);
-    host += static_cast<size_t>(bk.shard_numel) * 4;
+    host += static_cast<size_t>(bk.shard_numel) * 8;  // two accumulators
   }
   EXPECT_EQ(topk, static_cast<int>(g->layout.buckets.size()));
   EXPECT_EQ(g->persistent_bytes, off->persistent_bytes + device);

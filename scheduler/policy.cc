@@ -34,6 +34,8 @@ ZenFlowIntervals ResolveZenFlow(const Policy& p) {
                                                         : p.zenflow_update_interval;
   z.select = p.zenflow_select_interval == kAutoInterval ? z.update
                                                         : p.zenflow_select_interval;
+  z.staleness = p.zenflow_staleness == kAutoInterval ? z.update - 1
+                                                      : p.zenflow_staleness;
   return z;
 }
 
@@ -95,6 +97,7 @@ StatusOr<Policy> PolicyPreset(absl::string_view name) {
     p.reduce_window = 2;
     p.offload = Offload::kOptimizer;
     p.zenflow = name == "zenflow";
+    if (p.zenflow) p.zenflow_staleness = kAutoInterval;
   } else {
     return absl::NotFoundError(
         absl::StrCat("unknown policy \"", name, "\"; presets: ",
@@ -148,6 +151,14 @@ Status ValidatePolicy(const Policy& p) {
           "policy ", p.name, ": ", knob, " = ", v,
           " must be >= 1 or auto (kAutoInterval)"));
     }
+  }
+  if (p.zenflow_staleness != kAutoInterval &&
+      (p.zenflow_staleness < 0 ||
+       p.zenflow_staleness >= ResolveZenFlow(p).update)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": zenflow_staleness = ", p.zenflow_staleness,
+        " must be auto or in [0, zenflow_update_interval = ",
+        ResolveZenFlow(p).update, ")"));
   }
   if (p.zenflow && p.offload != Offload::kOptimizer) {
     return absl::InvalidArgumentError(absl::StrCat(

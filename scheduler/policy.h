@@ -89,9 +89,8 @@
 //       host every step, where the other columns' gradients accumulate and
 //       the host optimizer applies them every update_interval steps (as
 //       DeepSpeed does). Parameters that are not 2-D take the host path.
-//       The executor runs it on the host runtime with staleness 0
-//       (scheduler/zenflow_exec.h); on a CUDA device it refuses zenflow
-//       (Unimplemented). select_interval must be a multiple of
+//       The executor runs it on the host runtime (scheduler/zenflow_exec.h);
+//       on a CUDA device it refuses zenflow (Unimplemented). select_interval must be a multiple of
 //       update_interval (after "auto" is resolved; ops/zenflow.h).
 //       Intervals may be kAutoInterval ("auto", as in DeepSpeed's config):
 //       update_interval auto = kAutoUpdateInterval (4, the value of
@@ -99,6 +98,14 @@
 //       interval (re-select when a host update lands). ResolveZenFlow gives
 //       the values. topk_ratio must be in (0, 1], intervals >= 1 or auto,
 //       and zenflow needs offload = optimizer.
+//   zenflow_staleness (DeepSpeed's overlap_step)
+//       d, 0 <= d < update_interval, or kAutoInterval ("auto": the largest,
+//       update_interval - 1): the host update of a window runs while the
+//       device computes the next d steps on the older weights and lands
+//       before the forward of the (d + 1)-th (ops/zenflow.h). 0 makes the
+//       next step wait for it. A selection step still waits for it before
+//       its selection (after its forward and backward).
+//       Default 0; the zenflow preset uses auto.
 // Plain data; copyable.
 #ifndef BATON_SCHEDULER_POLICY_H_
 #define BATON_SCHEDULER_POLICY_H_
@@ -147,6 +154,7 @@ struct Policy {
   double zenflow_topk_ratio = 0.05;
   int zenflow_select_interval = kAutoInterval;
   int zenflow_update_interval = kAutoInterval;
+  int zenflow_staleness = 0;  // or kAutoInterval: update_interval - 1
   // Layout.
   BucketPolicy bucket_policy = BucketPolicy::kPerUnit;
   int64_t merge_target_bytes = 0;
@@ -178,8 +186,9 @@ struct Policy {
 //         groups of 4 ranks (hpz_group 4) for the backward gathers.
 // zero_offload  baton's schedule with offload = optimizer (ZeRO-Offload:
 //         master, moments and the optimizer step on the host).
-// zenflow ZeRO-Offload plus ZenFlow: topk_ratio 0.05, select_interval and
-//         update_interval auto.
+// zenflow ZeRO-Offload plus ZenFlow: topk_ratio 0.05, select_interval,
+//         update_interval and staleness auto (the host update overlaps
+//         the next update_interval - 1 steps, as DeepSpeed's examples run).
 // NotFound listing the names otherwise.
 StatusOr<Policy> PolicyPreset(absl::string_view name);
 std::vector<std::string> PolicyPresetNames();
@@ -187,13 +196,15 @@ std::vector<std::string> PolicyPresetNames();
 // InvalidArgument naming the knob for negative depths or windows, a
 // micro_steps < 1, recompute_blocks < -1, an integer dtype, offload under
 // all_reduce, zenflow without offload, a zenflow_topk_ratio outside (0, 1],
-// a ZenFlow interval that is neither >= 1 nor kAutoInterval.
+// a ZenFlow interval that is neither >= 1 nor kAutoInterval, a
+// zenflow_staleness outside [0, update_interval) after "auto" is resolved.
 Status ValidatePolicy(const Policy& policy);
 
 // ZenFlow's intervals with "auto" resolved (policy.h, the zenflow knob).
 struct ZenFlowIntervals {
   int select = 1;
   int update = 1;
+  int staleness = 0;
 };
 ZenFlowIntervals ResolveZenFlow(const Policy& policy);
 

@@ -23,9 +23,10 @@ constexpr int64_t kMaxDepth = 1 << 16;        // prefetch, windows, limits
 constexpr int64_t kMaxCount = int64_t{1} << 20;  // micro-steps, ranks, blocks
 constexpr int64_t kMaxBytes = int64_t{1} << 50;  // byte and element counts
 
-// An interval knob that may be "auto" (kAutoInterval) or an integer >= 1.
+// An interval knob that may be "auto" (kAutoInterval) or an integer >= lo.
 struct AutoInterval {
   int Policy::*member;
+  int64_t lo = 1;
 };
 
 // One knob of Policy: its key and member. Adding a knob to Policy is one
@@ -47,7 +48,7 @@ struct Field {
   Field(const char* k, BucketPolicy Policy::*m) : key(k), member(m) {}
   Field(const char* k, double Policy::*m) : key(k), member(m) {}
   Field(const char* k, Offload Policy::*m) : key(k), member(m) {}
-  Field(const char* k, AutoInterval m) : key(k), member(m), lo(1), hi(kMaxCount) {}
+  Field(const char* k, AutoInterval m) : key(k), member(m), lo(m.lo), hi(kMaxCount) {}
 };
 
 // Every knob of Policy, in the struct's order. The name is not a knob (it
@@ -79,6 +80,7 @@ const std::vector<Field>& Fields() {
       {"zenflow_topk_ratio", &Policy::zenflow_topk_ratio},
       {"zenflow_select_interval", AutoInterval{&Policy::zenflow_select_interval}},
       {"zenflow_update_interval", AutoInterval{&Policy::zenflow_update_interval}},
+      {"zenflow_staleness", AutoInterval{&Policy::zenflow_staleness, 0}},
   };
   return *fields;
 }

@@ -39,6 +39,7 @@ Policy Unusual() {
   p.zenflow_topk_ratio = 0.125;
   p.zenflow_select_interval = 8;
   p.zenflow_update_interval = 2;
+  p.zenflow_staleness = 1;
   return p;
 }
 
@@ -63,7 +64,7 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
   for (const std::string& key : PolicyFileFields()) {
     EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
   }
-  EXPECT_EQ(PolicyFileFields().size(), 25u);
+  EXPECT_EQ(PolicyFileFields().size(), 26u);
   // Each knob of Unusual() differs from the default, and SamePolicy sees
   // each one: set them one at a time through the file.
   const std::string unusual = PolicyToJson(Unusual());
@@ -139,6 +140,10 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
       {R"({"zenflow_update_interval": 0})", "\"zenflow_update_interval\""},
       {R"({"zenflow_select_interval": "sometimes"})", "\"zenflow_select_interval\""},
       {R"({"zenflow_select_interval": 2.5})", "\"zenflow_select_interval\""},
+      {R"({"zenflow_staleness": -1})", "\"zenflow_staleness\""},
+      {R"({"zenflow_staleness": "soon"})", "\"zenflow_staleness\""},
+      {R"({"zenflow_staleness": 4})", "zenflow_staleness"},
+      {R"({"zenflow_update_interval": 2, "zenflow_staleness": 2})", "zenflow_staleness"},
       {R"([1, 2])", "JSON object"},
       {R"({"micro_steps": 1)", "not valid JSON"},
   };
@@ -167,6 +172,14 @@ TEST(PolicyFileTest, ZenFlowIntervalsMayBeAuto) {
   EXPECT_EQ(p->zenflow_topk_ratio, 0.25);
   const std::string text = PolicyToJson(*p);
   EXPECT_NE(text.find(R"("zenflow_select_interval": "auto")"), std::string::npos) << text;
+  // The preset's staleness is auto: update_interval - 1.
+  EXPECT_EQ(p->zenflow_staleness, kAutoInterval);
+  EXPECT_NE(text.find(R"("zenflow_staleness": "auto")"), std::string::npos) << text;
+  EXPECT_EQ(ResolveZenFlow(*p).staleness, 2);
+  auto sync = PolicyFromJson(R"({"preset": "zenflow", "zenflow_staleness": 0})");
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  EXPECT_EQ(ResolveZenFlow(*sync).staleness, 0);
+  EXPECT_EQ(ResolveZenFlow(*sync).update, kAutoUpdateInterval);
   EXPECT_NE(text.find(R"("offload": "optimizer")"), std::string::npos) << text;
 }
 

@@ -221,8 +221,10 @@ void Builder::Persistent() {
       norms_.push_back(AddBuffer(absl::StrCat("column_norms.", name),
                                  BufferRole::kColumnNorms, b,
                                  ZenFlowNormsNumel(B(b)), DataType::kF32, true));
+      // Two accumulators (by window parity): the next window adds into one
+      // while the host update of the last reads the other.
       accum_.push_back(AddBuffer(absl::StrCat("host_accum.", name),
-                                 BufferRole::kHostAccum, b, n, DataType::kF32,
+                                 BufferRole::kHostAccum, b, 2 * n, DataType::kF32,
                                  true, true));
       stage_.push_back(AddBuffer(absl::StrCat("h2d_stage.", name),
                                  BufferRole::kStage, b, n, p_.param_dtype, true));

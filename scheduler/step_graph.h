@@ -57,7 +57,10 @@
 // update copies the host shard into kStage and from there only the
 // unselected elements into the device shard (the selected ones are newer
 // there); on other steps OPT's update, CAST and H2D do nothing (the
-// simulator prices them 1/update_interval; sim/offload_cost.h). The
+// simulator prices them 1/update_interval; sim/offload_cost.h). With
+// staleness d (Policy::zenflow_staleness) that H2D comes d steps later and
+// the executor runs the update and CAST on a stream outside the step
+// barrier, ordered by events the graph does not hold (zenflow_exec.h). The
 // executor runs ZenFlow on the host device only (scheduler/zenflow_exec.h).
 //
 // Plain data; immutable once built; safe to share between threads.
@@ -123,7 +126,8 @@ enum class BufferRole {
                // ZenFlowTopkStateNumel, scheduler/zenflow_exec.h)
   kColumnNorms,  // persistent, device (zenflow): per-column squared gradient
                  // sums of the bucket's matrices (all-reduced at a selection)
-  kHostAccum,    // persistent, host (zenflow): unselected gradient sum
+  kHostAccum,    // persistent, host (zenflow): unselected gradient sums,
+                 // two shards (by update window parity)
   kStage,        // persistent, device (zenflow): H2D staging of the host shard
 };
 const char* BufferRoleName(BufferRole role);

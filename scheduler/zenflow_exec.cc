@@ -46,9 +46,9 @@ int64_t ZenFlowNormsNumel(const Bucket& bk) {
 }
 
 ZenFlowState::ZenFlowState(const Bucket& bk, int shard_rank, int shards,
-                           const ops::ZenFlowConfig& config,
+                           const ops::ZenFlowConfig& config, int64_t staleness,
                            const ops::AdamWConfig& adamw)
-    : cfg_(config), adamw_(adamw), shard_numel_(bk.shard_numel) {
+    : cfg_(config), staleness_(staleness), adamw_(adamw), shard_numel_(bk.shard_numel) {
   (void)shards;
   const int64_t lo = shard_rank * bk.shard_numel, hi = lo + bk.shard_numel;
   int64_t norms_at = 0;
@@ -68,6 +68,7 @@ ZenFlowState::ZenFlowState(const Bucket& bk, int shard_rank, int shards,
       m.pos = a - lo;
       m.norms_at = norms_at;
       m.k = *ops::ZenFlowSelectCount(cfg_.topk_ratio, cols);
+      m.sel = *ops::ColumnSelection::Create(cols, {});  // none yet
       mats_.push_back(std::move(m));
       taken.push_back({a - lo, b - lo});
     }
@@ -81,6 +82,16 @@ ZenFlowState::ZenFlowState(const Bucket& bk, int shard_rank, int shards,
   if (shard_numel_ > at) rest_.push_back({at, shard_numel_});
   scaled_.assign(shard_numel_, 0.0f);
   host_scaled_.assign(shard_numel_, 0.0f);
+  for (auto& w : window_sel_) {
+    for (const Matrix& m : mats_) w.push_back(m.sel);
+  }
+}
+
+int64_t ZenFlowState::upload_window(int64_t step) const {
+  if (step == 0) return kInitialUpload;
+  const int64_t t = step - staleness_;  // the step after the window's end
+  if (t < cfg_.update_interval || t % cfg_.update_interval != 0) return kNone;
+  return t / cfg_.update_interval - 1;
 }
 
 Status ZenFlowState::Norms(const void* grad, DataType t, float scale,
@@ -165,9 +176,8 @@ Status ZenFlowState::Topk(int64_t step, float* norms, int64_t norms_numel,
   return absl::OkStatus();
 }
 
-Status ZenFlowState::HostUpdate(int64_t step, const void* host_grad, DataType t,
-                                float scale, float* master, float* m1, float* m2,
-                                float* accum) {
+Status ZenFlowState::Accumulate(int64_t step, const void* host_grad, DataType t,
+                                float scale, float* master, float* accum) {
   if (select_step(step)) {
     for (Matrix& m : mats_) {
       if (m.handoff.empty()) continue;
@@ -187,18 +197,28 @@ Status ZenFlowState::HostUpdate(int64_t step, const void* host_grad, DataType t,
   for (const auto& [lo, hi] : rest_) {
     for (int64_t i = lo; i < hi; ++i) accum[i] += host_scaled_[i];
   }
-  if (!update_step(step)) return absl::OkStatus();
+  if (update_step(step)) {
+    std::vector<ops::ColumnSelection>& keep = window_sel_[window(step) % 2];
+    for (size_t i = 0; i < mats_.size(); ++i) keep[i] = mats_[i].sel;
+  }
+  return absl::OkStatus();
+}
+
+Status ZenFlowState::Update(int64_t w, float* master, float* m1, float* m2,
+                            float* accum) {
+  const std::vector<ops::ColumnSelection>& sel = window_sel_[w % 2];
   ops::AdamWArgs a;
-  a.step = (step + 1) / cfg_.update_interval;
+  a.step = w + 1;
   a.grad_scale = 1.0f / static_cast<float>(cfg_.update_interval);
   a.grad_dtype = DataType::kF32;
-  for (const Matrix& m : mats_) {
+  for (size_t i = 0; i < mats_.size(); ++i) {
+    const Matrix& m = mats_[i];
     a.n = m.block.n;
     a.master = master + m.pos;
     a.moment1 = m1 + m.pos;
     a.moment2 = m2 + m.pos;
     a.grad = accum + m.pos;
-    BATON_RETURN_IF_ERROR(ops::HostAdamWSkipping(adamw_, a, m.sel.mask(),
+    BATON_RETURN_IF_ERROR(ops::HostAdamWSkipping(adamw_, a, sel[i].mask(),
                                                  m.block.first, m.block.cols,
                                                  nullptr));
   }
@@ -214,18 +234,25 @@ Status ZenFlowState::HostUpdate(int64_t step, const void* host_grad, DataType t,
   return absl::OkStatus();
 }
 
-void ZenFlowState::Apply(const void* stage, void* shard, DataType pt) const {
+void ZenFlowState::Apply(int64_t w, const void* stage, void* shard,
+                         DataType pt) const {
   const size_t es = DataTypeSize(pt);
   const char* src = static_cast<const char*>(stage);
   char* dst = static_cast<char*>(shard);
+  if (w == kInitialUpload) {
+    std::memcpy(dst, src, shard_numel_ * es);
+    return;
+  }
   for (const auto& [lo, hi] : rest_) {
     std::memcpy(dst + lo * es, src + lo * es, (hi - lo) * es);
   }
-  for (const Matrix& m : mats_) {
+  const std::vector<ops::ColumnSelection>& updated = window_sel_[w % 2];
+  for (size_t k = 0; k < mats_.size(); ++k) {
+    const Matrix& m = mats_[k];
     for (int64_t i = 0; i < m.block.n; ++i) {
-      if (m.has_selection && m.sel.selected((m.block.first + i) % m.block.cols)) {
-        continue;
-      }
+      const int64_t c = (m.block.first + i) % m.block.cols;
+      // Selected during the window (not updated) or now (newer here).
+      if (updated[k].selected(c) || m.sel.selected(c)) continue;
       std::memcpy(dst + (m.pos + i) * es, src + (m.pos + i) * es, es);
     }
   }

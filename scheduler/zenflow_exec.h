@@ -17,21 +17,74 @@
 //                            written into the device shard
 //   D2H      (host copy)     the gradient shard to the host, every step
 //   OPT      (host)          the handed-back values into the host master;
-//                            the unselected gradient added into the host
-//                            accumulator; at the end of an update window
-//                            AdamW on the unselected elements with the
-//                            accumulator / update_interval, accumulator = 0
-//   CAST     (host)          at the end of an update window: master ->
-//                            host parameter shard
-//   H2D      (host copy)     at the start of the step after an update
-//                            window: host shard -> staging buffer, then
-//                            the unselected elements staging -> device
-//                            shard (the selected ones are newer there)
+//                            the unselected gradient added into this
+//                            window's host accumulator (two, by window
+//                            parity: kHostAccum holds 2 x the shard)
+//   CAST     (host update)   at the end of an update window: AdamW on the
+//                            window's unselected elements with its
+//                            accumulator / update_interval, accumulator =
+//                            0, then master -> host parameter shard
+//   H2D      (host copy)     at step e + 1 + d after the window ending at
+//                            step e (d = the staleness): host shard ->
+//                            staging buffer, then staging -> device shard
+//                            for the elements the update changed (not
+//                            selected during its window) that are not
+//                            selected now (those are newer on the device)
 // The algorithm is ops/zenflow.h's, checked against ops::ZenFlowReference
-// (scheduler/zenflow_exec_test.cc) with staleness 0: the host update of a
-// window reaches the device shard before the next step's first gather of
-// the bucket, ordered by the graph's edges and the executor's step
-// boundary (no host sleeps). Staleness > 0 is not implemented.
+// bit for bit (scheduler/zenflow_exec_test.cc) for staleness 0 ..
+// update_interval - 1.
+//
+// Staleness. The executor runs the CAST node's work (the long host update
+// and the cast) on a stream of its own, the host-update stream, which is
+// NOT in Executor::BeginStep's all-streams barrier: the next steps' forward
+// and backward run while it works. Every hazard on what it touches is an
+// explicit event (per bucket; w = the window, e = its last step, U =
+// update_interval, d = the staleness; "after" = in stream order after an
+// event wait, never a host sleep):
+//   ready     host stream, after OPT, every step. The host-update stream
+//             waits on it before CAST (then CAST's graph waits): the update
+//             reads accum[w % 2] and the selection snapshot that OPT of
+//             step e wrote last.
+//   done[p]   host-update stream, after the cast of window w (p = w % 2).
+//             Waited on by:
+//             - H2D of step e + 1 + d (reads the host shard the cast wrote);
+//             - TOPK of a selection step e + 1 (reads the host master for
+//               the newly selected columns);
+//             - OPT of the first step of windows w + 1 when it selects (its
+//               handoff writes the master columns leaving the selection,
+//               which the cast reads) and w + 2 (it starts adding into
+//               accum[w % 2], which the update read and zeroed). Waiting on
+//               done of w + 1 instead would hold the host stream, and with
+//               it the next step's barrier, for the whole update.
+//   uploaded  host-copy stream, after H2D's host shard -> staging copy. The
+//             host-update stream waits on it before the cast of window
+//             w + 1 (which overwrites the host shard that copy read; it
+//             comes at step e + U >= e + 1 + d, so it is always issued
+//             after that copy).
+// Two of these are also implied by the barrier chain and kept explicit:
+// OPT's wait for done of w - 2 (H2D of w - 2 waited for it and the
+// host-copy stream is in the barrier of every later step), and uploaded
+// (CAST waits for ready, OPT of its bucket came after D2H, which follows
+// the H2D on the host-copy stream). The H2D's and TOPK's waits are not:
+// without either, //scheduler:zenflow_exec_test fails.
+// What else each buffer sees: the host moments only the host-update stream;
+// the master also ReadMaster (Executor::Synchronize waits for the
+// host-update stream too); the device shard H2D (unselected, host-copy),
+// TOPK (selected, compute) and the gathers, ordered in the step by the
+// graph's edges (H2D -> gather -> ... -> TOPK) and across steps by the
+// barrier. The state below: the current selection is written by TOPK on a
+// selection step and read by OPT (after TOPK via D2H in the step), by H2D
+// (at e + 1 + d: with d > 0 in a later step than the selection at e + 1;
+// with d = 0 before that step's TOPK, graph edge H2D -> TOPK on the device
+// shard, so it sees the window's own selection) and never by the update,
+// which reads a
+// snapshot of its window's selection that OPT of step e wrote (parity
+// slots; the slot is written again two windows later, after done of w).
+// A selection step's TOPK waits for the host update of the window before
+// it, so with select_interval == update_interval a window's update
+// overlaps one step's forward and backward (d > 0); with select_interval
+// a multiple of update_interval the windows not followed by a selection
+// overlap d whole steps.
 //
 // Parameters that are not 2-D (norm gains) and the bucket's gaps take the
 // host path whole (never selected). DeepSpeed's ZenFlow instead updates
@@ -39,16 +92,17 @@
 // they are a tiny part of the model and the host path keeps one rule.
 //
 // The fp32 master of a newly selected column starts from the host master
-// (where the host's last update left it, which is what the device shard
-// holds for an unselected column); a column leaving the selection hands its
-// device fp32 value back to the host master at the selection step.
+// (after the host's last update, which a stale device shard may not show
+// yet); a column leaving the selection hands its device fp32 value back to
+// the host master at the selection step.
 //
 // Scratch outside the graph's buffers: two fp32 vectors of the shard per
-// bucket (the scaled gradient on each side), not in StepGraph::host_bytes.
+// bucket (the scaled gradient on each side), not in StepGraph::host_bytes;
+// two column selections per matrix (the window snapshots).
 //
 // Host runtime only: every buffer is addressable host memory, and the
 // work runs as host work in stream order. Not thread-safe by itself: the
-// executor's graph edges order the calls (see each method).
+// executor's graph edges and the events above order the calls.
 #ifndef BATON_SCHEDULER_ZENFLOW_EXEC_H_
 #define BATON_SCHEDULER_ZENFLOW_EXEC_H_
 
@@ -74,16 +128,23 @@ int64_t ZenFlowNormsNumel(const Bucket& bucket);
 class ZenFlowState {
  public:
   // `shard_rank` of `shards`; `bucket` as in the layout (sharded layout).
+  // `staleness` in [0, update_interval) (Policy::zenflow_staleness
+  // resolved).
   ZenFlowState(const Bucket& bucket, int shard_rank, int shards,
-               const ops::ZenFlowConfig& config, const ops::AdamWConfig& adamw);
+               const ops::ZenFlowConfig& config, int64_t staleness,
+               const ops::AdamWConfig& adamw);
 
+  int64_t update_interval() const { return cfg_.update_interval; }
+  int64_t window(int64_t step) const { return step / cfg_.update_interval; }
   bool select_step(int64_t step) const { return step % cfg_.select_interval == 0; }
   bool update_step(int64_t step) const {
     return (step + 1) % cfg_.update_interval == 0;
   }
-  // The step whose first gather sees a host update (the window before it
-  // ended): step % update_interval == 0, step 0 included (the initial cast).
-  bool upload_step(int64_t step) const { return step % cfg_.update_interval == 0; }
+  // The window whose host update the H2D of `step` brings to the device:
+  // kInitialUpload at step 0 (InitParameters' cast, every element), kNone
+  // when there is none.
+  static constexpr int64_t kInitialUpload = -1, kNone = -2;
+  int64_t upload_window(int64_t step) const;
 
   // NORM: scaled_ = grad * scale (f32); norms += column sums of squares.
   Status Norms(const void* grad, DataType t, float scale, float* norms);
@@ -94,13 +155,20 @@ class ZenFlowState {
   Status Topk(int64_t step, float* norms, int64_t norms_numel, float* topk,
               int64_t topk_numel, const float* host_master, void* shard,
               DataType pt);
-  // OPT, after Topk of the same step (graph edge TOPK -> D2H -> OPT).
-  Status HostUpdate(int64_t step, const void* host_grad, DataType t,
-                    float scale, float* master, float* m1, float* m2,
-                    float* accum);
-  // H2D: `stage` holds the host shard (dtype pt); the unselected elements
-  // (all, before the first selection) go into `shard`.
-  void Apply(const void* stage, void* shard, DataType pt) const;
+  // OPT, after Topk of the same step (graph edge TOPK -> D2H -> OPT): on a
+  // selection step the handed-back values into `master`; the unselected
+  // gradient into `accum`, this window's accumulator; on the window's last
+  // step the selection is kept for Update and Apply.
+  Status Accumulate(int64_t step, const void* host_grad, DataType t,
+                    float scale, float* master, float* accum);
+  // CAST of the window's last step (host-update stream): AdamW on the
+  // elements not selected during window `w` with accum / update_interval,
+  // then accum = 0.
+  Status Update(int64_t w, float* master, float* m1, float* m2, float* accum);
+  // H2D: `stage` holds the host shard (dtype pt) after window `w`'s update
+  // (or kInitialUpload: every element goes into `shard`); the elements it
+  // updated and not selected now go into `shard`.
+  void Apply(int64_t w, const void* stage, void* shard, DataType pt) const;
 
  private:
   struct Matrix {
@@ -114,7 +182,10 @@ class ZenFlowState {
     std::vector<float> handoff;           // old selection's fp32 values
   };
   ops::ZenFlowConfig cfg_;
+  int64_t staleness_ = 0;
   ops::AdamWConfig adamw_;
+  // Per window parity: each matrix's selection during that window.
+  std::vector<ops::ColumnSelection> window_sel_[2];
   int64_t shard_numel_ = 0;
   std::vector<Matrix> mats_;
   std::vector<std::pair<int64_t, int64_t>> rest_;  // [lo, hi) host-only ranges

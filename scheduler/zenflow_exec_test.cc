@@ -11,9 +11,16 @@
 // selection is the same; with general gradients they could differ in the
 // last place, and the selection only between columns whose norms tie to
 // rounding.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +49,54 @@ float Grad(int64_t step, const ParamSlot& p, int64_t i) {
 // Every forward's view of every parameter, per rank: seen[rank][step][name].
 using Seen = std::vector<std::map<int64_t, std::map<std::string, std::vector<float>>>>;
 
+// Makes the host update of every window slow by a random 0..max_ms (so a
+// missing event shows as a difference from the reference): with
+// staleness > 0 it first waits until a forward of the next step has
+// started, which nothing may hold back then (5 s at most).
+class SlowUpdate : public NodeObserver {
+ public:
+  // `steps`: the steps that will run (the last one has no next forward).
+  SlowUpdate(const StepGraph& g, int64_t steps, bool gate, uint64_t seed, int max_ms)
+      : update_(ResolveZenFlow(g.policy).update), steps_(steps), gate_(gate), rng_(seed),
+        max_ms_(max_ms) {
+    for (const Node& n : g.nodes) kinds_.push_back(n.kind);
+  }
+
+  Status Observe(int node, int64_t step, Point point, Stream& stream) override {
+    if (point != Point::kBeforeWork) return absl::OkStatus();
+    const NodeKind kind = kinds_[node];
+    if (kind == NodeKind::kForward) {
+      return stream.Enqueue([this, step]() {
+        std::lock_guard<std::mutex> lock(mu_);
+        started_ = std::max(started_, step);
+        cv_.notify_all();
+        return absl::OkStatus();
+      });
+    }
+    if (kind != NodeKind::kCast || (step + 1) % update_ != 0) return absl::OkStatus();
+    const int ms = static_cast<int>(rng_() % (max_ms_ + 1));
+    return stream.Enqueue([this, step, ms]() {
+      if (gate_ && step + 1 < steps_) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::seconds(5), [&] { return started_ > step; });
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  std::vector<NodeKind> kinds_;
+  const int update_;
+  const int64_t steps_;
+  const bool gate_;
+  std::mt19937_64 rng_;
+  const int max_ms_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t started_ = -1;
+};
+
 StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
                            const ops::AdamWConfig& adamw) {
   BATON_ASSIGN_OR_RETURN(testing::InprocGroup group, CreateInprocGroup(ranks));
@@ -52,10 +107,12 @@ StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
       BATON_ASSIGN_OR_RETURN(StepGraph graph,
                              BuildStepGraph(*ModelPreset("micro"), policy, ranks));
       BATON_RETURN_IF_ERROR(VerifyStepGraph(graph));
+      SlowUpdate slow(graph, steps, ResolveZenFlow(policy).staleness > 0, 7 + r, 12);
       ExecutorOptions o;
       o.adamw = adamw;
       o.max_delay_us = 20;  // reorders the streams' work where edges allow
       o.poison = true;
+      o.observer = &slow;
       BATON_ASSIGN_OR_RETURN(auto exec, Executor::Create(std::move(graph),
                                                          *group.device,
                                                          *group.comms[r], o));
@@ -96,8 +153,9 @@ StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
 
 // 1-D parameters take the host path whole (scheduler/zenflow_exec.h).
 struct HostOnly {
-  std::vector<float> device, master, m1, m2, accum;
+  std::vector<float> device, master, m1, m2, accum, pending;
   int64_t updates = 0;
+  int64_t pending_at = -1;  // the step whose forward first sees `pending`
 };
 
 void Compare(const Policy& policy, int ranks, int steps) {
@@ -131,6 +189,7 @@ void Compare(const Policy& policy, int ranks, int steps) {
       ro.zenflow.topk_ratio = policy.zenflow_topk_ratio;
       ro.zenflow.select_interval = z.select;
       ro.zenflow.update_interval = z.update;
+      ro.staleness = z.staleness;
       auto ref = ops::ZenFlowReference::Create(ro, init);
       HostOnly h{init, init, std::vector<float>(p.numel), std::vector<float>(p.numel),
                  std::vector<float>(p.numel)};
@@ -142,6 +201,7 @@ void Compare(const Policy& policy, int ranks, int steps) {
       }
       int64_t selects = 0, updates = 0;
       for (int64_t s = 0; s <= steps; ++s) {
+        if (h.pending_at == s) h.device = h.pending;
         const std::vector<float>& want = matrix ? ref->weights() : h.device;
         for (int r = 0; r < ranks; ++r) {
           const auto at = (*seen)[r].find(s);
@@ -175,7 +235,8 @@ void Compare(const Policy& policy, int ranks, int steps) {
         a.moment2 = h.m2.data();
         ASSERT_TRUE(ops::HostAdamW(adamw, a, nullptr).ok());
         std::fill(h.accum.begin(), h.accum.end(), 0.0f);
-        h.device = h.master;
+        h.pending = h.master;
+        h.pending_at = s + 1 + z.staleness;
       }
       if (matrix) {
         EXPECT_GE(selects, 2) << p.name;
@@ -192,8 +253,9 @@ void Compare(const Policy& policy, int ranks, int steps) {
   }
 }
 
-Policy ZenFlow(int select, int update, double ratio) {
+Policy ZenFlow(int select, int update, double ratio, int staleness = 0) {
   Policy p = *PolicyPreset("zenflow");
+  p.zenflow_staleness = staleness;
   p.param_dtype = DataType::kF32;
   p.reduce_dtype = DataType::kF32;
   p.zenflow_topk_ratio = ratio;
@@ -215,6 +277,144 @@ TEST(ZenFlowExecTest, FourRanksMatchTheReference) {
   Compare(ZenFlow(kAutoInterval, kAutoInterval, 0.05), 4, 9);
 }
 
+// Staleness 0, 1 and update_interval - 1, with select == update and select
+// = 2 x update, bit for bit against the reference at every forward; random
+// delays before every node (the host update's included) let a missing
+// event show as a difference.
+void CompareStaleness(int ranks) {
+  for (int select : {3, 6}) {
+    for (int d : {0, 1, 2}) {
+      SCOPED_TRACE(absl::StrCat(ranks, " ranks, select ", select, ", update 3, staleness ", d));
+      Compare(ZenFlow(select, 3, 0.25, d), ranks, 14);
+    }
+  }
+}
+
+TEST(ZenFlowExecTest, StalenessOneRankMatchesTheReference) { CompareStaleness(1); }
+TEST(ZenFlowExecTest, StalenessTwoRanksMatchTheReference) { CompareStaleness(2); }
+TEST(ZenFlowExecTest, StalenessFourRanksMatchTheReference) {
+  CompareStaleness(4);
+  // The preset: everything auto (update 4, select 4, staleness 3).
+  Compare(ZenFlow(kAutoInterval, kAutoInterval, 0.05, kAutoInterval), 4, 10);
+}
+
+// Orders the host update against the next step's forwards. Every ZenFlow
+// CAST node of a window's last step (the host update, on its own stream)
+// is made slow: with `gate` it cannot finish before a forward of the next
+// step that reads its bucket has started (so the test cannot pass on
+// timing: if an event held that forward back, the gate would time out and
+// the test fail); without, it sleeps. Positions come from one counter.
+class OverlapProbe : public NodeObserver {
+ public:
+  OverlapProbe(const StepGraph& g, int update, bool gate)
+      : g_(g), update_(update), gate_(gate) {}
+
+  Status Observe(int node, int64_t step, Point point, Stream& stream) override {
+    const Node& n = g_.nodes[node];
+    const bool update = n.kind == NodeKind::kCast && (step + 1) % update_ == 0;
+    if (update && point == Point::kBeforeWork) {
+      return stream.Enqueue([this, b = n.bucket, step]() {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (!gate_) {
+          lock.unlock();
+          std::this_thread::sleep_for(std::chrono::milliseconds(3));
+          return absl::OkStatus();
+        }
+        if (!cv_.wait_for(lock, std::chrono::seconds(5),
+                          [&] { return started_.count({b, step + 1}) > 0; })) {
+          ++timeouts_;
+        }
+        return absl::OkStatus();
+      });
+    }
+    if (update && point == Point::kAfterWork) {
+      return stream.Enqueue([this, b = n.bucket, step]() {
+        std::lock_guard<std::mutex> lock(mu_);
+        update_end_[{b, step}] = seq_++;
+        return absl::OkStatus();
+      });
+    }
+    if (n.kind == NodeKind::kForward && point == Point::kBeforeWork) {
+      std::set<int> buckets;
+      for (int r : n.reads) buckets.insert(g_.buffers[r].bucket);
+      return stream.Enqueue([this, buckets, step]() {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int b : buckets) {
+          if (started_.insert({b, step}).second) forward_start_[{b, step}] = seq_;
+        }
+        ++seq_;
+        cv_.notify_all();
+        return absl::OkStatus();
+      });
+    }
+    return absl::OkStatus();
+  }
+
+  const StepGraph& g_;
+  const int update_;
+  const bool gate_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t seq_ = 0;
+  int timeouts_ = 0;
+  std::set<std::pair<int, int64_t>> started_;
+  std::map<std::pair<int, int64_t>, uint64_t> forward_start_, update_end_;
+};
+
+// The overlap is real: with d > 0 the forward of the step after a window's
+// end starts while that window's host update still runs; with d = 0 it
+// waits for it.
+TEST(ZenFlowExecTest, HostUpdateOverlapsTheNextForwardOnlyWithStaleness) {
+  constexpr int kUpdate = 3, kSteps = 7;  // windows end at steps 2 and 5
+  for (int select : {3, 6}) {
+    for (int d : {0, 1, 2}) {
+      SCOPED_TRACE(absl::StrCat("select ", select, ", staleness ", d));
+      const Policy policy = ZenFlow(select, kUpdate, 0.25, d);
+      auto group = CreateInprocGroup(1);
+      ASSERT_TRUE(group.ok());
+      auto graph = BuildStepGraph(*ModelPreset("micro"), policy, 1);
+      ASSERT_TRUE(graph.ok()) << graph.status();
+      OverlapProbe probe(*graph, kUpdate, /*gate=*/d > 0);
+      ExecutorOptions o;
+      o.observer = &probe;
+      auto exec = Executor::Create(*graph, *group->device, *group->comms[0], o);
+      ASSERT_TRUE(exec.ok()) << exec.status();
+      ASSERT_TRUE((*exec)->InitParameters([](const ParamSlot& p, float* out) {
+        for (int64_t i = 0; i < p.numel; ++i) out[i] = testing::InitialValue(p, i);
+      }).ok());
+      StepCallbacks cb;
+      cb.compute = [](const ComputeContext& ctx) -> Status {
+        if (ctx.kind != NodeKind::kBackward) return absl::OkStatus();
+        std::vector<TensorView> grads = ctx.grads;
+        const int64_t step = ctx.step;
+        return ctx.stream->Enqueue([grads, step]() {
+          for (const TensorView& g : grads) {
+            float* d = static_cast<float*>(g.data);
+            for (int64_t i = 0; i < g.param->numel; ++i) d[i] = Grad(step, *g.param, i);
+          }
+          return absl::OkStatus();
+        });
+      };
+      for (int s = 0; s < kSteps; ++s) ASSERT_TRUE((*exec)->Step(cb).ok());
+      ASSERT_TRUE((*exec)->Synchronize().ok());
+      EXPECT_EQ(probe.timeouts_, 0);
+      int checked = 0;
+      for (const auto& [key, end] : probe.update_end_) {
+        const auto [b, e] = key;
+        const auto start = probe.forward_start_.find({b, e + 1});
+        if (start == probe.forward_start_.end()) continue;  // past the last step
+        ++checked;
+        if (d > 0) {
+          EXPECT_LT(start->second, end) << "bucket " << b << ", window ending at " << e;
+        } else {
+          EXPECT_GT(start->second, end) << "bucket " << b << ", window ending at " << e;
+        }
+      }
+      EXPECT_GE(checked, 2 * 2);  // two windows, at least two buckets
+    }
+  }
+}
+
 TEST(ZenFlowExecTest, BadKnobsAreRefused) {
   Policy p = ZenFlow(3, 2, 0.25);  // select not a multiple of update
   Status st = ValidatePolicy(p);
@@ -227,6 +427,16 @@ TEST(ZenFlowExecTest, BadKnobsAreRefused) {
   EXPECT_TRUE(ValidatePolicy(p).ok());
   p = ZenFlow(6, kAutoInterval, 0.25);
   EXPECT_TRUE(absl::IsInvalidArgument(ValidatePolicy(p)));
+  p = ZenFlow(4, 2, 0.25, 2);  // staleness must stay below update_interval
+  st = ValidatePolicy(p);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_NE(st.message().find("zenflow_staleness"), absl::string_view::npos) << st;
+  EXPECT_FALSE(BuildStepGraph(*ModelPreset("micro"), p, 2).ok());
+  p = ZenFlow(4, 2, 0.25, -2);
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidatePolicy(p)));
+  p = ZenFlow(4, 2, 0.25, kAutoInterval);  // auto: 1
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  EXPECT_EQ(ResolveZenFlow(p).staleness, 1);
 }
 
 }  // namespace

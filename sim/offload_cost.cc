@@ -42,10 +42,9 @@ std::optional<double> OffloadNodeSeconds(const StepGraph& g, const Node& n,
       if (OnHostStream(g, n)) {
         const double adam = numel() / (c.host_adam_gparams * 1e9);
         if (!p.zenflow) return adam;
-        // The unselected share updated once a window, plus the
-        // accumulation pass every step.
-        return (1 - p.zenflow_topk_ratio) * per_update * adam +
-               numel() * kZenFlowAccumulateBytes / (kHostStreamGBps * 1e9);
+        // The accumulation pass, every step (the window's update runs off
+        // the step's graph: ZenFlowStepSeconds).
+        return numel() * kZenFlowAccumulateBytes / (kHostStreamGBps * 1e9);
       }
       if (p.zenflow) {
         // TOPK: the device AdamW over the selected elements.
@@ -58,6 +57,34 @@ std::optional<double> OffloadNodeSeconds(const StepGraph& g, const Node& n,
     default:
       return std::nullopt;
   }
+}
+
+double ZenFlowHostUpdateSeconds(const StepGraph& g, const ClusterSpec& c) {
+  const scheduler::Policy& p = g.policy;
+  if (!p.zenflow) return 0;
+  double numel = 0;
+  for (const Node& n : g.nodes) {
+    if (n.kind == NodeKind::kOptimizer && OnHostStream(g, n)) {
+      numel += static_cast<double>(g.layout.buckets[n.bucket].shard_numel);
+    }
+  }
+  return (1 - p.zenflow_topk_ratio) * numel / (c.host_adam_gparams * 1e9);
+}
+
+double ZenFlowStepSeconds(const StepGraph& g, const ClusterSpec& c,
+                          double step_s, double host_stream_s) {
+  const scheduler::ZenFlowIntervals z = scheduler::ResolveZenFlow(g.policy);
+  const double h = ZenFlowHostUpdateSeconds(g, c);
+  const double u = z.update;
+  // Of select / update windows, the last is followed by a selection.
+  const double before_selection = u / z.select;
+  auto exposed = [&](double hidden_steps) {
+    return std::max(0.0, h - hidden_steps * step_s);
+  };
+  const double d = z.staleness;
+  const double per_window = before_selection * exposed(std::min(d, 1.0)) +
+                            (1 - before_selection) * exposed(d);
+  return std::max(step_s + per_window / u, host_stream_s + h / u);
 }
 
 }  // namespace baton::sim

@@ -10,15 +10,15 @@
 //                    (device) AdamW over topk_ratio of the shard; D2H the
 //                    whole gradient shard every step; the host OPT an
 //                    accumulation pass every step (12 bytes an element at
-//                    kHostStreamGBps) plus AdamW over the other
-//                    (1 - topk_ratio) once every update_interval steps;
-//                    H2D the host shard once every update_interval steps.
+//                    kHostStreamGBps), in the step; H2D the host shard
+//                    once every update_interval steps. The host update
+//                    (AdamW over the other 1 - topk_ratio, once a window)
+//                    runs outside the step's graph (the executor's
+//                    host-update stream) and is priced by ZenFlowStepSeconds.
 //                    AR-NORM (one float per matrix column, run on
 //                    selection steps) is priced as a collective every
 //                    step, an upper bound.
-// With zenflow the host's work overlaps the following steps (bounded
-// staleness), so a step takes max(device time, host time per step)
-// (StepWithAsyncHost); under plain offload it is serial with the step.
+// Under plain offload the host's work is serial with the step.
 // Plain functions; thread-safe.
 #ifndef BATON_SIM_OFFLOAD_COST_H_
 #define BATON_SIM_OFFLOAD_COST_H_
@@ -49,6 +49,26 @@ std::optional<double> OffloadNodeSeconds(const scheduler::StepGraph& graph,
 
 // Whether node `n` runs on the host stream of an offload graph.
 bool OnHostStream(const scheduler::StepGraph& graph, const scheduler::Node& n);
+
+// ZenFlow: seconds of one window's host update, every bucket's unselected
+// elements through the host AdamW (host_adam_gparams). 0 without zenflow.
+double ZenFlowHostUpdateSeconds(const scheduler::StepGraph& graph,
+                                const ClusterSpec& cluster);
+
+// ZenFlow's step time with bounded staleness d (Policy::zenflow_staleness,
+// resolved), from `step_s`, the step's graph as simulated (device work, the
+// copies and the host accumulation, not the host update), and
+// `host_stream_s`, the host stream's busy time in it. The update H of a
+// window ending at step e hides behind the device time of steps e + 1 ..
+// e + d; a selection at step e + 1 waits for it after that step's forward
+// and backward, so a window followed by a selection hides behind one step
+// at most (d = 0: none). What is not hidden is exposed once a window:
+//   step = step_s + (1 / update_interval) x mean over windows of
+//          max(0, H - hidden steps x step_s),
+// and never below the host's own work, host_stream_s + H / update_interval.
+double ZenFlowStepSeconds(const scheduler::StepGraph& graph,
+                          const ClusterSpec& cluster, double step_s,
+                          double host_stream_s);
 
 }  // namespace baton::sim
 

@@ -44,6 +44,26 @@ TEST(OffloadSimTest, SevenBOnFourA100sHasThePublishedShape) {
               none->step_s, off->step_s, zf->step_s, none->memory.states / 1073741824.0,
               off->memory.states / 1073741824.0, zf->memory.states / 1073741824.0,
               off->host_bytes / 1073741824.0, zf->host_bytes / 1073741824.0);
+  // Staleness: the preset's auto (update_interval - 1 = 3, select = update:
+  // the update hides behind one step, the selection step waits for it),
+  // against 0 (every window's update exposed) and select = 2 x update
+  // (every other window hides behind 3 steps).
+  scheduler::Policy sync = *scheduler::PolicyPreset("zenflow");
+  sync.zenflow_staleness = 0;
+  scheduler::Policy wide = *scheduler::PolicyPreset("zenflow");
+  wide.zenflow_select_interval = 8;
+  auto zf_sync = SimulatePolicy(m, published, FineTune(), sync);
+  auto zf_wide = SimulatePolicy(m, published, FineTune(), wide);
+  ASSERT_TRUE(zf_sync.ok() && zf_wide.ok());
+  std::printf("zenflow staleness 0: %.3f s; auto (3): %.3f s; auto with select_interval "
+              "8: %.3f s\n",
+              zf_sync->step_s, zf->step_s, zf_wide->step_s);
+  EXPECT_GT(zf_sync->step_s, zf->step_s);
+  EXPECT_GT(zf->step_s, zf_wide->step_s);
+  // Here the update (6.65 s) outlasts 3 steps: each window hides one
+  // step's device time behind it under auto, and every other window two
+  // more with select_interval 8, the same step per window again.
+  EXPECT_NEAR(zf_sync->step_s - zf->step_s, zf->step_s - zf_wide->step_s, 2e-3);
   // ZeRO-Offload is many times slower than no offload...
   EXPECT_GT(off->step_s, 10 * none->step_s);
   // ... and ZenFlow several times faster than ZeRO-Offload.

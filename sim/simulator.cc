@@ -412,8 +412,11 @@ class Model {
         device_end = std::max(device_end, finish[i]);
       }
     }
-    // ZenFlow: the host's update overlaps the next steps (sim/offload_cost.h).
-    if (g_.policy.zenflow) step = std::max(device_end, host_busy);
+    // ZenFlow: the host's update overlaps the next d steps (sim/offload_cost.h).
+    if (g_.policy.zenflow) {
+      step = static_cast<int64_t>(
+          ZenFlowStepSeconds(g_, c_, step * 1e-9, host_busy * 1e-9) * 1e9);
+    }
     // The tail after the last compute-stream node waits on reductions (and
     // under offload on the host).
     exposed_rs += std::max<int64_t>(0, std::min(step, device_end) - last_compute_end);

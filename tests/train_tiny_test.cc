@@ -235,6 +235,8 @@ TEST(TrainTinyTest, PolicyFileRunsAsWritten) {
        "zenflow_topk_ratio = 1.5 must be in (0, 1]"},
       {"--policy-file=" + write("p7.json", R"({"preset": "zenflow", "offload": "none"})"),
        "zenflow needs offload = optimizer"},
+      {"--policy-file=" + write("p8.json", R"({"preset": "zenflow", "zenflow_staleness": 4})"),
+       "zenflow_staleness = 4 must be auto or in [0, zenflow_update_interval = 4)"},
       {"--policy-file=" + good + " --policy=baton", "--policy and --policy-file"},
       {"--policy-file=" + dir + "/missing.json", "cannot read policy file"},
   };
