@@ -442,6 +442,12 @@ Status Executor::PostNode(int i) {
   }
   BATON_RETURN_IF_ERROR(Trace(i, false));
   if (node_events_[i]) BATON_RETURN_IF_ERROR(node_events_[i]->Record(s));
+  if (graph_.policy.zenflow && n.kind == NodeKind::kOptimizer && n.bucket >= 0 &&
+      graph_.buffers[n.reads.back()].role != BufferRole::kTopkState) {
+    // After the observer's and the trace's end, like zf_done_: the cast on
+    // the host-update stream waits for all of OPT, not only its work.
+    BATON_RETURN_IF_ERROR(zf_ready_[n.bucket]->Record(s));
+  }
   if (graph_.policy.zenflow && n.kind == NodeKind::kCast &&
       zenflow_[n.bucket]->update_step(step_)) {
     // After the observer's and the trace's end: what waits on the update
@@ -603,8 +609,9 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   return cb.optimizer(ctx);
 }
 
-// ZenFlow's nodes (scheduler/zenflow_exec.h); the D2H and the first cast
-// are the plain ones (*handled = false).
+// ZenFlow's nodes (scheduler/zenflow_exec.h); the D2H and compute nodes are
+// the plain ones (*handled = false); the first cast runs here too
+// (zenflow_init_cast_).
 Status Executor::RunZenFlowWork(int i, bool* handled) {
   const Node& n = graph_.nodes[i];
   *handled = false;
@@ -675,7 +682,7 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
            accum = static_cast<float*>(data(n.writes[3])) + (w % 2) * numel]() {
             return zf->Accumulate(step, g, t, scale, master, accum);
           }));
-      return zf_ready_[n.bucket]->Record(s);
+      return absl::OkStatus();  // PostNode records zf_ready_
     }
     case NodeKind::kCast: {
       // On the host-update stream (NodeStream), after OPT (PreNode).

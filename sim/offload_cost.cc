@@ -52,7 +52,10 @@ std::optional<double> OffloadNodeSeconds(const StepGraph& g, const Node& n,
       }
       return std::nullopt;
     case NodeKind::kCast:
-      if (OnHostStream(g, n)) return 0.0;  // fused into the host AdamW
+      // zero_offload's host AdamW writes the cast as it goes (fused). ZenFlow's
+      // executor casts in a pass of its own after the update, not priced here
+      // (one f32 read + one write of the shard per window).
+      if (OnHostStream(g, n)) return 0.0;
       return std::nullopt;
     default:
       return std::nullopt;
