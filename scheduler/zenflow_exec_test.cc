@@ -1,6 +1,7 @@
 // ZenFlow in the executor (host runtime, inproc ranks) against the plain
 // reference of its algorithm (ops::ZenFlowReference), step by step: the
-// weights every forward sees equal the reference's, bit for bit.
+// weights every forward sees equal the reference's, bit for bit, and so
+// does every rank's host master after the last step.
 //
 // The gradients are synthetic (the backward writes a fixed function of the
 // step and the element, independent of the weights): k/1024 with |k| <= 64,
@@ -48,6 +49,9 @@ float Grad(int64_t step, const ParamSlot& p, int64_t i) {
 
 // Every forward's view of every parameter, per rank: seen[rank][step][name].
 using Seen = std::vector<std::map<int64_t, std::map<std::string, std::vector<float>>>>;
+// After the run: each rank's host master (fp32) per bucket shard,
+// masters[rank][bucket], read with Executor::ReadMaster.
+using Masters = std::vector<std::vector<std::vector<float>>>;
 
 // Makes the host update of every window slow by a random 0..max_ms (so a
 // missing event shows as a difference from the reference): with
@@ -98,10 +102,11 @@ class SlowUpdate : public NodeObserver {
 };
 
 StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
-                           const ops::AdamWConfig& adamw) {
+                           const ops::AdamWConfig& adamw, Masters* masters) {
   BATON_ASSIGN_OR_RETURN(testing::InprocGroup group, CreateInprocGroup(ranks));
   std::vector<Status> errors(ranks);
   Seen seen(ranks);
+  masters->assign(ranks, {});
   RunRanks(ranks, [&](int r) {
     errors[r] = [&]() -> Status {
       BATON_ASSIGN_OR_RETURN(StepGraph graph,
@@ -143,6 +148,12 @@ StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
         });
       };
       for (int s = 0; s < steps; ++s) BATON_RETURN_IF_ERROR(exec->Step(cb));
+      // ReadMaster synchronizes every stream, the host-update stream's
+      // last (possibly still running) update included.
+      for (int b = 0; b < static_cast<int>(exec->graph().layout.buckets.size()); ++b) {
+        BATON_ASSIGN_OR_RETURN(auto m, exec->ReadMaster(b));
+        (*masters)[r].push_back(std::move(m));
+      }
       return exec->Synchronize();
     }();
     if (!errors[r].ok()) group.comms[r]->Abort();
@@ -162,14 +173,16 @@ void Compare(const Policy& policy, int ranks, int steps) {
   ops::AdamWConfig adamw;
   adamw.lr = 0.01f;
   adamw.weight_decay = 0.1f;
-  const auto seen = RunExecutor(policy, ranks, steps + 1, adamw);
+  Masters masters;
+  const auto seen = RunExecutor(policy, ranks, steps + 1, adamw, &masters);
   ASSERT_TRUE(seen.ok()) << seen.status();
   const ZenFlowIntervals z = ResolveZenFlow(policy);
   auto layout = BuildLayout(*ModelPreset("micro"), LayoutOptionsFor(policy, ranks));
   ASSERT_TRUE(layout.ok());
   int matrices = 0, vectors = 0;
   bool split_columns = false;
-  for (const Bucket& bk : layout->buckets) {
+  for (int b = 0; b < static_cast<int>(layout->buckets.size()); ++b) {
+    const Bucket& bk = layout->buckets[b];
     for (const ParamSlot& p : bk.params) {
       std::vector<float> init(p.numel);
       for (int64_t i = 0; i < p.numel; ++i) init[i] = testing::InitialValue(p, i);
@@ -213,7 +226,6 @@ void Compare(const Policy& policy, int ranks, int steps) {
               << p.name << " differs from the reference at step " << s
               << " on rank " << r << " of " << ranks;
         }
-        if (s == steps) break;
         std::vector<float> g(p.numel);
         for (int64_t i = 0; i < p.numel; ++i) g[i] = Grad(s, p, i);
         if (matrix) {
@@ -221,6 +233,7 @@ void Compare(const Policy& policy, int ranks, int steps) {
           ASSERT_TRUE(ref->Step(g).ok());
           updates += ref->host_updates() - before;
           selects += s % z.select == 0;
+          if (s == steps) break;
           continue;
         }
         for (int64_t i = 0; i < p.numel; ++i) h.accum[i] += g[i];
@@ -237,6 +250,24 @@ void Compare(const Policy& policy, int ranks, int steps) {
         std::fill(h.accum.begin(), h.accum.end(), 0.0f);
         h.pending = h.master;
         h.pending_at = s + 1 + z.staleness;
+      }
+      // The executor ran step `steps` too (its forward is the last one
+      // checked above); after it, every rank's host master holds what the
+      // reference's does, the last window's update included even when no
+      // forward has seen it yet.
+      const std::vector<float>& want_master = matrix ? ref->host_master() : h.master;
+      for (int r = 0; r < ranks; ++r) {
+        ASSERT_EQ(masters[r].size(), layout->buckets.size());
+        const std::vector<float>& m = masters[r][b];
+        ASSERT_EQ(static_cast<int64_t>(m.size()), bk.shard_numel);
+        for (int64_t i = 0; i < p.numel; ++i) {
+          const int64_t at = p.offset + i - r * bk.shard_numel;
+          if (at < 0 || at >= bk.shard_numel) continue;
+          ASSERT_EQ(std::memcmp(&m[at], &want_master[i], 4), 0)
+              << p.name << "[" << i << "]: host master " << m[at] << ", reference "
+              << want_master[i] << ", rank " << r << " of " << ranks << " after "
+              << steps + 1 << " steps";
+        }
       }
       if (matrix) {
         EXPECT_GE(selects, 2) << p.name;
