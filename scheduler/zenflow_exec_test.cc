@@ -1,12 +1,15 @@
 // ZenFlow in the executor (host runtime, inproc ranks) against the plain
 // reference of its algorithm (ops::ZenFlowReference), step by step: the
 // weights every forward sees equal the reference's, bit for bit, and so
-// does every rank's host master after the last step.
+// does every rank's host master after the last step. With bf16
+// parameters the forward sees the reference's weights rounded to bf16; with
+// micro_steps > 1 the reference steps with the micro-steps' mean gradient.
 //
 // The gradients are synthetic (the backward writes a fixed function of the
-// step and the element, independent of the weights): k/1024 with |k| <= 64,
-// the same on every rank. Their sums over ranks, the 1/ranks scaling
-// (ranks a power of two) and the column sums of squares are then exact in
+// step, the micro-step and the element, independent of the weights):
+// k/1024 with |k| <= 64, the same on every rank, exact in bf16 too. Their
+// sums over ranks and micro-steps, the 1/(ranks x micro_steps) scaling
+// (both powers of two) and the column sums of squares are then exact in
 // any order, so the executor's per-shard partial norms, all-reduced over
 // the shard group, equal the reference's row-order sums bit for bit and the
 // selection is the same; with general gradients they could differ in the
@@ -17,17 +20,20 @@
 #include <condition_variable>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "baton/ops/host_adamw.h"
 #include "baton/ops/zenflow_reference.h"
+#include "baton/runtime/dtype.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/testing.h"
 
@@ -45,6 +51,32 @@ float Grad(int64_t step, const ParamSlot& p, int64_t i) {
   h *= 0x94D049BB133111EBull;
   h ^= h >> 32;
   return static_cast<float>(static_cast<int>(h % 129) - 64) / 1024.0f;
+}
+
+// A tensor's element `i` as f32 (f32 or bf16 storage), and the store.
+float ReadAt(const TensorView& t, int64_t i) {
+  if (t.dtype == DataType::kBF16) return Bf16ToFloat(static_cast<const uint16_t*>(t.data)[i]);
+  return static_cast<const float*>(t.data)[i];
+}
+void WriteAt(const TensorView& t, int64_t i, float v) {
+  if (t.dtype == DataType::kBF16) {
+    static_cast<uint16_t*>(t.data)[i] = FloatToBf16(v);
+  } else {
+    static_cast<float*>(t.data)[i] = v;
+  }
+}
+std::vector<float> ReadAsF32(const TensorView& t) {
+  std::vector<float> v(t.param->numel);
+  for (int64_t i = 0; i < t.param->numel; ++i) v[i] = ReadAt(t, i);
+  return v;
+}
+
+// The weights a forward sees when the parameters are stored as `t`.
+std::vector<float> RoundTo(DataType t, std::vector<float> v) {
+  if (t == DataType::kBF16) {
+    for (float& x : v) x = Bf16ToFloat(FloatToBf16(x));
+  }
+  return v;
 }
 
 // Every forward's view of every parameter, per rank: seen[rank][step][name].
@@ -106,6 +138,7 @@ StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
   BATON_ASSIGN_OR_RETURN(testing::InprocGroup group, CreateInprocGroup(ranks));
   std::vector<Status> errors(ranks);
   Seen seen(ranks);
+  std::vector<int> micro_differ(ranks, 0);
   masters->assign(ranks, {});
   RunRanks(ranks, [&](int r) {
     errors[r] = [&]() -> Status {
@@ -125,24 +158,46 @@ StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
         for (int64_t i = 0; i < p.numel; ++i) out[i] = testing::InitialValue(p, i);
       }));
       auto* mine = &seen[r];
+      auto* differ = &micro_differ[r];
+      const int micro = policy.micro_steps;
+      // (step, micro-step, parameter) a backward already wrote: a tied
+      // weight's second user in the same micro-step adds nothing.
+      auto written = std::make_shared<std::set<std::tuple<int64_t, int, std::string>>>();
       StepCallbacks cb;
-      cb.compute = [mine](const ComputeContext& ctx) -> Status {
+      cb.compute = [mine, differ, micro, written](const ComputeContext& ctx) -> Status {
         if (ctx.kind == NodeKind::kRecompute) return absl::OkStatus();
         std::vector<TensorView> params = ctx.params, grads = ctx.grads;
-        std::vector<bool> acc = ctx.grad_accumulate;
         const int64_t step = ctx.step;
+        const int m = ctx.micro_step;
         const bool fwd = ctx.kind == NodeKind::kForward;
+        // Per gradient: 0 skip, 1 assign, 2 add (an earlier micro-step's
+        // value is in the buffer).
+        std::vector<int> mode(grads.size(), 0);
+        if (!fwd) {
+          for (size_t k = 0; k < grads.size(); ++k) {
+            if (!written->insert({step, m, grads[k].param->name}).second) continue;
+            mode[k] = ctx.grad_accumulate[k] ? 2 : 1;
+          }
+        }
         return ctx.stream->Enqueue([=]() {
           for (size_t k = 0; k < params.size(); ++k) {
             const ParamSlot& p = *params[k].param;
             if (fwd) {
-              const float* d = static_cast<const float*>(params[k].data);
-              (*mine)[step][p.name].assign(d, d + p.numel);
+              std::vector<float> v = ReadAsF32(params[k]);
+              auto& slot = (*mine)[step][p.name];
+              if (m == 0) {
+                slot = std::move(v);
+              } else if (v != slot) {
+                ++*differ;  // every micro-step's forward sees the same weights
+              }
               continue;
             }
-            if (acc[k]) continue;  // a second user adds nothing
-            float* g = static_cast<float*>(grads[k].data);
-            for (int64_t i = 0; i < p.numel; ++i) g[i] = Grad(step, p, i);
+            if (mode[k] == 0) continue;
+            for (int64_t i = 0; i < p.numel; ++i) {
+              float g = Grad(step * micro + m, p, i);
+              if (mode[k] == 2) g += ReadAt(grads[k], i);
+              WriteAt(grads[k], i, g);
+            }
           }
           return absl::OkStatus();
         });
@@ -159,6 +214,12 @@ StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
     if (!errors[r].ok()) group.comms[r]->Abort();
   });
   for (const Status& st : errors) BATON_RETURN_IF_ERROR(st);
+  for (int r = 0; r < ranks; ++r) {
+    if (micro_differ[r] != 0) {
+      return absl::InternalError(absl::StrCat(
+          "rank ", r, ": ", micro_differ[r], " later micro-step forwards saw other weights"));
+    }
+  }
   return seen;
 }
 
@@ -215,7 +276,8 @@ void Compare(const Policy& policy, int ranks, int steps) {
       int64_t selects = 0, updates = 0;
       for (int64_t s = 0; s <= steps; ++s) {
         if (h.pending_at == s) h.device = h.pending;
-        const std::vector<float>& want = matrix ? ref->weights() : h.device;
+        const std::vector<float> want =
+            RoundTo(policy.param_dtype, matrix ? ref->weights() : h.device);
         for (int r = 0; r < ranks; ++r) {
           const auto at = (*seen)[r].find(s);
           ASSERT_NE(at, (*seen)[r].end()) << "no forward at step " << s;
@@ -226,8 +288,15 @@ void Compare(const Policy& policy, int ranks, int steps) {
               << p.name << " differs from the reference at step " << s
               << " on rank " << r << " of " << ranks;
         }
+        // The effective gradient: the mean over the micro-steps (exact:
+        // multiples of 1/1024, micro_steps a power of two).
+        const int micro = policy.micro_steps;
         std::vector<float> g(p.numel);
-        for (int64_t i = 0; i < p.numel; ++i) g[i] = Grad(s, p, i);
+        for (int64_t i = 0; i < p.numel; ++i) {
+          float sum = 0.0f;
+          for (int m = 0; m < micro; ++m) sum += Grad(s * micro + m, p, i);
+          g[i] = sum * (1.0f / static_cast<float>(micro));
+        }
         if (matrix) {
           const int64_t before = ref->host_updates();
           ASSERT_TRUE(ref->Step(g).ok());
@@ -327,6 +396,40 @@ TEST(ZenFlowExecTest, StalenessFourRanksMatchTheReference) {
   CompareStaleness(4);
   // The preset: everything auto (update 4, select 4, staleness 3).
   Compare(ZenFlow(kAutoInterval, kAutoInterval, 0.05, kAutoInterval), 4, 10);
+}
+
+// Gradient accumulation: micro_steps = 2, each micro-step's backward its
+// own gradient; the reference steps with their mean (grad_scale =
+// 1 / (ranks x micro_steps)), with and without a reduction per micro-step.
+TEST(ZenFlowExecTest, MicroStepsMatchTheReference) {
+  for (bool every : {false, true}) {
+    for (int ranks : {1, 2}) {
+      for (int d : {0, 1}) {
+        SCOPED_TRACE(absl::StrCat(ranks, " ranks, reduce_every_micro_step ", every,
+                                  ", staleness ", d));
+        Policy p = ZenFlow(4, 2, 0.25, d);
+        p.micro_steps = 2;
+        p.reduce_every_micro_step = every;
+        Compare(p, ranks, 9);
+      }
+    }
+  }
+}
+
+// bf16 parameters: every forward sees the reference's weights rounded to
+// bf16 (round to nearest even, runtime/dtype.h); the host master stays the
+// reference's fp32 one. Reduce in f32 and in bf16 (the synthetic gradients
+// and their sums over two ranks are exact in bf16).
+TEST(ZenFlowExecTest, Bf16ParamsMatchTheReference) {
+  for (DataType reduce : {DataType::kF32, DataType::kBF16}) {
+    for (int d : {0, 2}) {
+      SCOPED_TRACE(absl::StrCat("reduce ", DataTypeName(reduce), ", staleness ", d));
+      Policy p = ZenFlow(3, 3, 0.25, d);
+      p.param_dtype = DataType::kBF16;
+      p.reduce_dtype = reduce;
+      Compare(p, 2, 11);
+    }
+  }
 }
 
 // Orders the host update against the next step's forwards. Every ZenFlow
