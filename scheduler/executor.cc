@@ -379,6 +379,7 @@ Status Executor::PreNode(int i) {
     BATON_RETURN_IF_ERROR(s.Wait(*zf_ready_[n.bucket]));
   }
   for (int w : n.waits) BATON_RETURN_IF_ERROR(s.Wait(*node_events_[w]));
+  if (graph_.policy.zenflow) BATON_RETURN_IF_ERROR(ZenFlowWaits(i, s));
   BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWork, s));
   if (options_.max_delay_us > 0) {
     const int us = static_cast<int>(rng_() % (options_.max_delay_us + 1));
@@ -609,6 +610,46 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   return cb.optimizer(ctx);
 }
 
+// ZenFlow's waits on the host update's done events (scheduler/zenflow_exec.h),
+// issued in PreNode with the graph's waits, before the observer's "before
+// work" point and the trace's start: a node's traced start follows every
+// wait it has.
+Status Executor::ZenFlowWaits(int i, Stream& s) {
+  const Node& n = graph_.nodes[i];
+  if (n.bucket < 0) return absl::OkStatus();
+  const ZenFlowState* zf = zenflow_[n.bucket].get();
+  if (zf == nullptr) return absl::OkStatus();
+  const int64_t step = step_;
+  const int64_t w = zf->window(step);
+  auto done = [&](int64_t window) -> Status {
+    return s.Wait(*zf_done_[2 * n.bucket + window % 2]);
+  };
+  auto role = [&](int b) { return graph_.buffers[b].role; };
+  if (n.kind == NodeKind::kOptimizer && role(n.reads.back()) == BufferRole::kTopkState) {
+    // TOPK reads the host master (not declared in the graph) on a selection
+    // step only, for the newly selected columns: after the host update of
+    // the window that just ended.
+    if (zf->select_step(step) && w >= 1) return done(w - 1);
+    return absl::OkStatus();
+  }
+  if (n.kind == NodeKind::kOptimizer) {
+    // OPT, the first step of a window: two windows back used this
+    // accumulator, its update is done (the event's last record is that
+    // window's). A selection step hands values back into the master the
+    // last window's cast reads.
+    if (step % zf->update_interval() != 0 || w < 1) return absl::OkStatus();
+    BATON_RETURN_IF_ERROR(done(w));
+    if (zf->select_step(step)) return done(w - 1);
+    return absl::OkStatus();
+  }
+  if (n.kind == NodeKind::kH2D) {
+    // The host shard the window's cast wrote.
+    const int64_t up = zf->upload_window(step);
+    if (up >= 0) return done(up);
+  }
+  return absl::OkStatus();
+}
+
 // ZenFlow's nodes (scheduler/zenflow_exec.h); the D2H and compute nodes are
 // the plain ones (*handled = false); the first cast runs here too
 // (zenflow_init_cast_).
@@ -649,12 +690,6 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
             master = b;
           }
         }
-        // The host master is read (not declared in the graph) on a
-        // selection step only, for the newly selected columns: after the
-        // host update of the window that just ended.
-        if (zf->select_step(step) && w >= 1) {
-          BATON_RETURN_IF_ERROR(s.Wait(*zf_done_[2 * n.bucket + (w - 1) % 2]));
-        }
         return s.Enqueue([zf, step, norms = static_cast<float*>(data(n.reads[1])),
                           nn = graph_.buffers[n.reads[1]].numel,
                           topk = static_cast<float*>(data(n.reads[2])),
@@ -666,15 +701,6 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
         });
       }
       // OPT on the host stream: this window's accumulator.
-      if (step % zf->update_interval() == 0 && w >= 1) {
-        // Two windows back used this accumulator: its update is done (the
-        // event's last record is that window's). A selection step hands
-        // values back into the master the last window's cast reads.
-        BATON_RETURN_IF_ERROR(s.Wait(*zf_done_[2 * n.bucket + w % 2]));
-        if (zf->select_step(step)) {
-          BATON_RETURN_IF_ERROR(s.Wait(*zf_done_[2 * n.bucket + (w - 1) % 2]));
-        }
-      }
       const int64_t numel = graph_.layout.buckets[n.bucket].shard_numel;
       BATON_RETURN_IF_ERROR(s.Enqueue(
           [zf, step, scale, g = data(n.reads[0]), t = graph_.buffers[n.reads[0]].dtype,
@@ -719,7 +745,6 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
     case NodeKind::kH2D: {
       const int64_t w = zf->upload_window(step);
       if (w == ZenFlowState::kNone) return absl::OkStatus();
-      if (w >= 0) BATON_RETURN_IF_ERROR(s.Wait(*zf_done_[2 * n.bucket + w % 2]));
       const int shard = n.writes[0], stage = n.writes[1];
       BATON_RETURN_IF_ERROR(s.MemcpyAsync(data(stage), data(n.reads[0]),
                                           graph_.buffers[stage].bytes()));

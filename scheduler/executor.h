@@ -277,6 +277,7 @@ class Executor {
   std::vector<std::unique_ptr<ZenFlowState>> zenflow_;
   bool zenflow_init_cast_ = false;  // InitParameters' cast: always cast
   Status RunZenFlowWork(int i, bool* handled);
+  Status ZenFlowWaits(int i, Stream& s);
   // ZenFlow: the host-update stream, outside BeginStep's barrier, and the
   // events that order it (zenflow_exec.h), per bucket; zf_done_[2b + p] for
   // window parity p.

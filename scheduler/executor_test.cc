@@ -27,8 +27,11 @@ struct RunResult {
 // flag is set but the optimizer does not write it (kNobody: must fail).
 enum class CastBy { kExecutor, kOptimizer, kNobody };
 
+// `compare` false: only run (ZenFlow runs its own optimizer, not the toy
+// model's; scheduler/zenflow_exec_test.cc compares it with its reference).
 RunResult Train(const ModelSpec& spec, const Policy& policy, int ranks, int steps,
-              const ExecutorOptions& options = {}, CastBy cast = CastBy::kExecutor) {
+              const ExecutorOptions& options = {}, CastBy cast = CastBy::kExecutor,
+              bool compare = true) {
   RunResult result;
   auto group = CreateInprocGroup(ranks);
   if (!group.ok()) {
@@ -88,7 +91,7 @@ RunResult Train(const ModelSpec& spec, const Policy& policy, int ranks, int step
       group->comms[r]->Abort();
       return;
     }
-    errors[r] = ToyModel::CompareShards(**exec, ref);
+    if (compare) errors[r] = ToyModel::CompareShards(**exec, ref);
     result.traces[r] = (*exec)->TakeTrace();
   });
   for (int r = 0; r < ranks; ++r) {
@@ -198,6 +201,96 @@ TEST(ExecutorTest, ExecutedOrderRespectsEveryEdge) {
         }
       }
     }
+  }
+}
+
+// The same for the zenflow preset, staleness 0 and auto (3, update 4), with
+// one exception: each bucket's CAST (the window's host update and cast)
+// runs on the host-update stream, outside the step barrier. It is left out
+// of its graph stream's FIFO and of the steps' no-overlap check; instead
+// the CASTs run in issue order, every graph edge (OPT -> CAST included)
+// holds, and an update's CAST ends before the H2D of step e + 1 + d that
+// uploads what it wrote starts.
+TEST(ExecutorTest, ZenFlowExecutedOrderRespectsEveryEdge) {
+  constexpr int kRanks = 2, kSteps = 12;  // windows end at 3, 7, 11
+  for (int staleness : {0, kAutoInterval}) {
+    Policy p = *PolicyPreset("zenflow");
+    p.param_dtype = DataType::kF32;
+    p.micro_steps = 2;
+    p.zenflow_staleness = staleness;
+    const ZenFlowIntervals z = ResolveZenFlow(p);
+    const std::string name = absl::StrCat("zenflow, staleness ", z.staleness);
+    ExecutorOptions o;
+    o.trace = true;
+    o.max_delay_us = 200;
+    const RunResult r = Train(Micro(), p, kRanks, kSteps, o, CastBy::kExecutor,
+                              /*compare=*/false);
+    ASSERT_EQ(r.error, "") << name;
+    auto graph = BuildStepGraph(Micro(), p, kRanks);
+    ASSERT_TRUE(graph.ok());
+    const int nn = static_cast<int>(graph->nodes.size());
+    auto is_cast = [&](int i) { return graph->nodes[i].kind == NodeKind::kCast; };
+    int uploads_checked = 0;
+    for (int rank = 0; rank < kRanks; ++rank) {
+      const auto& trace = r.traces[rank];
+      ASSERT_EQ(trace.size(), static_cast<size_t>(nn) * kSteps) << name;
+      std::vector<std::vector<TraceRecord>> at(kSteps, std::vector<TraceRecord>(nn));
+      for (const TraceRecord& t : trace) at[t.step][t.node] = t;
+      const TraceRecord* last_cast = nullptr;
+      for (int s = 0; s < kSteps; ++s) {
+        for (const GraphEdge& e : graph->edges) {
+          EXPECT_LT(at[s][e.from].end, at[s][e.to].start)
+              << name << " step " << s << ": " << graph->nodes[e.from].name
+              << " -> " << graph->nodes[e.to].name;
+        }
+        std::vector<int> last(graph->num_streams, -1);
+        for (int i = 0; i < nn; ++i) {
+          const Node& n = graph->nodes[i];
+          if (is_cast(i)) {
+            // The host-update stream: issue order, across steps too.
+            if (last_cast != nullptr) {
+              EXPECT_LT(last_cast->end, at[s][i].start) << name << " " << n.name;
+            }
+            last_cast = &at[s][i];
+            // After its OPT (the host stream's node before it).
+            ASSERT_GT(i, 0);
+            const Node& opt = graph->nodes[i - 1];
+            ASSERT_EQ(opt.kind, NodeKind::kOptimizer) << n.name;
+            ASSERT_EQ(opt.bucket, n.bucket) << n.name;
+            EXPECT_LT(at[s][i - 1].end, at[s][i].start) << name << " step " << s;
+            // Before the H2D that uploads the window's update.
+            const int64_t u = s + 1 + z.staleness;
+            if ((s + 1) % z.update != 0 || u >= kSteps) continue;
+            for (int h = 0; h < nn; ++h) {
+              const Node& h2d = graph->nodes[h];
+              if (h2d.kind != NodeKind::kH2D || h2d.bucket != n.bucket) continue;
+              EXPECT_LT(at[s][i].end, at[u][h].start)
+                  << name << ": " << n.name << " of step " << s << ", H2D of step " << u;
+              ++uploads_checked;
+            }
+            continue;
+          }
+          int& l = last[n.stream.index()];
+          if (l >= 0) {
+            EXPECT_LT(at[s][l].end, at[s][i].start) << name << " " << n.name;
+          }
+          l = i;
+        }
+        // Steps do not overlap (the CASTs aside).
+        if (s > 0) {
+          uint64_t prev_end = 0, start = ~uint64_t{0};
+          for (int i = 0; i < nn; ++i) {
+            if (is_cast(i)) continue;
+            prev_end = std::max(prev_end, at[s - 1][i].end);
+            start = std::min(start, at[s][i].start);
+          }
+          EXPECT_LT(prev_end, start) << name << " step " << s;
+        }
+      }
+    }
+    // Two ranks, at least two buckets, windows ending at 3 and 7 (and 11
+    // with staleness 0).
+    EXPECT_GE(uploads_checked, kRanks * 2 * 2) << name;
   }
 }
 
