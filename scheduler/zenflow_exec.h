@@ -32,7 +32,8 @@
 //                            selected now (those are newer on the device)
 // The algorithm is ops/zenflow.h's, checked against ops::ZenFlowReference
 // bit for bit (scheduler/zenflow_exec_test.cc) for staleness 0 ..
-// update_interval - 1.
+// update_interval - 1, micro_steps 1 and 2, f32 and bf16 parameters (the
+// forward then sees the reference's weights rounded to bf16).
 //
 // Staleness. The executor runs the CAST node's work (the long host update
 // and the cast) on a stream of its own, the host-update stream, which is
