@@ -4,7 +4,8 @@
 Usage: summarize.py BEP.json [BEP.json ...] [--result NAME=EXIT_CODE ...]
 
 For every test target it reads the target's test.xml (GoogleTest or Bazel's
-own) and counts test cases passed, failed and skipped. A target that failed
+own; one per shard of a sharded target, all counted) and counts test cases
+passed, failed and skipped. A target that failed
 without any failing case in its XML (crash, timeout, sanitizer report) counts
 as one failed case; a test target that failed to build counts as one failed
 case. Prints one line per run, then the plain line
@@ -58,13 +59,18 @@ def summarize(bep_path):
                 label = eid["targetCompleted"]["label"]
                 completed[label] = ev.get("completed", {}).get("success", False)
             elif "testResult" in eid:
-                label = eid["testResult"]["label"]
+                tr = eid["testResult"]
+                label = tr["label"]
                 res = ev.get("testResult", {})
                 xml = None
                 for out in res.get("testActionOutput", []):
                     if out.get("name") == "test.xml":
                         xml = urllib.parse.urlparse(out.get("uri", "")).path
-                results[label] = (res.get("status", "NO_STATUS"), xml)
+                # One event per run, shard and attempt: every shard counts
+                # (each holds its own cases), the last attempt of each wins.
+                key = (tr.get("run", 1), tr.get("shard", 1))
+                results.setdefault(label, {})[key] = (
+                    res.get("status", "NO_STATUS"), xml)
     passed = failed = skipped = 0
     failed_targets = []
     for label in sorted(test_targets):
@@ -72,16 +78,18 @@ def summarize(bep_path):
             failed += 1
             failed_targets.append(label + " (not run: build failed)")
             continue
-        status, xml = results[label]
-        counts = xml_counts(xml) if xml else None
-        if counts is None:
-            counts = (1, 0, 0) if status == "PASSED" else (0, 1, 0)
-        p, fl, s = counts
-        if status != "PASSED" and fl == 0:
-            fl = 1
-        passed, failed, skipped = passed + p, failed + fl, skipped + s
-        if status != "PASSED":
-            failed_targets.append("%s (%s)" % (label, status))
+        for key in sorted(results[label]):
+            status, xml = results[label][key]
+            counts = xml_counts(xml) if xml else None
+            if counts is None:
+                counts = (1, 0, 0) if status == "PASSED" else (0, 1, 0)
+            p, fl, s = counts
+            if status != "PASSED" and fl == 0:
+                fl = 1
+            passed, failed, skipped = passed + p, failed + fl, skipped + s
+            if status != "PASSED":
+                shard = "" if len(results[label]) == 1 else " run %d shard %d" % key
+                failed_targets.append("%s%s (%s)" % (label, shard, status))
     return passed, failed, skipped, failed_targets
 
 
