@@ -69,11 +69,11 @@ __device__ __forceinline__ void GroupSlots(const Slots& s, int64_t c0, int64_t c
   }
 }
 
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    Split(const T* __restrict__ grad, const int32_t* __restrict__ table,
-          float* __restrict__ selected, float* __restrict__ rest, int64_t c0, int64_t n,
-          int64_t cols, float scale) {
+// f(i0, t, k) with GroupSlots' arrays for every group of the block's n
+// elements this thread owns (grid-stride): the loop of the element kernels.
+template <typename F>
+__device__ __forceinline__ void ForEachGroup(const int32_t* table, int64_t c0, int64_t n,
+                                             int64_t cols, F f) {
   const Slots s = ReadSlots(table, cols, c0);
   const int64_t groups = (n + kGroup - 1) / kGroup;
   for (int64_t g = ThreadIndex(); g < groups; g += GridStride()) {
@@ -81,6 +81,17 @@ __global__ void __launch_bounds__(kThreads)
     int32_t t[kGroup];
     int64_t k[kGroup];
     GroupSlots(s, c0, cols, i0, t, k);
+    f(i0, t, k);
+  }
+}
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    Split(const T* __restrict__ grad, const int32_t* __restrict__ table,
+          float* __restrict__ selected, float* __restrict__ rest, int64_t c0, int64_t n,
+          int64_t cols, float scale) {
+  ForEachGroup(table, c0, n, cols,
+               [&](int64_t i0, const int32_t(&t)[kGroup], const int64_t(&k)[kGroup]) {
     if (kVec && i0 + kGroup <= n) {
       float gv[kGroup], rv[kGroup];
       LoadVec<T, kGroup>(grad + i0, gv);
@@ -117,42 +128,32 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-  }
+  });
 }
 
 __global__ void __launch_bounds__(kThreads)
     Gather(const float* __restrict__ src, const int32_t* __restrict__ table,
            float* __restrict__ packed, int64_t c0, int64_t n, int64_t cols) {
-  const Slots s = ReadSlots(table, cols, c0);
-  const int64_t groups = (n + kGroup - 1) / kGroup;
-  for (int64_t g = ThreadIndex(); g < groups; g += GridStride()) {
-    const int64_t i0 = g * kGroup;
-    int32_t t[kGroup];
-    int64_t k[kGroup];
-    GroupSlots(s, c0, cols, i0, t, k);
+  ForEachGroup(table, c0, n, cols,
+               [&](int64_t i0, const int32_t(&t)[kGroup], const int64_t(&k)[kGroup]) {
 #pragma unroll
     for (int e = 0; e < kGroup; ++e) {
       if (i0 + e < n && t[e] >= 0) packed[k[e]] = src[i0 + e];
     }
-  }
+  });
 }
 
 template <typename D>
 __global__ void __launch_bounds__(kThreads)
     Scatter(const float* __restrict__ packed, const int32_t* __restrict__ table,
             D* __restrict__ dst, int64_t c0, int64_t n, int64_t cols) {
-  const Slots s = ReadSlots(table, cols, c0);
-  const int64_t groups = (n + kGroup - 1) / kGroup;
-  for (int64_t g = ThreadIndex(); g < groups; g += GridStride()) {
-    const int64_t i0 = g * kGroup;
-    int32_t t[kGroup];
-    int64_t k[kGroup];
-    GroupSlots(s, c0, cols, i0, t, k);
+  ForEachGroup(table, c0, n, cols,
+               [&](int64_t i0, const int32_t(&t)[kGroup], const int64_t(&k)[kGroup]) {
 #pragma unroll
     for (int e = 0; e < kGroup; ++e) {
       if (i0 + e < n && t[e] >= 0) dst[i0 + e] = dtype_device::FromFloat<D>(packed[k[e]]);
     }
-  }
+  });
 }
 
 // Bit copies: W is uint32_t (f32) or uint16_t (bf16), never converted.
@@ -161,13 +162,9 @@ __global__ void __launch_bounds__(kThreads)
     Copy(const W* src, W* dst,  // may alias (a no-op then)
          const int32_t* __restrict__ table, int64_t c0, int64_t n, int64_t cols,
          bool want_selected) {
-  const Slots s = ReadSlots(table, cols, c0);
-  const int64_t groups = (n + kGroup - 1) / kGroup;
-  for (int64_t g = ThreadIndex(); g < groups; g += GridStride()) {
-    const int64_t i0 = g * kGroup;
-    int32_t t[kGroup];
-    int64_t k[kGroup];  // unused: copies need no packed index
-    GroupSlots(s, c0, cols, i0, t, k);
+  // Copies need no packed index.
+  ForEachGroup(table, c0, n, cols,
+               [&](int64_t i0, const int32_t(&t)[kGroup], const int64_t(&)[kGroup]) {
     bool own[kGroup];
     bool all = true;
 #pragma unroll
@@ -191,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
         if (i0 + e < n && own[e]) dst[i0 + e] = src[i0 + e];
       }
     }
-  }
+  });
 }
 
 // Work item w = q * cols + c: column c's rows of chunk q, summed in row
