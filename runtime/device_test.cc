@@ -121,6 +121,16 @@ class Gate {
 #endif
 };
 
+// Enqueues host work on `s` that sets *flag (bool or std::atomic<bool>),
+// so a test can see whether work behind a wait has run.
+template <typename Flag>
+Status SetWhenRun(Stream& s, Flag* flag) {
+  return s.Enqueue([flag]() {
+    *flag = true;
+    return Status();
+  });
+}
+
 TEST_P(DeviceTest, WorkOnOneStreamRunsInFifoOrder) {
   auto s = NewStream();
   std::vector<int> order;
@@ -167,10 +177,7 @@ TEST_P(DeviceTest, WaitDoesNotBlockTheIssuingThread) {
   // Every call below returns while `a` is blocked.
   ASSERT_TRUE(b->Wait(*e).ok());
   std::atomic<bool> ran{false};
-  ASSERT_TRUE(b->Enqueue([&]() {
-                 ran = true;
-                 return Status();
-               }).ok());
+  ASSERT_TRUE(SetWhenRun(*b, &ran).ok());
   StatusOr<bool> done = e->Query();
   ASSERT_TRUE(done.ok());
   EXPECT_FALSE(*done);
@@ -193,10 +200,7 @@ TEST_P(DeviceTest, WaitOnNeverRecordedEventIsNoOp) {
   EXPECT_TRUE(e->Synchronize().ok());
   ASSERT_TRUE(b->Wait(*e).ok());
   bool ran = false;
-  ASSERT_TRUE(b->Enqueue([&]() {
-                 ran = true;
-                 return Status();
-               }).ok());
+  ASSERT_TRUE(SetWhenRun(*b, &ran).ok());
   ASSERT_TRUE(b->Synchronize().ok());
   EXPECT_TRUE(ran);
 }
@@ -212,17 +216,11 @@ TEST_P(DeviceTest, WaitCapturesTheRecordCurrentAtTheTimeOfTheWait) {
   ASSERT_TRUE(e->Record(*a).ok());  // record 1: held by the gate
   ASSERT_TRUE(b->Wait(*e).ok());    // captures record 1
   std::atomic<bool> b_ran{false};
-  ASSERT_TRUE(b->Enqueue([&]() {
-                 b_ran = true;
-                 return Status();
-               }).ok());
+  ASSERT_TRUE(SetWhenRun(*b, &b_ran).ok());
   ASSERT_TRUE(e->Record(*c).ok());  // record 2 on an idle stream
   ASSERT_TRUE(d->Wait(*e).ok());    // captures record 2
   std::atomic<bool> d_ran{false};
-  ASSERT_TRUE(d->Enqueue([&]() {
-                 d_ran = true;
-                 return Status();
-               }).ok());
+  ASSERT_TRUE(SetWhenRun(*d, &d_ran).ok());
   // d proceeds although record 1 is still pending; b does not, although the
   // event's most recent record (2) has completed.
   ASSERT_TRUE(d->Synchronize().ok());
@@ -246,10 +244,7 @@ TEST_P(DeviceTest, WaitValueHoldsTheStreamUntilALaterWrite) {
   auto b = NewStream();
   ASSERT_TRUE(b->WaitValue(&w[0], 7).ok());
   std::atomic<bool> ran{false};
-  ASSERT_TRUE(b->Enqueue([&]() {
-                 ran = true;
-                 return Status();
-               }).ok());
+  ASSERT_TRUE(SetWhenRun(*b, &ran).ok());
   std::this_thread::sleep_for(milliseconds(20));
   EXPECT_FALSE(ran.load());
   device_->HostWriteValue(&w[0], 6);  // not enough
@@ -274,10 +269,7 @@ TEST_P(DeviceTest, WriteValueOrdersAcrossStreams) {
   ASSERT_TRUE(a->WriteValue(w, 3).ok());
   ASSERT_TRUE(b->WaitValue(w, 3).ok());
   std::atomic<bool> ran{false};
-  ASSERT_TRUE(b->Enqueue([&]() {
-                 ran = true;
-                 return Status();
-               }).ok());
+  ASSERT_TRUE(SetWhenRun(*b, &ran).ok());
   std::this_thread::sleep_for(milliseconds(20));
   EXPECT_FALSE(ran.load());
   EXPECT_EQ(HostReadValue(w), 0u);
@@ -324,10 +316,7 @@ TEST_P(DeviceTest, ErrorSinkFailsTheStreamAtOnce) {
   Gate gate;
   ASSERT_TRUE(gate.Close(*a).ok());
   std::atomic<bool> ran{false};
-  ASSERT_TRUE(a->Enqueue([&]() {
-                 ran = true;
-                 return Status();
-               }).ok());
+  ASSERT_TRUE(SetWhenRun(*a, &ran).ok());
   sink->Fail(absl::DeadlineExceededError("peer gone"));
   sink->Fail(absl::InternalError("second"));
   gate.Open();
@@ -437,10 +426,7 @@ TEST_P(DeviceTest, ErrorSurfacesAtSynchronizeAndSkipsLaterWork) {
   bool later_ran = false;
   ASSERT_TRUE(a->Enqueue([]() { return absl::DataLossError("bad shard"); })
                   .ok());
-  ASSERT_TRUE(a->Enqueue([&]() {
-                 later_ran = true;
-                 return Status();
-               }).ok());
+  ASSERT_TRUE(SetWhenRun(*a, &later_ran).ok());
   ASSERT_TRUE(e->Record(*a).ok());
   Status s = a->Synchronize();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
@@ -452,20 +438,14 @@ TEST_P(DeviceTest, ErrorSurfacesAtSynchronizeAndSkipsLaterWork) {
   EXPECT_EQ(e->Synchronize().code(), absl::StatusCode::kDataLoss);
   // An unrelated stream is unaffected.
   bool c_ran = false;
-  ASSERT_TRUE(c->Enqueue([&]() {
-                 c_ran = true;
-                 return Status();
-               }).ok());
+  ASSERT_TRUE(SetWhenRun(*c, &c_ran).ok());
   EXPECT_TRUE(c->Synchronize().ok());
   EXPECT_TRUE(c_ran);
   if (GetParam() == DeviceKind::kHost) {
     // On the host runtime the error follows the event edge.
     ASSERT_TRUE(b->Wait(*e).ok());
     bool b_ran = false;
-    ASSERT_TRUE(b->Enqueue([&]() {
-                   b_ran = true;
-                   return Status();
-                 }).ok());
+    ASSERT_TRUE(SetWhenRun(*b, &b_ran).ok());
     EXPECT_EQ(b->Synchronize().code(), absl::StatusCode::kDataLoss);
     EXPECT_FALSE(b_ran);
   }
