@@ -684,12 +684,7 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
     case NodeKind::kOptimizer: {
       const int64_t w = zf->window(step);
       if (role(n.reads.back()) == BufferRole::kTopkState) {
-        int master = -1;
-        for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
-          if (role(b) == BufferRole::kMaster && graph_.buffers[b].bucket == n.bucket) {
-            master = b;
-          }
-        }
+        const int master = BucketBuffer(n.bucket, BufferRole::kMaster);
         return s.Enqueue([zf, step, norms = static_cast<float*>(data(n.reads[1])),
                           nn = graph_.buffers[n.reads[1]].numel,
                           topk = static_cast<float*>(data(n.reads[2])),
@@ -722,14 +717,9 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
       if (zenflow_init_cast_) return cast();
       if (!zf->update_step(step)) return absl::OkStatus();
       const int64_t w = zf->window(step);
-      int m1 = -1, m2 = -1, accum = -1;
-      for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
-        const GraphBuffer& gb = graph_.buffers[b];
-        if (gb.bucket != n.bucket) continue;
-        if (gb.role == BufferRole::kMoment1) m1 = b;
-        if (gb.role == BufferRole::kMoment2) m2 = b;
-        if (gb.role == BufferRole::kHostAccum) accum = b;
-      }
+      const int m1 = BucketBuffer(n.bucket, BufferRole::kMoment1);
+      const int m2 = BucketBuffer(n.bucket, BufferRole::kMoment2);
+      const int accum = BucketBuffer(n.bucket, BufferRole::kHostAccum);
       const int64_t numel = graph_.layout.buckets[n.bucket].shard_numel;
       BATON_RETURN_IF_ERROR(s.Enqueue(
           [zf, w, master = static_cast<float*>(data(n.reads[0])),
@@ -811,16 +801,21 @@ Status Executor::Synchronize() {
 
 StatusOr<std::vector<float>> Executor::ReadMaster(int bucket) {
   BATON_RETURN_IF_ERROR(Synchronize());
+  const int b = BucketBuffer(bucket, BufferRole::kMaster);
+  if (b < 0) return absl::OutOfRangeError(absl::StrCat("executor: no bucket ", bucket));
+  const GraphBuffer& buf = graph_.buffers[b];
+  std::vector<float> out(buf.numel);
+  BATON_RETURN_IF_ERROR(
+      compute_stream().MemcpyAsync(out.data(), BufferData(b), buf.bytes()));
+  BATON_RETURN_IF_ERROR(compute_stream().Synchronize());
+  return out;
+}
+
+int Executor::BucketBuffer(int bucket, BufferRole role) const {
   for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
-    const GraphBuffer& buf = graph_.buffers[b];
-    if (buf.role != BufferRole::kMaster || buf.bucket != bucket) continue;
-    std::vector<float> out(buf.numel);
-    BATON_RETURN_IF_ERROR(
-        compute_stream().MemcpyAsync(out.data(), BufferData(b), buf.bytes()));
-    BATON_RETURN_IF_ERROR(compute_stream().Synchronize());
-    return out;
+    if (graph_.buffers[b].role == role && graph_.buffers[b].bucket == bucket) return b;
   }
-  return absl::OutOfRangeError(absl::StrCat("executor: no bucket ", bucket));
+  return -1;
 }
 
 Status Executor::CaptureStep(const StepCallbacks& callbacks) {

@@ -277,6 +277,9 @@ class Executor {
   std::vector<std::unique_ptr<ZenFlowState>> zenflow_;
   bool zenflow_init_cast_ = false;  // InitParameters' cast: always cast
   Status RunZenFlowWork(int i, bool* handled);
+  // The graph's buffer of `role` for `bucket` (one per bucket for the
+  // per-bucket roles), or -1.
+  int BucketBuffer(int bucket, BufferRole role) const;
   Status ZenFlowWaits(int i, Stream& s);
   // ZenFlow: the host-update stream, outside BeginStep's barrier, and the
   // events that order it (zenflow_exec.h), per bucket; zf_done_[2b + p] for
