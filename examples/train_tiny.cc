@@ -429,10 +429,6 @@ int Main(int argc, char** argv) {
   Job job;
   job.spec = ModelFromFlags(f);
   job.policy = PolicyFromFlags(f);
-  if (job.policy.zenflow && f.device != "cpu") {
-    Fail(absl::StrCat("policy ", job.policy.name, ": ZenFlow runs on the host runtime "
-                      "only (--device=cpu); its column ops have no CUDA kernels yet"));
-  }
   job.config.seq = f.seq;
   job.config.batch = f.batch;
   job.config.adamw.lr = static_cast<float>(f.lr);

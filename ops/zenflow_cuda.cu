@@ -1,4 +1,4 @@
-// CUDA kernels of ops/zenflow_cuda.h; the index arithmetic (virtual rows,
+// CUDA kernels of ops/zenflow_stream.h; the index arithmetic (virtual rows,
 // slot table, packed index) is ops/zenflow_kernels.h's, with its closed
 // forms.
 //
@@ -21,7 +21,7 @@
 // contraction into FMA, so the one-chunk case rounds as the host loop.
 //
 // Not yet run on a GPU: written and compiled (sm_90) without one; the index
-// arithmetic is checked on the host (ops/zenflow_cuda_test.cc), the kernels
+// arithmetic is checked on the host (ops/zenflow_stream_test.cc), the kernels
 // by that test's GPU cases where a GPU is present.
 #include "baton/ops/cuda_util.cuh"
 #include "baton/ops/zenflow_kernels.h"
@@ -85,14 +85,16 @@ __device__ __forceinline__ void ForEachGroup(const int32_t* table, int64_t c0, i
   }
 }
 
-template <typename T, bool kVec>
+// kRest false: `rest` is null, only the selected elements are read and
+// written (kVec is then false).
+template <typename T, bool kVec, bool kRest>
 __global__ void __launch_bounds__(kThreads)
     Split(const T* __restrict__ grad, const int32_t* __restrict__ table,
           float* __restrict__ selected, float* __restrict__ rest, int64_t c0, int64_t n,
           int64_t cols, float scale) {
   ForEachGroup(table, c0, n, cols,
                [&](int64_t i0, const int32_t(&t)[kGroup], const int64_t(&k)[kGroup]) {
-    if (kVec && i0 + kGroup <= n) {
+    if (kVec && kRest && i0 + kGroup <= n) {
       float gv[kGroup], rv[kGroup];
       LoadVec<T, kGroup>(grad + i0, gv);
       LoadVec<float, kGroup>(rest + i0, rv);
@@ -120,6 +122,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < kGroup; ++e) {
         const int64_t i = i0 + e;
         if (i >= n) break;
+        if (!kRest && t[e] < 0) continue;
         const float v = __fmul_rn(dtype_device::ToFloat(grad[i]), scale);
         if (t[e] >= 0) {
           selected[k[e]] = v;
@@ -296,10 +299,14 @@ template <typename T>
 int SplitTyped(const T* grad, int64_t c0, int64_t n, int64_t cols, const int32_t* table,
                float scale, float* selected, float* rest, cudaStream_t s) {
   const unsigned grid = GridFor((n + kGroup - 1) / kGroup, kElementBlocksPerSm);
-  if (AlignedTo(grad, kGroup * sizeof(T)) && Aligned16({rest})) {
-    Split<T, true><<<grid, kThreads, 0, s>>>(grad, table, selected, rest, c0, n, cols, scale);
+  if (rest == nullptr) {
+    Split<T, false, false>
+        <<<grid, kThreads, 0, s>>>(grad, table, selected, rest, c0, n, cols, scale);
+  } else if (AlignedTo(grad, kGroup * sizeof(T)) && Aligned16({rest})) {
+    Split<T, true, true><<<grid, kThreads, 0, s>>>(grad, table, selected, rest, c0, n, cols, scale);
   } else {
-    Split<T, false><<<grid, kThreads, 0, s>>>(grad, table, selected, rest, c0, n, cols, scale);
+    Split<T, false, true>
+        <<<grid, kThreads, 0, s>>>(grad, table, selected, rest, c0, n, cols, scale);
   }
   return static_cast<int>(cudaGetLastError());
 }

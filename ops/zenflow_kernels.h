@@ -1,7 +1,7 @@
-// The CUDA launchers of ops/zenflow_cuda.h (called by zenflow_cuda.cc, which
+// The CUDA launchers of ops/zenflow_stream.h (called by zenflow_stream.cc, which
 // holds the checks) and the index arithmetic they share. Plain header:
 // included by nvcc and by host code; the index functions are host and
-// device functions, so ops/zenflow_cuda_test.cc checks them on the host
+// device functions, so ops/zenflow_stream_test.cc checks them on the host
 // against ops/zenflow.h's element-by-element enumeration.
 //
 // Coordinates. A block is elements [first, first + n) of a row-major
@@ -15,7 +15,7 @@
 //      = (n + c0 - c + cols - 1) / cols       (numerator >= n + c0 >= 0
 //                                              since c <= cols - 1)
 //
-// Slot table (ops/zenflow_cuda.h, WriteColumnSlotTable): cols + 1 int32,
+// Slot table (ops/zenflow_stream.h, WriteColumnSlotTable): cols + 1 int32,
 //   table[c]    = prefix[c]       when column c is selected (its slot:
 //                                 its index among the selected columns)
 //               = -1 - prefix[c]  when it is not (negative)
@@ -44,7 +44,7 @@
 
 namespace baton::ops_internal {
 
-// Rows per chunk of AccumulateColumnSquares (ops/zenflow_cuda.h): a
+// Rows per chunk of AccumulateColumnSquares (ops/zenflow_stream.h): a
 // column's squares are summed in chunks of this many rows, then the chunk
 // sums in chunk order. A constant, so the order depends on the shape only.
 constexpr int64_t kZenFlowRowsPerChunk = 64;
@@ -74,7 +74,8 @@ BATON_ZF_HD int64_t ZenFlowPackedIndex(int64_t r, int32_t t, int64_t k, int64_t 
 
 // Launchers: dtype codes are DataType's values (0 f32, 1 bf16); each
 // returns a cudaError_t value. `stream` is a cudaStream_t. n >= 1 (the .cc
-// returns before launching for an empty block).
+// returns before launching for an empty block). LaunchZenFlowSplit's
+// `rest` may be null (the selected side only).
 int LaunchZenFlowColumnSquares(const void* grad, int dtype, int64_t c0, int64_t n,
                                int64_t cols, float scale, float* norms, void* stream);
 int LaunchZenFlowSplit(const void* grad, int dtype, int64_t c0, int64_t n, int64_t cols,

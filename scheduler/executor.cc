@@ -48,13 +48,6 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return absl::InvalidArgumentError(
         "executor: the graph has no memory plan (GraphOptions::plan_memory)");
   }
-  if (graph.policy.zenflow && device.kind() != DeviceKind::kHost) {
-    return absl::UnimplementedError(absl::StrCat(
-        "executor: policy ", graph.policy.name,
-        " uses zenflow, whose column selection and split update run on the "
-        "host runtime only (no CUDA kernels for them yet); run it on the host "
-        "device, or offload = optimizer without zenflow (preset zero_offload)"));
-  }
   if (graph.policy.zenflow) {
     BATON_RETURN_IF_ERROR(ValidatePolicy(graph.policy));
     if (!graph.layout.options.shard) {
@@ -224,13 +217,20 @@ Status Executor::Init() {
     zc.select_interval = z.select;
     zc.update_interval = z.update;
     for (const Bucket& bk : graph_.layout.buckets) {
-      zenflow_.push_back(std::make_unique<ZenFlowState>(
-          bk, shard_rank(), graph_.layout.options.world_size, zc, z.staleness,
-          options_.adamw));
+      BATON_ASSIGN_OR_RETURN(
+          auto zf, ZenFlowState::Create(device_, bk, shard_rank(),
+                                        graph_.layout.options.world_size, zc,
+                                        z.staleness, options_.adamw));
+      zenflow_.push_back(std::move(zf));
     }
     StreamOptions so;
     so.name = absl::StrCat("host_update.r", comm_.rank());
     BATON_ASSIGN_OR_RETURN(zf_stream_, device_.CreateStream(so));
+    // The update and the cast are host work on host memory: on a CUDA
+    // stream, through the driver's host-function thread.
+    if (device_.kind() != DeviceKind::kHost) {
+      zf_host_view_ = std::make_unique<HostWorkView>(*zf_stream_);
+    }
     for (size_t b = 0; b < graph_.layout.buckets.size(); ++b) {
       for (auto* v : {&zf_ready_, &zf_uploaded_, &zf_done_, &zf_done_}) {
         BATON_ASSIGN_OR_RETURN(auto ev, device_.CreateEvent());
@@ -668,10 +668,8 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
   switch (n.kind) {
     case NodeKind::kAccumulate:
       if (role(n.writes[0]) != BufferRole::kColumnNorms) break;
-      return s.Enqueue([zf, g = data(n.reads[0]), t = graph_.buffers[n.reads[0]].dtype,
-                        scale, norms = static_cast<float*>(data(n.writes[0]))]() {
-        return zf->Norms(g, t, scale, norms);
-      });
+      return zf->Norms(s, data(n.reads[0]), graph_.buffers[n.reads[0]].dtype, scale,
+                       static_cast<float*>(data(n.writes[0])));
     case NodeKind::kAllReduce: {
       if (role(n.writes[0]) != BufferRole::kColumnNorms) break;
       if (!zf->select_step(step)) return absl::OkStatus();
@@ -685,15 +683,13 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
       const int64_t w = zf->window(step);
       if (role(n.reads.back()) == BufferRole::kTopkState) {
         const int master = BucketBuffer(n.bucket, BufferRole::kMaster);
-        return s.Enqueue([zf, step, norms = static_cast<float*>(data(n.reads[1])),
-                          nn = graph_.buffers[n.reads[1]].numel,
-                          topk = static_cast<float*>(data(n.reads[2])),
-                          tn = graph_.buffers[n.reads[2]].numel,
-                          hm = static_cast<const float*>(data(master)),
-                          shard = data(n.writes[1]),
-                          pt = graph_.buffers[n.writes[1]].dtype]() {
-          return zf->Topk(step, norms, nn, topk, tn, hm, shard, pt);
-        });
+        return zf->Topk(s, step, data(n.reads[0]), graph_.buffers[n.reads[0]].dtype,
+                        scale, static_cast<float*>(data(n.reads[1])),
+                        graph_.buffers[n.reads[1]].numel,
+                        static_cast<float*>(data(n.reads[2])),
+                        graph_.buffers[n.reads[2]].numel,
+                        static_cast<const float*>(data(master)), data(n.writes[1]),
+                        graph_.buffers[n.writes[1]].dtype);
       }
       // OPT on the host stream: this window's accumulator.
       const int64_t numel = graph_.layout.buckets[n.bucket].shard_numel;
@@ -706,31 +702,34 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
       return absl::OkStatus();  // PostNode records zf_ready_
     }
     case NodeKind::kCast: {
-      // On the host-update stream (NodeStream), after OPT (PreNode).
+      // On the host-update stream (NodeStream), after OPT (PreNode); host
+      // work on host memory (a host view of it on CUDA).
+      Stream& hs = zf_host_view_ ? *zf_host_view_ : s;
       void* dst = data(n.writes[0]);
-      const float* src = static_cast<const float*>(data(n.reads[0]));
       const GraphBuffer& buf = graph_.buffers[n.writes[0]];
-      auto cast = [&]() -> Status {
-        if (buf.dtype == DataType::kF32) return s.MemcpyAsync(dst, src, buf.bytes());
-        return CastFromF32(s, dst, src, buf.dtype, static_cast<size_t>(buf.numel));
-      };
-      if (zenflow_init_cast_) return cast();
+      if (zenflow_init_cast_) {
+        const float* src = static_cast<const float*>(data(n.reads[0]));
+        if (buf.dtype == DataType::kF32) return hs.MemcpyAsync(dst, src, buf.bytes());
+        return CastFromF32(hs, dst, src, buf.dtype, static_cast<size_t>(buf.numel));
+      }
       if (!zf->update_step(step)) return absl::OkStatus();
       const int64_t w = zf->window(step);
       const int m1 = BucketBuffer(n.bucket, BufferRole::kMoment1);
       const int m2 = BucketBuffer(n.bucket, BufferRole::kMoment2);
       const int accum = BucketBuffer(n.bucket, BufferRole::kHostAccum);
       const int64_t numel = graph_.layout.buckets[n.bucket].shard_numel;
-      BATON_RETURN_IF_ERROR(s.Enqueue(
-          [zf, w, master = static_cast<float*>(data(n.reads[0])),
-           m1 = static_cast<float*>(data(m1)), m2 = static_cast<float*>(data(m2)),
-           acc = static_cast<float*>(data(accum)) + (w % 2) * numel]() {
-            return zf->Update(w, master, m1, m2, acc);
-          }));
-      // The last upload read the host shard (issued before: it came at the
-      // previous window's end + 1 + d <= this step).
+      // The last upload read the host shard the update's cast writes
+      // (issued before: it came at the previous window's end + 1 + d <=
+      // this step).
       BATON_RETURN_IF_ERROR(s.Wait(*zf_uploaded_[n.bucket]));
-      return cast();  // PostNode records zf_done_
+      // PostNode records zf_done_.
+      return hs.Enqueue([zf, w, master = static_cast<float*>(data(n.reads[0])),
+                         m1 = static_cast<float*>(data(m1)),
+                         m2 = static_cast<float*>(data(m2)),
+                         acc = static_cast<float*>(data(accum)) + (w % 2) * numel, dst,
+                         pt = buf.dtype]() {
+        return zf->Update(w, master, m1, m2, acc, dst, pt);
+      });
     }
     case NodeKind::kH2D: {
       const int64_t w = zf->upload_window(step);
@@ -739,11 +738,7 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
       BATON_RETURN_IF_ERROR(s.MemcpyAsync(data(stage), data(n.reads[0]),
                                           graph_.buffers[stage].bytes()));
       BATON_RETURN_IF_ERROR(zf_uploaded_[n.bucket]->Record(s));
-      return s.Enqueue([zf, w, st = data(stage), sh = data(shard),
-                        pt = graph_.buffers[shard].dtype]() {
-        zf->Apply(w, st, sh, pt);
-        return absl::OkStatus();
-      });
+      return zf->Apply(s, w, data(stage), data(shard), graph_.buffers[shard].dtype);
     }
     default:
       break;
@@ -823,6 +818,12 @@ Status Executor::CaptureStep(const StepCallbacks& callbacks) {
 #ifdef BATON_HAVE_CUDA
   if (device_.kind() != DeviceKind::kCuda) {
     return absl::UnimplementedError("CUDA graph capture needs CUDA streams");
+  }
+  if (graph_.policy.zenflow) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "policy ", graph_.policy.name, " uses zenflow, whose work differs from "
+        "step to step (selection, update and upload steps); it cannot be "
+        "captured once and replayed"));
   }
   if (!comm_.caps().graph_capture) {
     return absl::UnimplementedError(absl::StrCat(

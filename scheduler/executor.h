@@ -157,8 +157,10 @@ struct ExecutorOptions {
   // scheduler/zenflow_exec.h) with this AdamW; StepCallbacks::optimizer is
   // not called. Its CAST nodes run on a host-update stream of their own,
   // outside the step barrier (Policy::zenflow_staleness): the observer and
-  // the delay injection see that stream for them. Host device only: on a CUDA device Create refuses zenflow
-  // (Unimplemented; its column ops are host code, no kernels yet).
+  // the delay injection see that stream for them. The same calls on either
+  // kind of device (ops/zenflow_stream.h): CUDA kernels and pinned staging
+  // on a GPU, host work on the host runtime; CaptureStep refuses it (the
+  // work differs from step to step).
   ops::AdamWConfig adamw;
 };
 
@@ -206,8 +208,9 @@ class Executor {
   // during capture), then each ReplayStep launches it. Unimplemented on
   // host streams and with a communicator that cannot be captured (inproc);
   // FailedPrecondition before one eager Step (libraries set themselves up
-  // on first use, which a capture cannot record) and for ReplayStep before
-  // CaptureStep. Every replay repeats the captured kernels with their
+  // on first use, which a capture cannot record), for ZenFlow (its work
+  // differs from step to step) and for ReplayStep before CaptureStep.
+  // Every replay repeats the captured kernels with their
   // captured arguments: a callback must not bake per-step values into its
   // launches (the step number of ComputeContext / OptimizerContext is the
   // capture's for every replay; AdamW's bias correction needs it from
@@ -285,6 +288,7 @@ class Executor {
   // events that order it (zenflow_exec.h), per bucket; zf_done_[2b + p] for
   // window parity p.
   std::unique_ptr<Stream> zf_stream_;
+  std::unique_ptr<Stream> zf_host_view_;  // its host work view on CUDA
   std::vector<std::unique_ptr<Event>> zf_ready_, zf_uploaded_, zf_done_;
   // The stream node i's work runs on: the host-update stream for ZenFlow's
   // CAST, else the node's own.

@@ -1,4 +1,5 @@
-// ZenFlow's per-rank state and node work for the executor (host runtime).
+// ZenFlow's per-rank state and node work for the executor, on either kind
+// of device.
 // The step graph (step_graph.h, "ZenFlow") gives each bucket, after its
 // last reduction:
 //   NORM     (compute)       g = grad shard * grad_scale; per-column sums
@@ -8,13 +9,20 @@
 //                            over the shard group (a matrix's columns span
 //                            several ranks' shards), the selection
 //                            communication: one float per column
-//   TOPK     (compute)       on a selection step: the old selection's fp32
-//                            values are handed to the host, the top-k
-//                            columns per matrix chosen, the selected
-//                            path's state reset; every step: AdamW on the
-//                            selected elements (packed in the bucket's
-//                            topk state buffer) and their new values
-//                            written into the device shard
+//   TOPK     (compute)       on a selection step: the norms and the old
+//                            selection's fp32 values to host staging;
+//                            host work there (in stream order) picks the
+//                            top-k columns per matrix, keeps the old
+//                            values for the hand-back and builds the new
+//                            packed master (kept columns: device values;
+//                            new ones: the host master) and the slot
+//                            tables; both back, the selected path's
+//                            moments and the norms zeroed; every step:
+//                            the selected gradient packed, AdamW on it
+//                            (packed in the bucket's topk state buffer,
+//                            each matrix at a fixed offset, its
+//                            ops::PackedCapacity) and the new values
+//                            scattered into the device shard
 //   D2H      (host copy)     the gradient shard to the host, every step
 //   OPT      (host)          the handed-back values into the host master;
 //                            the unselected gradient added into this
@@ -22,14 +30,18 @@
 //                            parity: kHostAccum holds 2 x the shard)
 //   CAST     (host update)   at the end of an update window: AdamW on the
 //                            window's unselected elements with its
-//                            accumulator / update_interval, accumulator =
-//                            0, then master -> host parameter shard
+//                            accumulator / update_interval, fused with
+//                            their cast into the host parameter shard;
+//                            accumulator = 0
 //   H2D      (host copy)     at step e + 1 + d after the window ending at
 //                            step e (d = the staleness): host shard ->
 //                            staging buffer, then staging -> device shard
 //                            for the elements the update changed (not
 //                            selected during its window) that are not
-//                            selected now (those are newer on the device)
+//                            selected now (those are newer on the device):
+//                            host work writes the slot tables of the union
+//                            of those two selections, they go to the
+//                            device, a column copy skips their columns
 // The algorithm is ops/zenflow.h's, checked against ops::ZenFlowReference
 // bit for bit (scheduler/zenflow_exec_test.cc) for staleness 0 ..
 // update_interval - 1, micro_steps 1 and 2, f32 and bf16 parameters (the
@@ -97,21 +109,36 @@
 // yet); a column leaving the selection hands its device fp32 value back to
 // the host master at the selection step.
 //
-// Scratch outside the graph's buffers: two fp32 vectors of the shard per
-// bucket (the scaled gradient on each side), not in StepGraph::host_bytes;
-// two column selections per matrix (the window snapshots).
+// Scratch outside the graph's buffers, per bucket: on the device the
+// packed selected gradient (its capacity) and two sets of slot tables
+// (columns + 1 int32 per matrix: the current selection, an upload's);
+// host staging (pinned on CUDA) of the norms, the packed master and both
+// sets of tables; host vectors: one fp32 shard (the scaled gradient on the
+// host side), two column selections per matrix (the window snapshots).
+// None of it is in StepGraph's byte counts (the packed gradient is at most
+// a third of the topk state, the rest O(columns)).
 //
-// Host runtime only: every buffer is addressable host memory, and the
-// work runs as host work in stream order. Not thread-safe by itself: the
-// executor's graph edges and the events above order the calls.
+// Device kinds. Every call goes through ops/zenflow_stream.h (CUDA kernels
+// on a CUDA stream, host work on a host stream), Stream::MemcpyAsync /
+// MemsetAsync and host work (Stream::Enqueue; cudaLaunchHostFunc on CUDA)
+// for what only the host can do: the selection, the slot tables, the
+// accumulation and the update, which read and write host memory only (the
+// master, moments, accumulators, host gradient and host shard are host
+// buffers of the graph, pinned on CUDA). So the host runtime's tests run
+// the same sequence of calls, in the same stream order, as a GPU. Not
+// thread-safe by itself: the executor's graph edges and the events above
+// order the calls and the host work.
 #ifndef BATON_SCHEDULER_ZENFLOW_EXEC_H_
 #define BATON_SCHEDULER_ZENFLOW_EXEC_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "baton/ops/adamw.h"
 #include "baton/ops/zenflow.h"
+#include "baton/ops/zenflow_stream.h"
+#include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
 #include "baton/scheduler/layout.h"
 
@@ -130,10 +157,12 @@ class ZenFlowState {
  public:
   // `shard_rank` of `shards`; `bucket` as in the layout (sharded layout).
   // `staleness` in [0, update_interval) (Policy::zenflow_staleness
-  // resolved).
-  ZenFlowState(const Bucket& bucket, int shard_rank, int shards,
-               const ops::ZenFlowConfig& config, int64_t staleness,
-               const ops::AdamWConfig& adamw);
+  // resolved). Allocates its scratch on `device` (slot tables and the
+  // packed gradient) and host staging (AllocateHostState: pinned on CUDA).
+  static StatusOr<std::unique_ptr<ZenFlowState>> Create(
+      Device& device, const Bucket& bucket, int shard_rank, int shards,
+      const ops::ZenFlowConfig& config, int64_t staleness,
+      const ops::AdamWConfig& adamw);
 
   int64_t update_interval() const { return cfg_.update_interval; }
   int64_t window(int64_t step) const { return step / cfg_.update_interval; }
@@ -147,39 +176,65 @@ class ZenFlowState {
   static constexpr int64_t kInitialUpload = -1, kNone = -2;
   int64_t upload_window(int64_t step) const;
 
-  // NORM: scaled_ = grad * scale (f32); norms += column sums of squares.
-  Status Norms(const void* grad, DataType t, float scale, float* norms);
+  // Enqueued on the node's stream (the device's memory, except where
+  // noted); the host state they read or write (selections, hand-back
+  // values) only in host work, in stream order.
+  //
+  // NORM: norms += column sums of squares of grad * scale.
+  Status Norms(Stream& s, const void* grad, DataType t, float scale, float* norms);
   // TOPK, after Norms (and the all-reduce of `norms` on a selection step).
-  // `topk`: the topk state buffer (capacity elements), `host_master`: read
-  // on a selection step for newly selected columns, `shard`: the device
-  // parameter shard (dtype `pt`), selected elements written.
-  Status Topk(int64_t step, float* norms, int64_t norms_numel, float* topk,
-              int64_t topk_numel, const float* host_master, void* shard,
-              DataType pt);
-  // OPT, after Topk of the same step (graph edge TOPK -> D2H -> OPT): on a
-  // selection step the handed-back values into `master`; the unselected
-  // gradient into `accum`, this window's accumulator; on the window's last
-  // step the selection is kept for Update and Apply.
+  // `topk`: the topk state buffer (capacity elements: packed master, then
+  // moments; each matrix at a fixed offset, its PackedCapacity);
+  // `host_master` (host memory): read on a selection step for newly
+  // selected columns; `shard`: the device parameter shard (dtype `pt`),
+  // selected elements written. On a selection step: norms and packed
+  // master to the host, the host picks the columns and builds the new
+  // packed master and slot tables, both back; then every step the
+  // selected gradient is packed, AdamW runs on it, the new values are
+  // scattered into the shard.
+  Status Topk(Stream& s, int64_t step, const void* grad, DataType gt, float scale,
+              float* norms, int64_t norms_numel, float* topk, int64_t topk_numel,
+              const float* host_master, void* shard, DataType pt);
+  // OPT (host work; host memory), after Topk of the same step (graph edge
+  // TOPK -> D2H -> OPT): on a selection step the handed-back values into
+  // `master`; the unselected gradient into `accum`, this window's
+  // accumulator; on the window's last step the selection is kept for
+  // Update and Apply.
   Status Accumulate(int64_t step, const void* host_grad, DataType t,
                     float scale, float* master, float* accum);
-  // CAST of the window's last step (host-update stream): AdamW on the
+  // CAST of the window's last step (host work; host memory): AdamW on the
   // elements not selected during window `w` with accum / update_interval,
-  // then accum = 0.
-  Status Update(int64_t w, float* master, float* m1, float* m2, float* accum);
-  // H2D: `stage` holds the host shard (dtype pt) after window `w`'s update
-  // (or kInitialUpload: every element goes into `shard`); the elements it
-  // updated and not selected now go into `shard`.
-  void Apply(int64_t w, const void* stage, void* shard, DataType pt) const;
+  // fused with their cast into `host_shard` (dtype pt); then accum = 0.
+  // Elements selected during the window keep their old host shard value
+  // (Apply never uploads them).
+  Status Update(int64_t w, float* master, float* m1, float* m2, float* accum,
+                void* host_shard, DataType pt);
+  // H2D, after `stage` received the host shard: from window `w`'s update
+  // (or kInitialUpload: every element goes into `shard`), the elements it
+  // updated and not selected now go from `stage` into `shard`.
+  Status Apply(Stream& s, int64_t w, const void* stage, void* shard, DataType pt);
 
  private:
+  ZenFlowState(const Bucket& bucket, int shard_rank,
+               const ops::ZenFlowConfig& config, int64_t staleness,
+               const ops::AdamWConfig& adamw);
+  // The host half of a selection step's TOPK (host work): reads the
+  // staged norms and old packed master, writes the new ones and the slot
+  // tables into the staging.
+  Status Select(const float* host_master);
+  ops::DeviceColumnSlots Slots(const int32_t* tables, size_t k) const;
+
   struct Matrix {
     ops::ColumnBlock block;  // this shard's part of the parameter
     int64_t pos = 0;         // first element of the block in the shard
     int64_t norms_at = 0;    // first column in the norms buffer
     int64_t k = 1;
+    int64_t packed_at = 0;   // in the packed buffers (fixed)
+    int64_t capacity = 0;    // ops::PackedCapacity(block, k)
+    int64_t table_at = 0;    // in the slot-table buffers
     bool has_selection = false;
     ops::ColumnSelection sel, old_sel;
-    int64_t packed_at = 0, packed_n = 0;  // in the topk state
+    int64_t packed_n = 0;                 // selected elements in the block
     std::vector<float> handoff;           // old selection's fp32 values
   };
   ops::ZenFlowConfig cfg_;
@@ -188,9 +243,25 @@ class ZenFlowState {
   // Per window parity: each matrix's selection during that window.
   std::vector<ops::ColumnSelection> window_sel_[2];
   int64_t shard_numel_ = 0;
+  int64_t packed_total_ = 0;  // sum of the capacities
+  int64_t tables_total_ = 0;  // int32 entries of one set of slot tables
+  int64_t norms_total_ = 0;   // floats of the bucket's norms buffer
   std::vector<Matrix> mats_;
   std::vector<std::pair<int64_t, int64_t>> rest_;  // [lo, hi) host-only ranges
-  std::vector<float> scaled_, host_scaled_, packed_grad_, scratch_;
+  std::vector<float> host_scaled_, scratch_;
+  // Device: the packed selected gradient, the current selection's slot
+  // tables, the tables of an upload (window's selection + current).
+  DeviceBuffer device_scratch_;
+  float* packed_grad_ = nullptr;
+  int32_t* tables_ = nullptr;
+  int32_t* upload_tables_ = nullptr;
+  // Host staging (pinned on CUDA): the norms and the packed master on a
+  // selection step, the tables of a selection and of an upload.
+  DeviceBuffer host_scratch_;
+  float* staged_norms_ = nullptr;
+  float* staged_packed_ = nullptr;
+  int32_t* staged_tables_ = nullptr;
+  int32_t* staged_upload_tables_ = nullptr;
 };
 
 }  // namespace baton::scheduler

@@ -15,9 +15,9 @@ namespace {
 using scheduler::Policy;
 
 constexpr DataType kReduceDtypes[] = {DataType::kF32, DataType::kBF16};
-// Offload values searched. ZenFlow is left out: the executor runs it on the
-// host runtime only, and a tuned policy file must run as tuned on the GPUs
-// it was tuned for.
+// Offload values searched. ZenFlow is left out: it changes the update itself
+// (two optimizers over the columns, bounded staleness), and the tuner only
+// chooses among schedules of the same arithmetic.
 constexpr scheduler::Offload kOffloads[] = {scheduler::Offload::kNone,
                                             scheduler::Offload::kOptimizer};
 

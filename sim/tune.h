@@ -13,9 +13,10 @@
 //   offload            none, optimizer (ZeRO-Offload: master and moments
 //                      on the host); slower for the same recompute, it wins
 //                      where nothing else fits or where the memory it frees
-//                      saves recompute. ZenFlow is not searched: the
-//                      executor runs it on the host runtime only, and a
-//                      tuned file must run as tuned on its GPUs.
+//                      saves recompute. ZenFlow is not searched: it
+//                      changes the update itself (two optimizers over the
+//                      columns, bounded staleness), and the tuner only
+//                      chooses among schedules of the same arithmetic.
 //   recompute_blocks   not searched: for the other knobs fixed, more
 //                      recompute only adds compute, so each candidate gets
 //                      the fewest recomputed blocks with which it fits

@@ -1,4 +1,4 @@
-#include "baton/ops/zenflow_cuda.h"
+#include "baton/ops/zenflow_stream.h"
 
 #include <algorithm>
 #include <cmath>
@@ -47,6 +47,14 @@ std::vector<ColumnSelection> Selections(int64_t cols, uint64_t seed) {
 
 // ---------------------------------------------------------------------------
 // Host: the slot table and the index arithmetic the kernels use.
+
+TEST(ZenFlowSlotTableTest, UnionOfTwoSelections) {
+  std::vector<int32_t> t(9);
+  ASSERT_TRUE(WriteColumnSlotTable(Select(8, {1, 5}), Select(8, {2, 5}), t.data()).ok());
+  EXPECT_EQ(t, (std::vector<int32_t>{-1, 0, 1, -3, -3, 2, -4, -4, 3}));
+  ExpectInvalid(WriteColumnSlotTable(Select(8, {1}), Select(9, {1}), t.data()),
+                "8 and 9 columns");
+}
 
 TEST(ZenFlowSlotTableTest, Layout) {
   EXPECT_EQ(*ColumnSlotTable(Select(6, {1, 3, 4})),
@@ -139,9 +147,9 @@ TEST(ZenFlowSlotTableTest, IndexArithmeticMatchesElementOrder) {
 
 // ---------------------------------------------------------------------------
 // Host: argument checks come first (InvalidArgument naming the argument,
-// nothing enqueued); valid arguments on a host stream: FailedPrecondition.
+// nothing enqueued).
 
-TEST(ZenFlowCudaArgsTest, BadArgumentsAreNamedAndNothingRuns) {
+TEST(ZenFlowStreamArgsTest, BadArgumentsAreNamedAndNothingRuns) {
   auto device = *CreateHostDevice();
   auto stream = *device->CreateStream();
   Stream& s = *stream;
@@ -156,76 +164,64 @@ TEST(ZenFlowCudaArgsTest, BadArgumentsAreNamedAndNothingRuns) {
   // Blocks.
   for (const ColumnBlock& bad : {ColumnBlock{-1, 4, 8}, ColumnBlock{0, -1, 8},
                                  ColumnBlock{0, 4, 0}}) {
-    ExpectInvalid(AccumulateColumnSquaresCuda(s, p, DataType::kF32, bad, 1.0f, q), "bad block");
-    ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, bad, 1.0f, slots, q, r), "bad block");
-    ExpectInvalid(GatherColumnsCuda(s, p, bad, slots, q), "bad block");
-    ExpectInvalid(ScatterColumnsCuda(s, p, bad, slots, q, DataType::kF32), "bad block");
-    ExpectInvalid(CopyColumnsCuda(s, p, q, DataType::kF32, bad, slots, WhichColumns::kSelected),
+    ExpectInvalid(AccumulateColumnSquares(s, p, DataType::kF32, bad, 1.0f, q), "bad block");
+    ExpectInvalid(SplitGradient(s, p, DataType::kF32, bad, 1.0f, slots, q, r), "bad block");
+    ExpectInvalid(GatherColumns(s, p, bad, slots, q), "bad block");
+    ExpectInvalid(ScatterColumns(s, p, bad, slots, q, DataType::kF32), "bad block");
+    ExpectInvalid(CopyColumns(s, p, q, DataType::kF32, bad, slots, WhichColumns::kSelected),
                   "bad block");
   }
   // The slot table: its column count and pointer; the int32 range.
   const DeviceColumnSlots wrong_cols{table.data(), 9}, null_table{nullptr, 8};
-  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, 1.0f, wrong_cols, q, r),
+  ExpectInvalid(SplitGradient(s, p, DataType::kF32, ok, 1.0f, wrong_cols, q, r),
                 "slot table has 9");
-  ExpectInvalid(GatherColumnsCuda(s, p, ok, wrong_cols, q), "slot table has 9");
-  ExpectInvalid(ScatterColumnsCuda(s, p, ok, null_table, q, DataType::kF32), "slot table is null");
-  ExpectInvalid(CopyColumnsCuda(s, p, q, DataType::kF32, ok, null_table, WhichColumns::kUnselected),
+  ExpectInvalid(GatherColumns(s, p, ok, wrong_cols, q), "slot table has 9");
+  ExpectInvalid(ScatterColumns(s, p, ok, null_table, q, DataType::kF32), "slot table is null");
+  ExpectInvalid(CopyColumns(s, p, q, DataType::kF32, ok, null_table, WhichColumns::kUnselected),
                 "slot table is null");
   const int64_t huge = kMaxSlotTableCols + 1;
-  ExpectInvalid(GatherColumnsCuda(s, p, {0, 4, huge}, {table.data(), huge}, q), "int32 range");
+  ExpectInvalid(GatherColumns(s, p, {0, 4, huge}, {table.data(), huge}, q), "int32 range");
   ExpectInvalid(
-      CopyColumnsCuda(s, p, q, DataType::kF32, ok, slots, static_cast<WhichColumns>(7)),
+      CopyColumns(s, p, q, DataType::kF32, ok, slots, static_cast<WhichColumns>(7)),
       "which");
   // Dtypes and the scale.
-  ExpectInvalid(AccumulateColumnSquaresCuda(s, p, DataType::kI32, ok, 1.0f, q), "grad dtype");
-  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF16, ok, 1.0f, slots, q, r), "grad dtype");
-  ExpectInvalid(ScatterColumnsCuda(s, p, ok, slots, q, DataType::kI32), "dst dtype");
-  ExpectInvalid(CopyColumnsCuda(s, p, q, DataType::kF16, ok, slots, WhichColumns::kSelected),
+  ExpectInvalid(AccumulateColumnSquares(s, p, DataType::kI32, ok, 1.0f, q), "grad dtype");
+  ExpectInvalid(SplitGradient(s, p, DataType::kF16, ok, 1.0f, slots, q, r), "grad dtype");
+  ExpectInvalid(ScatterColumns(s, p, ok, slots, q, DataType::kI32), "dst dtype");
+  ExpectInvalid(CopyColumns(s, p, q, DataType::kF16, ok, slots, WhichColumns::kSelected),
                 "dtype");
   for (float bad : {std::numeric_limits<float>::quiet_NaN(),
                     std::numeric_limits<float>::infinity()}) {
-    ExpectInvalid(AccumulateColumnSquaresCuda(s, p, DataType::kF32, ok, bad, q), "scale");
-    ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, bad, slots, q, r), "scale");
+    ExpectInvalid(AccumulateColumnSquares(s, p, DataType::kF32, ok, bad, q), "scale");
+    ExpectInvalid(SplitGradient(s, p, DataType::kF32, ok, bad, slots, q, r), "scale");
   }
   // Null pointers, each named.
-  ExpectInvalid(AccumulateColumnSquaresCuda(s, nullptr, DataType::kF32, ok, 1.0f, q), "grad is null");
-  ExpectInvalid(AccumulateColumnSquaresCuda(s, p, DataType::kBF16, ok, 1.0f, nullptr), "norms is null");
-  ExpectInvalid(SplitGradientCuda(s, nullptr, DataType::kF32, ok, 1.0f, slots, q, r),
+  ExpectInvalid(AccumulateColumnSquares(s, nullptr, DataType::kF32, ok, 1.0f, q), "grad is null");
+  ExpectInvalid(AccumulateColumnSquares(s, p, DataType::kBF16, ok, 1.0f, nullptr), "norms is null");
+  ExpectInvalid(SplitGradient(s, nullptr, DataType::kF32, ok, 1.0f, slots, q, r),
                 "grad is null");
-  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, 1.0f, slots, nullptr, r),
+  ExpectInvalid(SplitGradient(s, p, DataType::kF32, ok, 1.0f, slots, nullptr, r),
                 "selected is null");
-  ExpectInvalid(SplitGradientCuda(s, p, DataType::kF32, ok, 1.0f, slots, q, nullptr),
-                "rest is null");
-  ExpectInvalid(GatherColumnsCuda(s, nullptr, ok, slots, q), "src is null");
-  ExpectInvalid(GatherColumnsCuda(s, p, ok, slots, nullptr), "packed is null");
-  ExpectInvalid(ScatterColumnsCuda(s, nullptr, ok, slots, q, DataType::kF32), "packed is null");
-  ExpectInvalid(ScatterColumnsCuda(s, p, ok, slots, nullptr, DataType::kBF16), "dst is null");
-  ExpectInvalid(CopyColumnsCuda(s, nullptr, q, DataType::kF32, ok, slots, WhichColumns::kSelected),
+  ExpectInvalid(GatherColumns(s, nullptr, ok, slots, q), "src is null");
+  ExpectInvalid(GatherColumns(s, p, ok, slots, nullptr), "packed is null");
+  ExpectInvalid(ScatterColumns(s, nullptr, ok, slots, q, DataType::kF32), "packed is null");
+  ExpectInvalid(ScatterColumns(s, p, ok, slots, nullptr, DataType::kBF16), "dst is null");
+  ExpectInvalid(CopyColumns(s, nullptr, q, DataType::kF32, ok, slots, WhichColumns::kSelected),
                 "src is null");
-  ExpectInvalid(CopyColumnsCuda(s, p, nullptr, DataType::kBF16, ok, slots, WhichColumns::kSelected),
+  ExpectInvalid(CopyColumns(s, p, nullptr, DataType::kBF16, ok, slots, WhichColumns::kSelected),
                 "dst is null");
 
   // An empty block is nothing to do, null pointers or not (as on the host).
   const ColumnBlock empty{5, 0, 8};
-  EXPECT_TRUE(AccumulateColumnSquaresCuda(s, nullptr, DataType::kF32, empty, 1.0f, nullptr).ok());
+  EXPECT_TRUE(AccumulateColumnSquares(s, nullptr, DataType::kF32, empty, 1.0f, nullptr).ok());
   EXPECT_TRUE(
-      SplitGradientCuda(s, nullptr, DataType::kF32, empty, 1.0f, slots, nullptr, nullptr).ok());
-  EXPECT_TRUE(GatherColumnsCuda(s, nullptr, empty, slots, nullptr).ok());
-  EXPECT_TRUE(ScatterColumnsCuda(s, nullptr, empty, slots, nullptr, DataType::kF32).ok());
+      SplitGradient(s, nullptr, DataType::kF32, empty, 1.0f, slots, nullptr, nullptr).ok());
+  EXPECT_TRUE(GatherColumns(s, nullptr, empty, slots, nullptr).ok());
+  EXPECT_TRUE(ScatterColumns(s, nullptr, empty, slots, nullptr, DataType::kF32).ok());
   EXPECT_TRUE(
-      CopyColumnsCuda(s, nullptr, nullptr, DataType::kF32, empty, slots, WhichColumns::kSelected)
+      CopyColumns(s, nullptr, nullptr, DataType::kF32, empty, slots, WhichColumns::kSelected)
           .ok());
 
-  // Valid arguments, but a host stream.
-  for (const Status& st :
-       {AccumulateColumnSquaresCuda(s, p, DataType::kF32, ok, 1.0f, q),
-        SplitGradientCuda(s, p, DataType::kBF16, ok, 0.5f, slots, q, r),
-        GatherColumnsCuda(s, p, ok, slots, q),
-        ScatterColumnsCuda(s, p, ok, slots, q, DataType::kBF16),
-        CopyColumnsCuda(s, p, q, DataType::kBF16, ok, slots, WhichColumns::kUnselected)}) {
-    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-    EXPECT_NE(std::string(st.message()).find("CUDA stream"), std::string::npos) << st;
-  }
   // Nothing was enqueued or written.
   EXPECT_TRUE(s.Synchronize().ok());
   EXPECT_EQ(a, std::vector<float>(64, 1.0f));
@@ -233,7 +229,7 @@ TEST(ZenFlowCudaArgsTest, BadArgumentsAreNamedAndNothingRuns) {
   EXPECT_EQ(bufc, std::vector<float>(64, 3.0f));
 }
 
-TEST(ZenFlowCudaArgsTest, PackedCapacity) {
+TEST(ZenFlowStreamArgsTest, PackedCapacity) {
   EXPECT_EQ(PackedCapacity({3, 0, 8}, 2), 0);
   EXPECT_EQ(PackedCapacity({3, 40, 8}, 2), 12);  // rows 3..8 of 8 columns: 6 rows
   EXPECT_EQ(PackedCapacity({3, 2, 8}, 8), 2);    // never more than n
@@ -317,13 +313,19 @@ struct Case {
   int64_t cols, first, n;
 };
 
-class ZenFlowCudaTest : public ::testing::Test {
+// On the host device (the ops' host work) and on a GPU (the kernels;
+// skipped without one).
+class ZenFlowStreamTest : public ::testing::TestWithParam<DeviceKind> {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() == 0) {
-      GTEST_SKIP() << "no CUDA device: the GPU cases of ZenFlow's kernels did not run";
+    if (GetParam() == DeviceKind::kCuda) {
+      if (CudaDeviceCount() == 0) {
+        GTEST_SKIP() << "no CUDA device: the GPU cases of ZenFlow's kernels did not run";
+      }
+      device_ = *CreateCudaDevice(0);
+    } else {
+      device_ = *CreateHostDevice();
     }
-    device_ = *CreateCudaDevice(0);
     stream_ = *device_->CreateStream();
   }
 
@@ -361,7 +363,7 @@ class ZenFlowCudaTest : public ::testing::Test {
   std::unique_ptr<Stream> stream_;
 };
 
-void ZenFlowCudaTest::RunSquares(const Case& k, DataType t, bool misaligned) {
+void ZenFlowStreamTest::RunSquares(const Case& k, DataType t, bool misaligned) {
   const ColumnBlock b{k.first, k.n, k.cols};
   const size_t gshift = misaligned ? DataTypeSize(t) : 0, fshift = misaligned ? 4 : 0;
   // The device scales by 0.5; the host op (no scale) gets the gradient
@@ -375,19 +377,19 @@ void ZenFlowCudaTest::RunSquares(const Case& k, DataType t, bool misaligned) {
   ASSERT_TRUE(AccumulateColumnSquares(half.data(), t, b, host.data()).ok());
 
   Shifted dg = Up(g, gshift), dn = Up(norms0_bytes, fshift);
-  ASSERT_TRUE(AccumulateColumnSquaresCuda(*stream_, dg.data(), t, b, 0.5f,
+  ASSERT_TRUE(AccumulateColumnSquares(*stream_, dg.data(), t, b, 0.5f,
                                           static_cast<float*>(dn.data()))
                   .ok());
   const std::vector<float> got = Floats(Read(*stream_, dn, k.cols * sizeof(float)));
   const int64_t c0 = k.first % k.cols;
   const int64_t rows = ops_internal::ZenFlowVirtualRows(c0, k.n, k.cols);
   const int64_t chunks = (rows + kZenFlowRowsPerChunk - 1) / kZenFlowRowsPerChunk;
-  if (chunks == 1) {
+  if (chunks == 1 || GetParam() == DeviceKind::kHost) {
     EXPECT_EQ(FirstDiff(BytesOf(got), BytesOf(host), sizeof(float)), -1)
-        << "one chunk of rows: the host's order, so the same bits";
+        << "the host's order (host work, or one chunk of rows), so the same bits";
     return;
   }
-  // Several chunks: the bounds of ops/zenflow_cuda.h against the float64
+  // Several chunks: the bounds of ops/zenflow_stream.h against the float64
   // sum D of norms0 and the squares: the device within (63 + Q + 1) u of D
   // (chunk adds, chunk-sum adds, the rounding of each square), and within
   // (m + 64 + Q) u of the host.
@@ -419,7 +421,7 @@ void ZenFlowCudaTest::RunSquares(const Case& k, DataType t, bool misaligned) {
 // rest buffers are f32. The host op runs on f32: the gradient halved (the
 // device scales by 0.5; exact), bf16 buffers widened and narrowed back
 // (exact both ways; the device rounds scatter's values as Narrow does).
-void ZenFlowCudaTest::RunSelection(const Case& k, DataType t, bool misaligned,
+void ZenFlowStreamTest::RunSelection(const Case& k, DataType t, bool misaligned,
                                    const ColumnSelection& sel) {
   const ColumnBlock b{k.first, k.n, k.cols};
   const size_t tshift = misaligned ? DataTypeSize(t) : 0, fshift = misaligned ? 4 : 0;
@@ -455,19 +457,25 @@ void ZenFlowCudaTest::RunSelection(const Case& k, DataType t, bool misaligned,
     ASSERT_TRUE(SplitGradient(half.data(), t, b, sel, want_sel.data(), want_rest.data()).ok());
     Shifted dg = Up(g, tshift), drest = Up(rest0, fshift),
             dsel = Poison(cap * sizeof(float), fshift);
-    ASSERT_TRUE(SplitGradientCuda(s, dg.data(), t, b, 0.5f, slots,
+    ASSERT_TRUE(SplitGradient(s, dg.data(), t, b, 0.5f, slots,
                                   static_cast<float*>(dsel.data()),
                                   static_cast<float*>(drest.data()))
                     .ok());
     expect_packed(Read(s, dsel, cap * sizeof(float)), want_sel, "split: selected");
     EXPECT_EQ(FirstDiff(Read(s, drest, fbytes), BytesOf(want_rest), 4), -1) << "split: rest";
+    // No rest: the selected side alone, the same values.
+    Shifted dsel2 = Poison(cap * sizeof(float), fshift);
+    ASSERT_TRUE(SplitGradient(s, dg.data(), t, b, 0.5f, slots,
+                              static_cast<float*>(dsel2.data()), nullptr)
+                    .ok());
+    expect_packed(Read(s, dsel2, cap * sizeof(float)), want_sel, "split without rest");
   }
   {  // GatherColumns
     const std::vector<uint8_t> src = RandomBytes(k.n, DataType::kF32, 5 + k.n);
     std::vector<float> want(count);
     ASSERT_TRUE(GatherColumns(Floats(src).data(), b, sel, want.data()).ok());
     Shifted dsrc = Up(src, fshift), dpacked = Poison(cap * sizeof(float), fshift);
-    ASSERT_TRUE(GatherColumnsCuda(s, static_cast<const float*>(dsrc.data()), b, slots,
+    ASSERT_TRUE(GatherColumns(s, static_cast<const float*>(dsrc.data()), b, slots,
                                   static_cast<float*>(dpacked.data()))
                     .ok());
     expect_packed(Read(s, dpacked, cap * sizeof(float)), want, "gather");
@@ -478,7 +486,7 @@ void ZenFlowCudaTest::RunSelection(const Case& k, DataType t, bool misaligned,
     std::vector<float> want = widened(dst0);
     ASSERT_TRUE(ScatterColumns(Floats(packed).data(), b, sel, want.data()).ok());
     Shifted dpacked = Up(packed, fshift), ddst = Up(dst0, tshift);
-    ASSERT_TRUE(ScatterColumnsCuda(s, static_cast<const float*>(dpacked.data()), b, slots,
+    ASSERT_TRUE(ScatterColumns(s, static_cast<const float*>(dpacked.data()), b, slots,
                                    ddst.data(), t)
                     .ok());
     EXPECT_EQ(FirstDiff(Read(s, ddst, tbytes), narrowed(want), DataTypeSize(t)), -1)
@@ -491,13 +499,13 @@ void ZenFlowCudaTest::RunSelection(const Case& k, DataType t, bool misaligned,
     std::vector<float> want = widened(dst0);
     ASSERT_TRUE(CopyColumns(widened(src).data(), want.data(), b, sel, which).ok());
     Shifted dsrc = Up(src, tshift), ddst = Up(dst0, tshift);
-    ASSERT_TRUE(CopyColumnsCuda(s, dsrc.data(), ddst.data(), t, b, slots, which).ok());
+    ASSERT_TRUE(CopyColumns(s, dsrc.data(), ddst.data(), t, b, slots, which).ok());
     EXPECT_EQ(FirstDiff(Read(s, ddst, tbytes), narrowed(want), DataTypeSize(t)), -1)
         << "copy " << (which == WhichColumns::kSelected ? "selected" : "unselected");
   }
 }
 
-TEST_F(ZenFlowCudaTest, SmallBlocksMatchTheHostOps) {
+TEST_P(ZenFlowStreamTest, SmallBlocksMatchTheHostOps) {
   const std::vector<Case> cases = {
       {13, 5, 13 * 7 + 3},  // starts and ends mid-row; cols % 4 = 1
       {37, 40, 20},         // inside one row (columns 3 .. 22)
@@ -512,10 +520,25 @@ TEST_F(ZenFlowCudaTest, SmallBlocksMatchTheHostOps) {
 
 // 4099 x 4133, starting and ending mid-row: more groups than one pass of
 // the capped grid covers (grid-stride), 65 chunks for the column squares.
-TEST_F(ZenFlowCudaTest, LargeBlockMatchesTheHostOps) {
+// GPU only: the grid-stride and chunk paths are the kernels'; on the host
+// it would be a minute of the same loops.
+class ZenFlowStreamLargeTest : public ZenFlowStreamTest {};
+
+TEST_P(ZenFlowStreamLargeTest, LargeBlockMatchesTheHostOps) {
   const int64_t cols = 4133, rows = 4099;
   RunCase({cols, 1000, rows * cols - 1000 - 7}, /*large=*/true);
 }
+
+INSTANTIATE_TEST_SUITE_P(AllDevices, ZenFlowStreamTest,
+                         ::testing::Values(DeviceKind::kHost, DeviceKind::kCuda),
+                         [](const ::testing::TestParamInfo<DeviceKind>& info) {
+                           return std::string(DeviceKindName(info.param));
+                         });
+
+INSTANTIATE_TEST_SUITE_P(Gpu, ZenFlowStreamLargeTest, ::testing::Values(DeviceKind::kCuda),
+                         [](const ::testing::TestParamInfo<DeviceKind>& info) {
+                           return std::string(DeviceKindName(info.param));
+                         });
 
 }  // namespace
 }  // namespace baton::ops

@@ -1,6 +1,7 @@
-#include "baton/ops/zenflow_cuda.h"
+#include "baton/ops/zenflow_stream.h"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <utility>
 
@@ -42,17 +43,24 @@ Status CheckSlots(const char* op, const ColumnBlock& b, const DeviceColumnSlots&
   return CheckNotNull(op, {{"slot table", s.table}});
 }
 
-// After the checks: FailedPrecondition on a host stream (the host ops are
-// ops/zenflow.h's), Unimplemented without CUDA, else the launch; a CUDA
-// error becomes Internal naming the op (RunOnStream).
-Status Launch(Stream& stream, const char* op, std::function<int(void*)> cuda) {
-  if (stream.kind() != DeviceKind::kCuda) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        op, ": needs a CUDA stream, got a ", DeviceKindName(stream.kind()),
-        " stream (the host ops are ops/zenflow.h's)"));
+// After the checks: `host` as host work on a host stream (no FTZ/DAZ: the
+// host ops' arithmetic), the launch on a CUDA stream; a CUDA error becomes
+// Internal naming the op (RunOnStream).
+Status Launch(Stream& stream, const char* op, std::function<Status()> host,
+              std::function<int(void*)> cuda) {
+  return RunOnStream(stream, op, std::move(host), std::move(cuda));
+}
+
+// f(i, column, packed index or -1) for the block's elements in order, the
+// host form of the kernels' slot-table walk: the packed index counts the
+// selected elements before i.
+template <typename F>
+void ForEachElement(const ColumnBlock& b, const int32_t* table, F f) {
+  int64_t c = b.first % b.cols, k = 0;
+  for (int64_t i = 0; i < b.n; ++i) {
+    f(i, c, table[c] >= 0 ? k++ : int64_t{-1});
+    if (++c == b.cols) c = 0;
   }
-  return RunOnStream(
-      stream, op, []() { return absl::OkStatus(); }, std::move(cuda));
 }
 
 }  // namespace
@@ -73,6 +81,23 @@ Status WriteColumnSlotTable(const ColumnSelection& selection, int32_t* table) {
   return absl::OkStatus();
 }
 
+Status WriteColumnSlotTable(const ColumnSelection& a, const ColumnSelection& b,
+                            int32_t* table) {
+  constexpr const char* kOp = "WriteColumnSlotTable";
+  if (a.cols() != b.cols()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": the selections have ", a.cols(), " and ", b.cols(), " columns"));
+  }
+  BATON_RETURN_IF_ERROR(CheckCols(kOp, a.cols()));
+  BATON_RETURN_IF_ERROR(CheckNotNull(kOp, {{"table", table}}));
+  int32_t prefix = 0;
+  for (int64_t c = 0; c < a.cols(); ++c) {
+    table[c] = a.selected(c) || b.selected(c) ? prefix++ : -1 - prefix;
+  }
+  table[a.cols()] = prefix;
+  return absl::OkStatus();
+}
+
 StatusOr<std::vector<int32_t>> ColumnSlotTable(const ColumnSelection& selection) {
   BATON_RETURN_IF_ERROR(CheckCols("ColumnSlotTable", selection.cols()));
   std::vector<int32_t> table(ColumnSlotTableSize(selection.cols()));
@@ -88,74 +113,106 @@ int64_t PackedCapacity(const ColumnBlock& b, int64_t k) {
   return per_rows < b.n ? per_rows : b.n;
 }
 
-Status AccumulateColumnSquaresCuda(Stream& stream, const void* grad, DataType t,
+Status AccumulateColumnSquares(Stream& stream, const void* grad, DataType t,
                                    const ColumnBlock& b, float scale, float* norms) {
-  constexpr const char* kOp = "AccumulateColumnSquaresCuda";
+  constexpr const char* kOp = "AccumulateColumnSquares";
   BATON_RETURN_IF_ERROR(CheckColumnBlock(kOp, b));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "grad dtype", t));
   BATON_RETURN_IF_ERROR(CheckScale(kOp, scale));
   if (b.n == 0) return absl::OkStatus();
   BATON_RETURN_IF_ERROR(CheckNotNull(kOp, {{"grad", grad}, {"norms", norms}}));
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
-  return Launch(stream, kOp, BATON_OPS_CUDA([=](void* st) {
+  auto host = [=]() {
+    int64_t c = c0;
+    for (int64_t i = 0; i < b.n; ++i) {
+      const float v = LoadF(grad, t, i) * scale;
+      norms[c] += v * v;
+      if (++c == b.cols) c = 0;
+    }
+    return absl::OkStatus();
+  };
+  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowColumnSquares(
                       grad, static_cast<int>(t), c0, b.n, b.cols, scale, norms, st);
                 }));
 }
 
-Status SplitGradientCuda(Stream& stream, const void* grad, DataType t,
+Status SplitGradient(Stream& stream, const void* grad, DataType t,
                          const ColumnBlock& b, float scale, const DeviceColumnSlots& s,
                          float* selected, float* rest) {
-  constexpr const char* kOp = "SplitGradientCuda";
+  constexpr const char* kOp = "SplitGradient";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "grad dtype", t));
   BATON_RETURN_IF_ERROR(CheckScale(kOp, scale));
   if (b.n == 0) return absl::OkStatus();
-  BATON_RETURN_IF_ERROR(
-      CheckNotNull(kOp, {{"grad", grad}, {"selected", selected}, {"rest", rest}}));
+  BATON_RETURN_IF_ERROR(CheckNotNull(kOp, {{"grad", grad}, {"selected", selected}}));
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
   [[maybe_unused]] const int32_t* table = s.table;
-  return Launch(stream, kOp, BATON_OPS_CUDA([=](void* st) {
+  auto host = [=]() {
+    ForEachElement(b, table, [&](int64_t i, int64_t, int64_t k) {
+      if (k < 0 && rest == nullptr) return;
+      const float v = LoadF(grad, t, i) * scale;
+      if (k >= 0) {
+        selected[k] = v;
+      } else {
+        rest[i] += v;
+      }
+    });
+    return absl::OkStatus();
+  };
+  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowSplit(grad, static_cast<int>(t), c0,
                                                           b.n, b.cols, table, scale,
                                                           selected, rest, st);
                 }));
 }
 
-Status GatherColumnsCuda(Stream& stream, const float* src, const ColumnBlock& b,
+Status GatherColumns(Stream& stream, const float* src, const ColumnBlock& b,
                          const DeviceColumnSlots& s, float* packed) {
-  constexpr const char* kOp = "GatherColumnsCuda";
+  constexpr const char* kOp = "GatherColumns";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
   if (b.n == 0) return absl::OkStatus();
   BATON_RETURN_IF_ERROR(CheckNotNull(kOp, {{"src", src}, {"packed", packed}}));
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
   [[maybe_unused]] const int32_t* table = s.table;
-  return Launch(stream, kOp, BATON_OPS_CUDA([=](void* st) {
+  auto host = [=]() {
+    ForEachElement(b, table, [&](int64_t i, int64_t, int64_t k) {
+      if (k >= 0) packed[k] = src[i];
+    });
+    return absl::OkStatus();
+  };
+  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowGather(src, c0, b.n, b.cols, table,
                                                            packed, st);
                 }));
 }
 
-Status ScatterColumnsCuda(Stream& stream, const float* packed, const ColumnBlock& b,
+Status ScatterColumns(Stream& stream, const float* packed, const ColumnBlock& b,
                           const DeviceColumnSlots& s, void* dst, DataType dst_dtype) {
-  constexpr const char* kOp = "ScatterColumnsCuda";
+  constexpr const char* kOp = "ScatterColumns";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "dst dtype", dst_dtype));
   if (b.n == 0) return absl::OkStatus();
   BATON_RETURN_IF_ERROR(CheckNotNull(kOp, {{"packed", packed}, {"dst", dst}}));
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
   [[maybe_unused]] const int32_t* table = s.table;
-  return Launch(stream, kOp, BATON_OPS_CUDA([=](void* st) {
+  auto host = [=]() {
+    ForEachElement(b, table, [&](int64_t i, int64_t, int64_t k) {
+      if (k >= 0) StoreF(dst, dst_dtype, i, packed[k]);
+    });
+    return absl::OkStatus();
+  };
+  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowScatter(packed, c0, b.n, b.cols, table,
                                                             dst, static_cast<int>(dst_dtype),
                                                             st);
                 }));
 }
 
-Status CopyColumnsCuda(Stream& stream, const void* src, void* dst, DataType t,
+Status CopyColumns(Stream& stream, const void* src, void* dst, DataType t,
                        const ColumnBlock& b, const DeviceColumnSlots& s,
                        WhichColumns which) {
-  constexpr const char* kOp = "CopyColumnsCuda";
+  constexpr const char* kOp = "CopyColumns";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "dtype", t));
   if (which != WhichColumns::kSelected && which != WhichColumns::kUnselected) {
@@ -167,7 +224,16 @@ Status CopyColumnsCuda(Stream& stream, const void* src, void* dst, DataType t,
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
   [[maybe_unused]] const int32_t* table = s.table;
   [[maybe_unused]] const bool want_selected = which == WhichColumns::kSelected;
-  return Launch(stream, kOp, BATON_OPS_CUDA([=](void* st) {
+  auto host = [=]() {
+    const size_t es = DataTypeSize(t);
+    const char* from = static_cast<const char*>(src);
+    char* to = static_cast<char*>(dst);
+    ForEachElement(b, table, [&](int64_t i, int64_t, int64_t k) {
+      if ((k >= 0) == want_selected) std::memcpy(to + i * es, from + i * es, es);
+    });
+    return absl::OkStatus();
+  };
+  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowCopy(src, dst, static_cast<int>(t), c0,
                                                          b.n, b.cols, table, want_selected,
                                                          st);
