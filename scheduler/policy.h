@@ -89,8 +89,8 @@
 //       host every step, where the other columns' gradients accumulate and
 //       the host optimizer applies them every update_interval steps (as
 //       DeepSpeed does). Parameters that are not 2-D take the host path.
-//       The executor runs it on the host runtime (scheduler/zenflow_exec.h);
-//       on a CUDA device it refuses zenflow (Unimplemented). select_interval must be a multiple of
+//       The executor runs it on either kind of device
+//       (scheduler/zenflow_exec.h); CaptureStep refuses it. select_interval must be a multiple of
 //       update_interval (after "auto" is resolved; ops/zenflow.h).
 //       Intervals may be kAutoInterval ("auto", as in DeepSpeed's config):
 //       update_interval auto = kAutoUpdateInterval (4, the value of

@@ -60,8 +60,8 @@
 // simulator prices them 1/update_interval; sim/offload_cost.h). With
 // staleness d (Policy::zenflow_staleness) that H2D comes d steps later and
 // the executor runs the update and CAST on a stream outside the step
-// barrier, ordered by events the graph does not hold (zenflow_exec.h). The
-// executor runs ZenFlow on the host device only (scheduler/zenflow_exec.h).
+// barrier, ordered by events the graph does not hold (zenflow_exec.h), on
+// either kind of device.
 //
 // Plain data; immutable once built; safe to share between threads.
 #ifndef BATON_SCHEDULER_STEP_GRAPH_H_

@@ -22,17 +22,30 @@ const char* Category(NodeKind kind) {
     case NodeKind::kReduceScatter:
     case NodeKind::kAllReduce:
     case NodeKind::kCopy:
+    case NodeKind::kD2H:
+    case NodeKind::kH2D:
       return "copy";
     default:
       return "compute";
   }
 }
 
-std::string StreamName(const StepGraph& g, int s) {
-  if (s == kComputeStream.index()) return "compute";
-  if (g.num_streams == 2) return "comm";
-  return s == StreamFor(StreamClass::kAllGather, false).index() ? "all-gather"
-                                                                 : "reduce-scatter";
+// The tracks of a rank: the graph's streams, then (ZenFlow) the
+// executor's host-update stream, where CAST runs (scheduler/zenflow_exec.h).
+std::vector<std::string> TrackNames(const StepGraph& g) {
+  std::vector<std::string> names = g.stream_names();
+  for (std::string& n : names) {
+    if (n == "allgather") n = "all-gather";
+    if (n == "reducescatter") n = "reduce-scatter";
+    if (n == "hostcopy") n = "host-copy";
+  }
+  if (g.policy.zenflow) names.push_back("host-update");
+  return names;
+}
+
+int Track(const StepGraph& g, const Node& n) {
+  if (g.policy.zenflow && n.kind == NodeKind::kCast) return g.num_streams;
+  return n.stream.index();
 }
 
 }  // namespace
@@ -72,15 +85,16 @@ class StepTrace::Recorder : public NodeObserver {
     std::lock_guard<std::mutex> lock(mu_);
     trace.ProcessName(rank_, absl::StrCat("rank ", rank_));
     trace.ProcessSortIndex(rank_, rank_);
-    for (int s = 0; s < graph_.num_streams; ++s) {
-      trace.ThreadName(rank_, s, StreamName(graph_, s));
+    const std::vector<std::string> tracks = TrackNames(graph_);
+    for (int s = 0; s < static_cast<int>(tracks.size()); ++s) {
+      trace.ThreadName(rank_, s, tracks[s]);
       trace.ThreadSortIndex(rank_, s, s);
     }
     auto us = [](int64_t ns) { return static_cast<double>(ns) / 1e3; };
     for (const Entry& e : entries_) {
       const Node& n = graph_.nodes[e.node];
       const int64_t t0 = e.t[0].load(), t1 = e.t[1].load(), t2 = e.t[2].load();
-      const int tid = n.stream.index();
+      const int tid = Track(graph_, n);
       if (!n.waits.empty() && t0 >= 0 && t1 > t0) {  // blocked on another stream
         trace.Complete(rank_, tid, "wait", "wait", us(t0), us(t1 - t0),
                        {{"step", e.step}, {"before", n.name}});
@@ -110,15 +124,19 @@ NodeObserver* StepTrace::ForRank(int rank, const StepGraph& graph) {
   return r.get();
 }
 
+void StepTrace::AppendTo(TraceJsonWriter& trace) const {
+  for (const auto& [rank, recorder] : ranks_) recorder->AppendTo(trace);
+}
+
 std::string StepTrace::Json() const {
   TraceJsonWriter trace;
-  for (const auto& [rank, recorder] : ranks_) recorder->AppendTo(trace);
+  AppendTo(trace);
   return trace.Json();
 }
 
 Status StepTrace::Write(const std::string& path) const {
   TraceJsonWriter trace;
-  for (const auto& [rank, recorder] : ranks_) recorder->AppendTo(trace);
+  AppendTo(trace);
   return trace.Write(path);
 }
 

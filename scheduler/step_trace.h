@@ -1,11 +1,14 @@
 // Timelines of executed steps, per rank and stream, written as a trace that
 // Perfetto (ui.perfetto.dev) and chrome://tracing open: the JSON
 // trace-event format, one process per rank, one track (thread) per stream
-// (compute, all-gather, reduce-scatter, or one comm stream), with slices
+// (compute, all-gather, reduce-scatter, or one comm stream; under offload
+// host-copy and host; under ZenFlow also host-update, where its CAST runs,
+// scheduler/zenflow_exec.h), with slices
 //   wait     a stream blocked on another stream's event before a node
 //   compute  forward / recompute / backward / optimizer / cast / accumulate
-//   copy     the collectives and device copies (bytes moved between ranks
-//            or buffers: on inproc, copies through shared memory)
+//   copy     the collectives, device copies and host-link copies (D2H,
+//            H2D) (bytes moved between ranks, buffers or memories: on
+//            inproc, copies through shared memory)
 // named after the node (StepGraph Node::name) with its step in args.
 //
 // How: the executor calls a recorder (ExecutorOptions::observer) around
@@ -35,6 +38,10 @@
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/step_graph.h"
 
+namespace baton {
+class TraceJsonWriter;
+}  // namespace baton
+
 namespace baton::scheduler {
 
 class StepTrace {
@@ -54,6 +61,7 @@ class StepTrace {
   Status Write(const std::string& path) const;
 
  private:
+  void AppendTo(TraceJsonWriter& trace) const;  // every rank's recorder
   class Recorder;
   const std::chrono::steady_clock::time_point origin_;
   std::map<int, std::unique_ptr<Recorder>> ranks_;

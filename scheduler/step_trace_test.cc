@@ -19,9 +19,13 @@ using testing::ToyModel;
 // trace has every node of every step once, on its stream's track, slices of
 // one track never overlap, and a node that waits on another stream starts
 // after that node ended.
-TEST(StepTraceTest, RecordsEveryNodeOnItsStreamInStreamOrder) {
+// Under zero_offload also the host-copy and host streams; under ZenFlow its
+// CAST on the host-update track.
+class StepTraceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StepTraceTest, RecordsEveryNodeOnItsStreamInStreamOrder) {
   const int ranks = 2, steps = 2;
-  Policy p = *PolicyPreset("baton");
+  Policy p = *PolicyPreset(GetParam());
   p.param_dtype = DataType::kF32;
   const ModelSpec spec = *ModelPreset("micro");
   auto group = CreateInprocGroup(ranks);
@@ -80,7 +84,9 @@ TEST(StepTraceTest, RecordsEveryNodeOnItsStreamInStreamOrder) {
     ASSERT_TRUE(cat == "compute" || cat == "copy") << cat;
     ASSERT_EQ(node_index.count(e.at("name")), 1u) << e.at("name");
     const int i = node_index[e.at("name")];
-    EXPECT_EQ(graph->nodes[i].stream.index(), tid) << graph->nodes[i].name;
+    const bool host_update = p.zenflow && graph->nodes[i].kind == NodeKind::kCast;
+    EXPECT_EQ(host_update ? graph->num_streams : graph->nodes[i].stream.index(), tid)
+        << graph->nodes[i].name;
     EXPECT_EQ(std::string(cat), IsCompute(graph->nodes[i].kind) ||
                                         graph->nodes[i].kind == NodeKind::kOptimizer ||
                                         graph->nodes[i].kind == NodeKind::kCast ||
@@ -92,11 +98,18 @@ TEST(StepTraceTest, RecordsEveryNodeOnItsStreamInStreamOrder) {
     slices[key] = {ts, ts + dur};
   }
   EXPECT_EQ(slices.size(), static_cast<size_t>(ranks * steps * nodes));
+  std::vector<std::string> want = {"compute"};
+  if (graph->num_streams == 2 || graph->num_streams == 4) want.push_back("comm");
+  if (graph->num_streams == 3 || graph->num_streams == 5) {
+    want.insert(want.end(), {"all-gather", "reduce-scatter"});
+  }
+  if (graph->offload()) want.insert(want.end(), {"host-copy", "host"});
+  if (p.zenflow) want.push_back("host-update");
   for (int r = 0; r < ranks; ++r) {
-    EXPECT_EQ(track_names[std::make_pair(r, 0)], "compute");
-    for (int s = 1; s < graph->num_streams; ++s) {
-      EXPECT_NE(track_names[std::make_pair(r, s)], "");
+    for (int s = 0; s < static_cast<int>(want.size()); ++s) {
+      EXPECT_EQ(track_names[std::make_pair(r, s)], want[s]) << "rank " << r << " track " << s;
     }
+    EXPECT_EQ(track_names.count(std::make_pair(r, static_cast<int>(want.size()))), 0u);
   }
   for (auto& [track, spans] : tracks) {
     std::sort(spans.begin(), spans.end());
@@ -119,7 +132,10 @@ TEST(StepTraceTest, RecordsEveryNodeOnItsStreamInStreamOrder) {
   EXPECT_GT(cross, 0) << "the graph has no cross-stream waits to check";
 }
 
-TEST(StepTraceTest, AnUnwritablePathIsNamed) {
+INSTANTIATE_TEST_SUITE_P(Presets, StepTraceTest,
+                         ::testing::Values("baton", "zero_offload", "zenflow"));
+
+TEST(StepTraceWriteTest, AnUnwritablePathIsNamed) {
   StepTrace trace;
   const Status st = trace.Write("/nonexistent-dir/trace.json");
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);

@@ -97,7 +97,13 @@
 // it, so with select_interval == update_interval a window's update
 // overlaps one step's forward and backward (d > 0); with select_interval
 // a multiple of update_interval the windows not followed by a selection
-// overlap d whole steps.
+// overlap d whole steps on the host runtime. On CUDA, not more than about
+// one: the host functions of a context run on one driver thread
+// (runtime/device.h rule 7), so the next step's OPT (host work on the host
+// stream, which the step barrier waits for) queues behind the update, and
+// the step after it cannot begin before the update ends. Correct either
+// way; the fix is an executor-owned thread for the update, released by the
+// host-update stream and releasing its waiters with values (rule 8).
 //
 // Parameters that are not 2-D (norm gains) and the bucket's gaps take the
 // host path whole (never selected). DeepSpeed's ZenFlow instead updates
@@ -114,9 +120,10 @@
 // (columns + 1 int32 per matrix: the current selection, an upload's);
 // host staging (pinned on CUDA) of the norms, the packed master and both
 // sets of tables; host vectors: one fp32 shard (the scaled gradient on the
-// host side), two column selections per matrix (the window snapshots).
-// None of it is in StepGraph's byte counts (the packed gradient is at most
-// a third of the topk state, the rest O(columns)).
+// host side: 4 bytes a parameter), two column selections per matrix (the
+// window snapshots), the hand-back values (the selected elements). None of
+// it is in StepGraph's byte counts (the packed gradient is at most a third
+// of the topk state, the tables O(columns)).
 //
 // Device kinds. Every call goes through ops/zenflow_stream.h (CUDA kernels
 // on a CUDA stream, host work on a host stream), Stream::MemcpyAsync /
