@@ -252,28 +252,31 @@ constexpr int kSquareBlocksPerSm = 4;
 
 template <typename T>
 int SquaresTyped(const T* grad, int64_t c0, int64_t n, int64_t cols, float scale,
-                 float* norms, cudaStream_t s) {
+                 float* norms, float* scratch, cudaStream_t s) {
   const int64_t chunks = (ZenFlowVirtualRows(c0, n, cols) + kChunk - 1) / kChunk;
   const unsigned grid = GridFor(chunks * cols, kSquareBlocksPerSm);
   if (chunks == 1) {
     Squares<T><<<grid, kThreads, 0, s>>>(grad, norms, nullptr, c0, n, cols, 1, scale);
     return static_cast<int>(cudaGetLastError());
   }
-  float* part = nullptr;
-  if (cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&part),
-                                      static_cast<size_t>(chunks * cols) * sizeof(float), s);
-      e != cudaSuccess) {
-    return e;
+  float* part = scratch;  // the caller's, or one of this call's own
+  if (part == nullptr) {
+    if (cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&part),
+                                        static_cast<size_t>(chunks * cols) * sizeof(float), s);
+        e != cudaSuccess) {
+      return e;
+    }
   }
+  auto release = [&]() { return scratch == nullptr ? cudaFreeAsync(part, s) : cudaSuccess; };
   Squares<T><<<grid, kThreads, 0, s>>>(grad, norms, part, c0, n, cols, chunks, scale);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    cudaFreeAsync(part, s);
+    release();
     return e;
   }
   FinishSquares<<<GridFor(cols, kElementBlocksPerSm), kThreads, 0, s>>>(part, norms, c0, n,
                                                                        cols);
   const cudaError_t launched = cudaGetLastError();
-  const cudaError_t freed = cudaFreeAsync(part, s);
+  const cudaError_t freed = release();
   return launched != cudaSuccess ? launched : freed;
 }
 
@@ -314,12 +317,14 @@ int SplitTyped(const T* grad, int64_t c0, int64_t n, int64_t cols, const int32_t
 }  // namespace
 
 int LaunchZenFlowColumnSquares(const void* grad, int dtype, int64_t c0, int64_t n,
-                               int64_t cols, float scale, float* norms, void* stream) {
+                               int64_t cols, float scale, float* norms, float* scratch,
+                               void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (dtype == dtype_device::kBF16) {
-    return SquaresTyped(static_cast<const __nv_bfloat16*>(grad), c0, n, cols, scale, norms, s);
+    return SquaresTyped(static_cast<const __nv_bfloat16*>(grad), c0, n, cols, scale, norms,
+                        scratch, s);
   }
-  return SquaresTyped(static_cast<const float*>(grad), c0, n, cols, scale, norms, s);
+  return SquaresTyped(static_cast<const float*>(grad), c0, n, cols, scale, norms, scratch, s);
 }
 
 int LaunchZenFlowSplit(const void* grad, int dtype, int64_t c0, int64_t n, int64_t cols,

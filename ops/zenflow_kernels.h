@@ -77,7 +77,8 @@ BATON_ZF_HD int64_t ZenFlowPackedIndex(int64_t r, int32_t t, int64_t k, int64_t 
 // returns before launching for an empty block). LaunchZenFlowSplit's
 // `rest` may be null (the selected side only).
 int LaunchZenFlowColumnSquares(const void* grad, int dtype, int64_t c0, int64_t n,
-                               int64_t cols, float scale, float* norms, void* stream);
+                               int64_t cols, float scale, float* norms, float* scratch,
+                               void* stream);
 int LaunchZenFlowSplit(const void* grad, int dtype, int64_t c0, int64_t n, int64_t cols,
                        const int32_t* table, float scale, float* selected, float* rest,
                        void* stream);

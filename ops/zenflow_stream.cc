@@ -7,11 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/ops/op_util.h"
-#include "baton/runtime/stream_ops.h"
-
-#ifdef BATON_HAVE_CUDA
 #include "baton/ops/zenflow_kernels.h"
-#endif
+#include "baton/runtime/stream_ops.h"
 
 namespace baton::ops {
 namespace {
@@ -113,8 +110,17 @@ int64_t PackedCapacity(const ColumnBlock& b, int64_t k) {
   return per_rows < b.n ? per_rows : b.n;
 }
 
+int64_t ColumnSquaresScratch(const ColumnBlock& b) {
+  if (b.n <= 0 || b.cols < 1 || b.first < 0) return 0;
+  const int64_t rows = ops_internal::ZenFlowVirtualRows(b.first % b.cols, b.n, b.cols);
+  const int64_t chunks =
+      (rows + ops_internal::kZenFlowRowsPerChunk - 1) / ops_internal::kZenFlowRowsPerChunk;
+  return chunks > 1 ? chunks * b.cols : 0;
+}
+
 Status AccumulateColumnSquares(Stream& stream, const void* grad, DataType t,
-                                   const ColumnBlock& b, float scale, float* norms) {
+                               const ColumnBlock& b, float scale, float* norms,
+                               float* scratch) {
   constexpr const char* kOp = "AccumulateColumnSquares";
   BATON_RETURN_IF_ERROR(CheckColumnBlock(kOp, b));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "grad dtype", t));
@@ -133,7 +139,7 @@ Status AccumulateColumnSquares(Stream& stream, const void* grad, DataType t,
   };
   return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowColumnSquares(
-                      grad, static_cast<int>(t), c0, b.n, b.cols, scale, norms, st);
+                      grad, static_cast<int>(t), c0, b.n, b.cols, scale, norms, scratch, st);
                 }));
 }
 

@@ -106,11 +106,19 @@ int64_t PackedCapacity(const ColumnBlock& block, int64_t k);
 //   |device - host| <= (m + 64 + Q) * 2^-24 * S   (first order)
 // for a column with m elements in the block (S: norms[c] plus its squares).
 // A sum over blocks (several calls) adds in call order, as on the host.
-// Scratch: Q * cols floats from cudaMallocAsync on the stream when Q > 1.
+// Scratch (CUDA, Q > 1): ColumnSquaresScratch(block) floats: `scratch`
+// when given (memory of the stream's device, not used by other work until
+// this call's work has run), else one allocation per call
+// (cudaMallocAsync / cudaFreeAsync on the stream). The host ignores it.
 // InvalidArgument: bad block, grad dtype not f32/bf16, null grad or norms
 // (n > 0), a scale that is not finite.
 Status AccumulateColumnSquares(Stream& stream, const void* grad, DataType t,
-                               const ColumnBlock& block, float scale, float* norms);
+                               const ColumnBlock& block, float scale, float* norms,
+                               float* scratch = nullptr);
+// Floats of AccumulateColumnSquares' scratch for `block`: Q x cols with Q
+// chunks of kZenFlowRowsPerChunk rows when Q > 1, else 0 (0 for a bad or
+// empty block).
+int64_t ColumnSquaresScratch(const ColumnBlock& block);
 
 // SplitGradient (ops/zenflow.h) on a stream, of the gradient times
 // `scale` (g = fl(scale * grad[e]); scale 1 is the host op exactly): the

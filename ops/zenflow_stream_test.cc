@@ -229,6 +229,13 @@ TEST(ZenFlowStreamArgsTest, BadArgumentsAreNamedAndNothingRuns) {
   EXPECT_EQ(bufc, std::vector<float>(64, 3.0f));
 }
 
+TEST(ZenFlowStreamArgsTest, ColumnSquaresScratch) {
+  EXPECT_EQ(ColumnSquaresScratch({0, 64 * 8, 8}), 0);          // 64 rows: one chunk
+  EXPECT_EQ(ColumnSquaresScratch({3, 64 * 8, 8}), 2 * 8);      // 65 virtual rows
+  EXPECT_EQ(ColumnSquaresScratch({0, 129 * 4, 4}), 3 * 4);     // 129 rows: 3 chunks
+  EXPECT_EQ(ColumnSquaresScratch({0, 0, 4}), 0);
+}
+
 TEST(ZenFlowStreamArgsTest, PackedCapacity) {
   EXPECT_EQ(PackedCapacity({3, 0, 8}, 2), 0);
   EXPECT_EQ(PackedCapacity({3, 40, 8}, 2), 12);  // rows 3..8 of 8 columns: 6 rows
@@ -381,6 +388,17 @@ void ZenFlowStreamTest::RunSquares(const Case& k, DataType t, bool misaligned) {
                                           static_cast<float*>(dn.data()))
                   .ok());
   const std::vector<float> got = Floats(Read(*stream_, dn, k.cols * sizeof(float)));
+  {  // The same with a caller's scratch: the same bits.
+    const int64_t want = ColumnSquaresScratch(b);
+    Shifted dn2 = Up(norms0_bytes, fshift);
+    Shifted part = Poison(std::max<int64_t>(want, 1) * sizeof(float), 0);
+    ASSERT_TRUE(AccumulateColumnSquares(*stream_, dg.data(), t, b, 0.5f,
+                                        static_cast<float*>(dn2.data()),
+                                        static_cast<float*>(part.data()))
+                    .ok());
+    EXPECT_EQ(FirstDiff(Read(*stream_, dn2, k.cols * sizeof(float)), BytesOf(got), 4), -1)
+        << "with a scratch of " << want << " floats";
+  }
   const int64_t c0 = k.first % k.cols;
   const int64_t rows = ops_internal::ZenFlowVirtualRows(c0, k.n, k.cols);
   const int64_t chunks = (rows + kZenFlowRowsPerChunk - 1) / kZenFlowRowsPerChunk;

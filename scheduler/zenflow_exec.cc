@@ -106,11 +106,15 @@ StatusOr<std::unique_ptr<ZenFlowState>> ZenFlowState::Create(
   const size_t packed = round(std::max<int64_t>(z->packed_total_, 1) * sizeof(float));
   const size_t tables = round(std::max<int64_t>(z->tables_total_, 1) * sizeof(int32_t));
   const size_t norms = round(z->norms_total_ * sizeof(float));
-  BATON_ASSIGN_OR_RETURN(z->device_scratch_, device.Allocate(packed + 2 * tables));
+  int64_t squares = 0;  // the column sums' chunk partials (CUDA), one matrix at a time
+  for (const Matrix& m : z->mats_) squares = std::max(squares, ops::ColumnSquaresScratch(m.block));
+  const size_t part = device.kind() == DeviceKind::kHost ? 0 : round(squares * sizeof(float));
+  BATON_ASSIGN_OR_RETURN(z->device_scratch_, device.Allocate(packed + 2 * tables + part));
   char* d = static_cast<char*>(z->device_scratch_.data());
   z->packed_grad_ = reinterpret_cast<float*>(d);
   z->tables_ = reinterpret_cast<int32_t*>(d + packed);
   z->upload_tables_ = reinterpret_cast<int32_t*>(d + packed + tables);
+  if (part > 0) z->squares_scratch_ = reinterpret_cast<float*>(d + packed + 2 * tables);
   BATON_ASSIGN_OR_RETURN(z->host_scratch_,
                          AllocateHostState(device, norms + packed + 2 * tables));
   char* h = static_cast<char*>(z->host_scratch_.data());
@@ -137,8 +141,9 @@ Status ZenFlowState::Norms(Stream& s, const void* grad, DataType t, float scale,
                            float* norms) {
   const char* g = static_cast<const char*>(grad);
   for (const Matrix& m : mats_) {
-    BATON_RETURN_IF_ERROR(ops::AccumulateColumnSquares(
-        s, g + m.pos * DataTypeSize(t), t, m.block, scale, norms + m.norms_at));
+    BATON_RETURN_IF_ERROR(ops::AccumulateColumnSquares(s, g + m.pos * DataTypeSize(t), t,
+                                                       m.block, scale, norms + m.norms_at,
+                                                       squares_scratch_));
   }
   return absl::OkStatus();
 }

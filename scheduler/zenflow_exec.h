@@ -116,8 +116,10 @@
 // the host master at the selection step.
 //
 // Scratch outside the graph's buffers, per bucket: on the device the
-// packed selected gradient (its capacity) and two sets of slot tables
-// (columns + 1 int32 per matrix: the current selection, an upload's);
+// packed selected gradient (its capacity), two sets of slot tables
+// (columns + 1 int32 per matrix: the current selection, an upload's) and
+// on CUDA the column sums' chunk partials (ops::ColumnSquaresScratch of the
+// largest matrix block);
 // host staging (pinned on CUDA) of the norms, the packed master and both
 // sets of tables; host vectors: one fp32 shard (the scaled gradient on the
 // host side: 4 bytes a parameter), two column selections per matrix (the
@@ -262,6 +264,7 @@ class ZenFlowState {
   float* packed_grad_ = nullptr;
   int32_t* tables_ = nullptr;
   int32_t* upload_tables_ = nullptr;
+  float* squares_scratch_ = nullptr;  // NORM's chunk partials (CUDA; null: none)
   // Host staging (pinned on CUDA): the norms and the packed master on a
   // selection step, the tables of a selection and of an upload.
   DeviceBuffer host_scratch_;

@@ -4,8 +4,9 @@
 # benches (and simulate, which reads the measured kernel table), built -c opt, with the non-system shared libraries they load, into
 # one folder that runs on a GPU machine without Bazel:
 #
-#   tools/gpu_bundle.sh DIR        # on the build machine
-#   DIR/run_gpu_suite.sh           # on the GPU machine (see that script)
+#   tools/gpu_bundle.sh DIR [--tgz]  # on the build machine; --tgz also
+#                                    # writes DIR.tgz (about a third of DIR)
+#   DIR/run_gpu_suite.sh             # on the GPU machine (see that script)
 #
 # Packed: absl, UCX (+ its ucx/ module folder), gtest, benchmark, the
 # project's own _solib .so files, libcudart and anything else ldd resolves
@@ -13,10 +14,17 @@
 # libstdc++/libgcc, libcuda, NCCL, cuBLAS, cuDNN.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${1:-}"
-case "$out" in --out=*) out="${out#--out=}" ;; esac
+out="" tgz=0
+for arg in "$@"; do
+  case "$arg" in
+    --tgz) tgz=1 ;;
+    --out=*) out="${arg#--out=}" ;;
+    -*) echo "gpu_bundle: unknown option '$arg'" >&2; exit 2 ;;
+    *) out="$arg" ;;
+  esac
+done
 if [ -z "$out" ]; then
-  echo "usage: tools/gpu_bundle.sh DIR" >&2
+  echo "usage: tools/gpu_bundle.sh DIR [--tgz]" >&2
   exit 2
 fi
 mkdir -p "$out"
@@ -94,3 +102,7 @@ chmod +x "$out/run_gpu_suite.sh"
 (cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown) > "$out/COMMIT"
 echo "gpu_bundle: $out: $(du -sh "$out" | cut -f1)" \
      "($(wc -l < "$out/tests.txt") tests, $(ls "$out/lib" | grep -c '\.so') libraries)"
+if [ $tgz -eq 1 ]; then
+  tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
+  echo "gpu_bundle: $out.tgz: $(du -sh "$out.tgz" | cut -f1)"
+fi

@@ -3,6 +3,13 @@
 # machine without Bazel (the bundle carries its non-system libraries):
 #
 #   ./run_gpu_suite.sh             # logs and gtest XML under ./logs
+#   ./run_gpu_suite.sh --phases=plain,memcheck --tests='^ops/'
+#
+# --phases=LIST   which of plain, memcheck, racecheck, bench run (default
+#                 all four); a GPU machine lent by the call (e.g. 10 minutes
+#                 a command) takes the suite in a few such calls.
+# --tests=REGEX   only the test binaries whose path (as in tests.txt, e.g.
+#                 ops/attention_test) matches the extended regex.
 #
 # 1. every test binary once plainly (GPU cases skip where no GPU is seen);
 # 2. with a GPU and compute-sanitizer: every test binary under
@@ -19,6 +26,24 @@
 # Environment: BATON_TEST_DEADLINE_S (per test case, default 300; 10x under
 # the sanitizers), LOGS (default ./logs), SANITIZER (compute-sanitizer path).
 set -uo pipefail
+phases="plain,memcheck,racecheck,bench"
+filter=""
+for arg in "$@"; do
+  case "$arg" in
+    --phases=*) phases="${arg#--phases=}" ;;
+    --tests=*) filter="${arg#--tests=}" ;;
+    *) echo "run_gpu_suite: unknown argument '$arg' (--phases=LIST, --tests=REGEX)" >&2
+       exit 2 ;;
+  esac
+done
+for ph in ${phases//,/ }; do
+  case "$ph" in
+    plain|memcheck|racecheck|bench) ;;
+    *) echo "run_gpu_suite: unknown phase '$ph' in --phases (plain, memcheck, racecheck, bench)" >&2
+       exit 2 ;;
+  esac
+done
+want() { [[ ",$phases," == *",$1,"* ]]; }
 here="$(cd "$(dirname "$0")" && pwd)"
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export UCX_MODULE_DIR="$here/lib/ucx"
@@ -79,23 +104,34 @@ run() {
     "$tag" "$test" "$p" "$f" "$s" $((SECONDS - start))
 }
 
-mapfile -t tests < "$here/tests.txt"
-for t in "${tests[@]}"; do run plain "$t"; done
+mapfile -t tests < <(grep -E -- "${filter:-.}" "$here/tests.txt")
+if [ -n "$filter" ] && [ ${#tests[@]} -eq 0 ]; then
+  echo "run_gpu_suite: no test in tests.txt matches --tests='$filter'" >&2
+  exit 2
+fi
+if want plain; then
+  for t in "${tests[@]}"; do run plain "$t"; done
+fi
 
-if [ $gpu -eq 1 ] && [ -n "$san" ]; then
-  for t in "${tests[@]}"; do
-    run memcheck "$t" "$san" --tool memcheck --error-exitcode 86 --print-limit 20
-  done
-  for t in ops/attention_test ops/rmsnorm_test ops/cross_entropy_test; do
-    [ -x "$t" ] && run racecheck "$t" "$san" --tool racecheck --error-exitcode 86 --print-limit 20
-  done
-else
+if { want memcheck || want racecheck; } && { [ $gpu -eq 0 ] || [ -z "$san" ]; }; then
   echo "memcheck/racecheck: not run ($([ $gpu -eq 1 ] && echo 'no compute-sanitizer' || echo 'no GPU'))"
+elif { want memcheck || want racecheck; }; then
+  if want memcheck; then
+    for t in "${tests[@]}"; do
+      run memcheck "$t" "$san" --tool memcheck --error-exitcode 86 --print-limit 20
+    done
+  fi
+  if want racecheck; then
+    for t in ops/attention_test ops/rmsnorm_test ops/cross_entropy_test; do
+      printf '%s\n' "${tests[@]}" | grep -qx "$t" || continue
+      [ -x "$t" ] && run racecheck "$t" "$san" --tool racecheck --error-exitcode 86 --print-limit 20
+    done
+  fi
 fi
 
 bench="$logs/bench.txt"
 : > "$bench"
-if [ $gpu -eq 1 ]; then
+if [ $gpu -eq 1 ] && want bench; then
   ./bench/runtime --benchmark_filter=Cuda >> "$bench" 2>&1 ||
     failures+=("bench runtime: exit $?")
   for n in 2 4 8; do
@@ -122,9 +158,9 @@ fi
 
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
 echo "$passed passed, $failed failed, $skipped skipped"
-if [ $gpu -eq 1 ]; then
+if [ $gpu -eq 1 ] && want bench; then
   grep -vE '^#  |^# (minBytes|Using|out-of-place)|^-{5}|^Run on|^CPU|^  L[0-9]|^Load Average' "$bench"
 else
-  echo "benches: not run (no GPU)"
+  echo "benches: not run ($([ $gpu -eq 1 ] && echo 'not in --phases' || echo 'no GPU'))"
 fi
 [ "$failed" -eq 0 ] && [ ${#failures[@]} -eq 0 ]
