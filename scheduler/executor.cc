@@ -80,6 +80,7 @@ Executor::Executor(std::shared_ptr<const StepGraph> graph, Device& device,
 
 Executor::~Executor() {
   if (zf_stream_) (void)zf_stream_->Synchronize();
+  zf_thread_.reset();  // runs the updates posted, then joins
   for (auto& s : streams_) {
     if (s) (void)s->Synchronize();
   }
@@ -226,15 +227,28 @@ Status Executor::Init() {
     StreamOptions so;
     so.name = absl::StrCat("host_update.r", comm_.rank());
     BATON_ASSIGN_OR_RETURN(zf_stream_, device_.CreateStream(so));
+    const size_t nb = graph_.layout.buckets.size();
+    BATON_ASSIGN_OR_RETURN(zf_values_, device_.AllocateValues(2 * nb));
+    zf_inputs_ok_.reset(new std::atomic<int64_t>[nb]);
+    for (size_t b = 0; b < nb; ++b) zf_inputs_ok_[b].store(0);
+    zf_work_ = std::make_unique<DeferredWork>(so.name);
+    zf_thread_ = std::make_unique<ZenFlowUpdateThread>();
     // The update and the cast are host work on host memory: on a CUDA
     // stream, through the driver's host-function thread.
     if (device_.kind() != DeviceKind::kHost) {
       zf_host_view_ = std::make_unique<HostWorkView>(*zf_stream_);
     }
-    for (size_t b = 0; b < graph_.layout.buckets.size(); ++b) {
-      for (auto* v : {&zf_ready_, &zf_uploaded_, &zf_done_, &zf_done_}) {
+    for (size_t b = 0; b < nb; ++b) {
+      for (auto* v : {&zf_ready_, &zf_uploaded_}) {
         BATON_ASSIGN_OR_RETURN(auto ev, device_.CreateEvent());
         v->push_back(std::move(ev));
+      }
+    }
+    for (int i = 0; i < nn; ++i) {
+      if (graph_.nodes[i].kind == NodeKind::kCast && needs[i]) {
+        return absl::InternalError(absl::StrCat(
+            "executor: node ", graph_.nodes[i].name, " waits on ZenFlow's cast, whose "
+            "update finishes on the update thread after its node event"));
       }
     }
   }
@@ -333,7 +347,7 @@ Status Executor::EndStep() {
   return absl::OkStatus();
 }
 
-Status Executor::Trace(int i, bool start) {
+Status Executor::Trace(int i, bool start, Stream& s) {
   if (!options_.trace) return absl::OkStatus();
   auto seq = trace_seq_;
   const int64_t step = step_;
@@ -342,7 +356,7 @@ Status Executor::Trace(int i, bool start) {
     rec->node = i;
     rec->step = step;
     pending_trace_ = rec;
-    return NodeStream(i).Enqueue([seq, rec]() {
+    return s.Enqueue([seq, rec]() {
       rec->start = seq->fetch_add(1);
       return absl::OkStatus();
     });
@@ -350,7 +364,7 @@ Status Executor::Trace(int i, bool start) {
   auto rec = std::move(pending_trace_);
   auto out = trace_;
   auto mu = trace_mu_;
-  return NodeStream(i).Enqueue([seq, rec, out, mu]() {
+  return s.Enqueue([seq, rec, out, mu]() {
     rec->end = seq->fetch_add(1);
     std::lock_guard<std::mutex> lock(*mu);
     out->push_back(*rec);
@@ -369,6 +383,11 @@ Status Executor::PreNode(int i) {
   if (!in_step_) return absl::FailedPreconditionError("executor: no open step");
   const Node& n = graph_.nodes[i];
   Stream& s = NodeStream(i);
+  // Where the node's work and its observer / trace / delay points go: the
+  // update thread's deferred work for ZenFlow's update, else the stream.
+  const bool update = ZenFlowUpdateNode(i);
+  if (update) zf_open_ = i;  // IssueNode posts it, whatever happens now
+  Stream& ws = update ? static_cast<Stream&>(*zf_work_) : s;
   if (n.host_wait >= 0) {
     BATON_RETURN_IF_ERROR(node_events_[n.host_wait]->Synchronize());
   }
@@ -380,15 +399,16 @@ Status Executor::PreNode(int i) {
   }
   for (int w : n.waits) BATON_RETURN_IF_ERROR(s.Wait(*node_events_[w]));
   if (graph_.policy.zenflow) BATON_RETURN_IF_ERROR(ZenFlowWaits(i, s));
-  BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWork, s));
+  if (update) BATON_RETURN_IF_ERROR(StartZenFlowUpdate(i, s));
+  BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWork, ws));
   if (options_.max_delay_us > 0) {
     const int us = static_cast<int>(rng_() % (options_.max_delay_us + 1));
-    BATON_RETURN_IF_ERROR(s.Enqueue([us]() {
+    BATON_RETURN_IF_ERROR(ws.Enqueue([us]() {
       std::this_thread::sleep_for(std::chrono::microseconds(us));
       return absl::OkStatus();
     }));
   }
-  BATON_RETURN_IF_ERROR(Trace(i, true));
+  BATON_RETURN_IF_ERROR(Trace(i, true, ws));
   for (int r : n.reads) {
     if (!graph_.buffers[r].persistent) {
       BATON_RETURN_IF_ERROR(arena_->CheckIntact(graph_.buffers[r].plan_id, s));
@@ -421,7 +441,8 @@ Status Executor::Observe(int i, NodeObserver::Point point, Stream& s) {
 Status Executor::PostNode(int i) {
   const Node& n = graph_.nodes[i];
   Stream& s = NodeStream(i);
-  BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kAfterWork, s));
+  Stream& ws = zf_open_ == i ? static_cast<Stream&>(*zf_work_) : s;
+  BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kAfterWork, ws));
   for (int w : n.writes) {
     if (!graph_.buffers[w].persistent) {
       BATON_RETURN_IF_ERROR(arena_->MarkWritten(graph_.buffers[w].plan_id, s));
@@ -441,20 +462,13 @@ Status Executor::PostNode(int i) {
       BATON_RETURN_IF_ERROR(release(w));
     }
   }
-  BATON_RETURN_IF_ERROR(Trace(i, false));
+  BATON_RETURN_IF_ERROR(Trace(i, false, ws));
   if (node_events_[i]) BATON_RETURN_IF_ERROR(node_events_[i]->Record(s));
   if (graph_.policy.zenflow && n.kind == NodeKind::kOptimizer && n.bucket >= 0 &&
       graph_.buffers[n.reads.back()].role != BufferRole::kTopkState) {
-    // After the observer's and the trace's end, like zf_done_: the cast on
-    // the host-update stream waits for all of OPT, not only its work.
+    // After the observer's and the trace's end: the update waits for all of
+    // OPT, not only its work.
     BATON_RETURN_IF_ERROR(zf_ready_[n.bucket]->Record(s));
-  }
-  if (graph_.policy.zenflow && n.kind == NodeKind::kCast &&
-      zenflow_[n.bucket]->update_step(step_)) {
-    // After the observer's and the trace's end: what waits on the update
-    // sees them done.
-    const int64_t w = zenflow_[n.bucket]->window(step_);
-    BATON_RETURN_IF_ERROR(zf_done_[2 * n.bucket + w % 2]->Record(s));
   }
   return absl::OkStatus();
 }
@@ -610,7 +624,7 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   return cb.optimizer(ctx);
 }
 
-// ZenFlow's waits on the host update's done events (scheduler/zenflow_exec.h),
+// ZenFlow's waits on the host updates' done values (scheduler/zenflow_exec.h),
 // issued in PreNode with the graph's waits, before the observer's "before
 // work" point and the trace's start: a node's traced start follows every
 // wait it has.
@@ -621,8 +635,11 @@ Status Executor::ZenFlowWaits(int i, Stream& s) {
   if (zf == nullptr) return absl::OkStatus();
   const int64_t step = step_;
   const int64_t w = zf->window(step);
+  // The host update of `window` has finished (the update thread counts the
+  // bucket's windows in its done value).
   auto done = [&](int64_t window) -> Status {
-    return s.Wait(*zf_done_[2 * n.bucket + window % 2]);
+    if (window < 0) return absl::OkStatus();
+    return s.WaitValue(ZfDone(n.bucket), static_cast<uint64_t>(window + 1));
   };
   auto role = [&](int b) { return graph_.buffers[b].role; };
   if (n.kind == NodeKind::kOptimizer && role(n.reads.back()) == BufferRole::kTopkState) {
@@ -634,11 +651,10 @@ Status Executor::ZenFlowWaits(int i, Stream& s) {
   }
   if (n.kind == NodeKind::kOptimizer) {
     // OPT, the first step of a window: two windows back used this
-    // accumulator, its update is done (the event's last record is that
-    // window's). A selection step hands values back into the master the
-    // last window's cast reads.
+    // accumulator, its update is done. A selection step hands values back
+    // into the master the last window's update reads.
     if (step % zf->update_interval() != 0 || w < 1) return absl::OkStatus();
-    BATON_RETURN_IF_ERROR(done(w));
+    BATON_RETURN_IF_ERROR(done(w - 2));
     if (zf->select_step(step)) return done(w - 1);
     return absl::OkStatus();
   }
@@ -648,6 +664,84 @@ Status Executor::ZenFlowWaits(int i, Stream& s) {
     if (up >= 0) return done(up);
   }
   return absl::OkStatus();
+}
+
+bool Executor::ZenFlowUpdateNode(int i) const {
+  const Node& n = graph_.nodes[i];
+  return graph_.policy.zenflow && !zenflow_init_cast_ && n.kind == NodeKind::kCast &&
+         n.bucket >= 0 && zenflow_[n.bucket] != nullptr &&
+         zenflow_[n.bucket]->update_step(step_);
+}
+
+// The host-update stream's part of a window's update (after the node's
+// waits, in PreNode): the last upload read the host shard the update's
+// cast writes (issued before: it came at the previous window's end + 1 + d
+// <= this step); then the flag that the inputs are good (host work: skipped
+// when the stream failed) and the start value (written even then), which
+// the update thread waits for.
+Status Executor::StartZenFlowUpdate(int i, Stream& s) {
+  const Node& n = graph_.nodes[i];
+  const int64_t w = zenflow_[n.bucket]->window(step_);
+  BATON_RETURN_IF_ERROR(s.Wait(*zf_uploaded_[n.bucket]));
+  BATON_RETURN_IF_ERROR(s.Enqueue([ok = &zf_inputs_ok_[n.bucket], w]() {
+    ok->store(w + 1, std::memory_order_release);
+    return absl::OkStatus();
+  }));
+  zf_started_ = true;
+  return s.WriteValue(ZfStart(n.bucket), static_cast<uint64_t>(w + 1));
+}
+
+// Posts node i's update to the update thread: once the host-update stream
+// wrote the start value, the deferred work in order (observer, trace,
+// delay, the update), then the done value its consumers wait for. Posted
+// whether or not the node's issue succeeded (`issue`): a failed one, or
+// one whose inputs failed, fails every stream of the executor through its
+// error sink and still writes the done value (runtime/device.h rule 8), so
+// no consumer waits forever.
+void Executor::PostZenFlowUpdate(int i, const Status& issue) {
+  const Node& n = graph_.nodes[i];
+  const int64_t w = zenflow_[n.bucket]->window(step_);
+  std::vector<HostWork> work = zf_work_->Take();
+  std::vector<std::shared_ptr<StreamErrorSink>> sinks;
+  for (Stream* st : {zf_stream_.get()}) {
+    if (auto sink = st->error_sink()) sinks.push_back(std::move(sink));
+  }
+  for (auto& st : streams_) {
+    if (auto sink = st->error_sink()) sinks.push_back(std::move(sink));
+  }
+  const bool started = zf_started_;
+  zf_open_ = -1;
+  zf_started_ = false;
+  zf_thread_->Post([this, b = n.bucket, w, work = std::move(work), sinks = std::move(sinks),
+                    issue, started]() mutable {
+    Status st = issue;
+    if (started) {
+      // The start value: the host-update stream got past the update's
+      // waits. The update is long; a short spin, then 20 us naps.
+      for (int k = 0; !ValueReached(HostReadValue(ZfStart(b)), w + 1); ++k) {
+        if (k < 64) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+      }
+    }
+    if (st.ok() && zf_inputs_ok_[b].load(std::memory_order_acquire) < w + 1) {
+      st = absl::AbortedError(absl::StrCat(
+          "executor: ZenFlow's host update of bucket ", b, ", window ", w,
+          " did not run: the work it waits for failed"));
+    }
+    for (HostWork& item : work) {
+      if (!st.ok()) break;
+      st = item();
+    }
+    if (!st.ok()) {
+      for (auto& sink : sinks) sink->Fail(st);
+      std::lock_guard<std::mutex> lock(zf_error_mu_);
+      if (zf_error_.ok()) zf_error_ = st;
+    }
+    device_.HostWriteValue(ZfDone(b), static_cast<uint64_t>(w + 1));
+  });
 }
 
 // ZenFlow's nodes (scheduler/zenflow_exec.h); the D2H and compute nodes are
@@ -718,12 +812,9 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
       const int m2 = BucketBuffer(n.bucket, BufferRole::kMoment2);
       const int accum = BucketBuffer(n.bucket, BufferRole::kHostAccum);
       const int64_t numel = graph_.layout.buckets[n.bucket].shard_numel;
-      // The last upload read the host shard the update's cast writes
-      // (issued before: it came at the previous window's end + 1 + d <=
-      // this step).
-      BATON_RETURN_IF_ERROR(s.Wait(*zf_uploaded_[n.bucket]));
-      // PostNode records zf_done_.
-      return hs.Enqueue([zf, w, master = static_cast<float*>(data(n.reads[0])),
+      // On the update thread, after the host-update stream's waits
+      // (StartZenFlowUpdate); IssueNode posts it.
+      return zf_work_->Enqueue([zf, w, master = static_cast<float*>(data(n.reads[0])),
                          m1 = static_cast<float*>(data(m1)),
                          m2 = static_cast<float*>(data(m2)),
                          acc = static_cast<float*>(data(accum)) + (w % 2) * numel, dst,
@@ -753,9 +844,11 @@ Stream& Executor::WorkStream(StreamId s) {
 }
 
 Status Executor::IssueNode(int i, const StepCallbacks& callbacks) {
-  BATON_RETURN_IF_ERROR(PreNode(i));
-  BATON_RETURN_IF_ERROR(RunWork(i, callbacks));
-  return PostNode(i);
+  Status st = PreNode(i);
+  if (st.ok()) st = RunWork(i, callbacks);
+  if (st.ok()) st = PostNode(i);
+  if (zf_open_ == i) PostZenFlowUpdate(i, st);
+  return st;
 }
 
 Status Executor::CheckCallbacks(const StepCallbacks& callbacks) const {
@@ -782,7 +875,14 @@ Status Executor::Step(const StepCallbacks& callbacks) {
 
 Status Executor::Synchronize() {
   Status first = absl::OkStatus();
-  if (zf_stream_) first = zf_stream_->Synchronize();
+  if (zf_stream_) {
+    // The host-update stream, then the updates it started (every posted
+    // update's start value is written by then, even on a failure).
+    first = zf_stream_->Synchronize();
+    zf_thread_->Drain();
+    std::lock_guard<std::mutex> lock(zf_error_mu_);
+    if (first.ok()) first = zf_error_;
+  }
   for (auto& s : streams_) {
     Status st = s->Synchronize();
     if (first.ok() && !st.ok()) first = st;

@@ -62,7 +62,9 @@
 
 namespace baton::scheduler {
 
-class ZenFlowState;  // scheduler/zenflow_exec.h
+class ZenFlowState;         // scheduler/zenflow_exec.h
+class ZenFlowUpdateThread;  // scheduler/zenflow_exec.h
+class DeferredWork;         // scheduler/zenflow_exec.h
 
 struct TensorView {
   const ParamSlot* param = nullptr;  // name, shape, numel
@@ -155,9 +157,12 @@ struct ExecutorOptions {
   // ZenFlow (Policy::zenflow): the executor runs the optimizer itself (its
   // device path on the selected columns and its host path on the rest,
   // scheduler/zenflow_exec.h) with this AdamW; StepCallbacks::optimizer is
-  // not called. Its CAST nodes run on a host-update stream of their own,
-  // outside the step barrier (Policy::zenflow_staleness): the observer and
-  // the delay injection see that stream for them. The same calls on either
+  // not called. Its window-end updates (CAST nodes) run on an update
+  // thread of the executor's own, released by a host-update stream outside
+  // the step barrier (Policy::zenflow_staleness): the observer's "before
+  // waits" point sees that stream, its "before work" and "after work"
+  // points, the trace and the delay injection the update thread's work
+  // (a Stream whose host work runs there, scheduler/zenflow_exec.h). The same calls on either
   // kind of device (ops/zenflow_stream.h): CUDA kernels and pinned staging
   // on a GPU, host work on the host runtime; CaptureStep refuses it (the
   // work differs from step to step).
@@ -249,7 +254,7 @@ class Executor {
   Communicator& CommFor(CommGroup group);
   void* BufferData(int buffer);
   Status RunWork(int i, const StepCallbacks& callbacks);
-  Status Trace(int i, bool start);
+  Status Trace(int i, bool start, Stream& s);
   Status Observe(int i, NodeObserver::Point point, Stream& s);
 
   std::shared_ptr<const StepGraph> owned_graph_;
@@ -284,12 +289,29 @@ class Executor {
   // per-bucket roles), or -1.
   int BucketBuffer(int bucket, BufferRole role) const;
   Status ZenFlowWaits(int i, Stream& s);
-  // ZenFlow: the host-update stream, outside BeginStep's barrier, and the
-  // events that order it (zenflow_exec.h), per bucket; zf_done_[2b + p] for
-  // window parity p.
+  // ZenFlow (zenflow_exec.h "Staleness"): the host-update stream, outside
+  // BeginStep's barrier, waits for each update's inputs and writes its
+  // start value; the update thread then runs the update (the node's
+  // deferred work) and writes its done value, which the consumers wait
+  // for. Per bucket b: events ready and uploaded; values start (word 2b)
+  // and done (2b + 1), counting the bucket's windows; the inputs-good flag.
   std::unique_ptr<Stream> zf_stream_;
   std::unique_ptr<Stream> zf_host_view_;  // its host work view on CUDA
-  std::vector<std::unique_ptr<Event>> zf_ready_, zf_uploaded_, zf_done_;
+  std::vector<std::unique_ptr<Event>> zf_ready_, zf_uploaded_;
+  DeviceBuffer zf_values_;
+  uint64_t* ZfStart(int b) { return static_cast<uint64_t*>(zf_values_.data()) + 2 * b; }
+  uint64_t* ZfDone(int b) { return static_cast<uint64_t*>(zf_values_.data()) + 2 * b + 1; }
+  std::unique_ptr<std::atomic<int64_t>[]> zf_inputs_ok_;
+  std::unique_ptr<DeferredWork> zf_work_;  // the open update's work
+  int zf_open_ = -1;          // the update node being issued, or -1
+  bool zf_started_ = false;   // its start value was enqueued
+  std::mutex zf_error_mu_;
+  Status zf_error_;           // the update thread's first error
+  bool ZenFlowUpdateNode(int i) const;
+  Status StartZenFlowUpdate(int i, Stream& s);
+  void PostZenFlowUpdate(int i, const Status& issue);
+  // Joined first thing in ~Executor (it uses the members above).
+  std::unique_ptr<ZenFlowUpdateThread> zf_thread_;
   // The stream node i's work runs on: the host-update stream for ZenFlow's
   // CAST, else the node's own.
   Stream& NodeStream(int i);

@@ -328,4 +328,75 @@ Status ZenFlowState::Apply(Stream& s, int64_t w, const void* stage, void* shard,
   return absl::OkStatus();
 }
 
+ZenFlowUpdateThread::ZenFlowUpdateThread() {
+  thread_ = std::thread([this]() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stop_, nothing left
+      absl::AnyInvocable<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+      ++done_;
+      cv_.notify_all();
+    }
+  });
+}
+
+ZenFlowUpdateThread::~ZenFlowUpdateThread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void ZenFlowUpdateThread::Post(absl::AnyInvocable<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+    ++posted_;
+  }
+  cv_.notify_all();
+}
+
+void ZenFlowUpdateThread::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const int64_t target = posted_;
+  cv_.wait(lock, [&] { return done_ >= target; });
+}
+
+Status DeferredWork::Enqueue(HostWork work) {
+  work_.push_back(std::move(work));
+  return absl::OkStatus();
+}
+
+Status DeferredWork::Wait(Event&) {
+  return absl::UnimplementedError(
+      "DeferredWork: the update thread's work cannot wait on events");
+}
+
+Status DeferredWork::MemcpyAsync(void* dst, const void* src, size_t bytes) {
+  return Enqueue([dst, src, bytes]() {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  });
+}
+
+Status DeferredWork::MemsetAsync(void* dst, int value, size_t bytes) {
+  return Enqueue([dst, value, bytes]() {
+    if (bytes > 0) std::memset(dst, value, bytes);
+    return absl::OkStatus();
+  });
+}
+
+std::vector<HostWork> DeferredWork::Take() {
+  std::vector<HostWork> out;
+  out.swap(work_);
+  return out;
+}
+
 }  // namespace baton::scheduler

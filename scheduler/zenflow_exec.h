@@ -47,63 +47,70 @@
 // update_interval - 1, micro_steps 1 and 2, f32 and bf16 parameters (the
 // forward then sees the reference's weights rounded to bf16).
 //
-// Staleness. The executor runs the CAST node's work (the long host update
-// and the cast) on a stream of its own, the host-update stream, which is
-// NOT in Executor::BeginStep's all-streams barrier: the next steps' forward
-// and backward run while it works. Every hazard on what it touches is an
-// explicit event (per bucket; w = the window, e = its last step, U =
-// update_interval, d = the staleness; "after" = in stream order after an
-// event wait, never a host sleep):
-//   ready     host stream, after OPT, every step. The host-update stream
-//             waits on it before CAST (then CAST's graph waits): the update
-//             reads accum[w % 2] and the selection snapshot that OPT of
-//             step e wrote last.
-//   done[p]   host-update stream, after the cast of window w (p = w % 2).
-//             Waited on by:
+// Staleness. The window's host update (AdamW fused with the cast) runs on
+// the executor's update thread (ZenFlowUpdateThread), released by a stream
+// of its own, the host-update stream, which is NOT in Executor::BeginStep's
+// all-streams barrier: the next steps' forward and backward run while it
+// works. Not on a stream's host-work thread, because on CUDA that is the
+// context's one driver thread (runtime/device.h rule 7): every other host
+// item of every stream (the next OPT, whose host stream the barrier waits
+// for) would queue behind the update. Every hazard on what it touches is
+// an explicit event or value (per bucket; w = the window, e = its last
+// step, U = update_interval, d = the staleness; "after" = in stream order
+// after a wait, never a host sleep):
+//   ready     event, host stream, after OPT, every step. The host-update
+//             stream waits on it before CAST (then CAST's graph waits): the
+//             update reads accum[w % 2] and the selection snapshot that OPT
+//             of step e wrote last.
+//   uploaded  event, host-copy stream, after H2D's host shard -> staging
+//             copy. The host-update stream waits on it before the start of
+//             window w + 1's update (whose cast overwrites the host shard
+//             that copy read; it comes at step e + U >= e + 1 + d, so it is
+//             always issued after that copy).
+//   start     value, written by the host-update stream after those waits
+//             (w + 1; host work before it flags that the inputs are good,
+//             skipped if the stream failed). The update thread waits for it
+//             (polling), then runs CAST's work: the update, and the
+//             observer's, trace's and delay's points of the node, which go
+//             to the thread too (DeferredWork), so they bracket the update
+//             itself.
+//   done      value, written by the update thread after window w's update
+//             (w + 1: it counts windows; also after a failure, once it has
+//             failed every stream of the executor through its error sink).
+//             Waited on (Stream::WaitValue) by:
 //             - H2D of step e + 1 + d (reads the host shard the cast wrote);
 //             - TOPK of a selection step e + 1 (reads the host master for
 //               the newly selected columns);
 //             - OPT of the first step of windows w + 1 when it selects (its
 //               handoff writes the master columns leaving the selection,
-//               which the cast reads) and w + 2 (it starts adding into
+//               which the update reads) and w + 2 (it starts adding into
 //               accum[w % 2], which the update read and zeroed). Waiting on
 //               done of w + 1 instead would hold the host stream, and with
 //               it the next step's barrier, for the whole update.
-//   uploaded  host-copy stream, after H2D's host shard -> staging copy. The
-//             host-update stream waits on it before the cast of window
-//             w + 1 (which overwrites the host shard that copy read; it
-//             comes at step e + U >= e + 1 + d, so it is always issued
-//             after that copy).
 // Two of these are also implied by the barrier chain and kept explicit:
 // OPT's wait for done of w - 2 (H2D of w - 2 waited for it and the
 // host-copy stream is in the barrier of every later step), and uploaded
 // (CAST waits for ready, OPT of its bucket came after D2H, which follows
 // the H2D on the host-copy stream). The H2D's and TOPK's waits are not:
 // without either, //scheduler:zenflow_exec_test fails.
-// What else each buffer sees: the host moments only the host-update stream;
-// the master also ReadMaster (Executor::Synchronize waits for the
-// host-update stream too); the device shard H2D (unselected, host-copy),
-// TOPK (selected, compute) and the gathers, ordered in the step by the
-// graph's edges (H2D -> gather -> ... -> TOPK) and across steps by the
-// barrier. The state below: the current selection is written by TOPK on a
-// selection step and read by OPT (after TOPK via D2H in the step), by H2D
-// (at e + 1 + d: with d > 0 in a later step than the selection at e + 1;
-// with d = 0 before that step's TOPK, graph edge H2D -> TOPK on the device
-// shard, so it sees the window's own selection) and never by the update,
-// which reads a
-// snapshot of its window's selection that OPT of step e wrote (parity
-// slots; the slot is written again two windows later, after done of w).
+// What else each buffer sees: the host moments only the update thread; the
+// master also ReadMaster (Executor::Synchronize waits for the host-update
+// stream, then for the update thread to run what it was given); the device
+// shard H2D (unselected, host-copy), TOPK (selected, compute) and the
+// gathers, ordered in the step by the graph's edges (H2D -> gather -> ...
+// -> TOPK) and across steps by the barrier. The state below: the current
+// selection is written by TOPK on a selection step and read by OPT (after
+// TOPK via D2H in the step), by H2D (at e + 1 + d: with d > 0 in a later
+// step than the selection at e + 1; with d = 0 before that step's TOPK,
+// graph edge H2D -> TOPK on the device shard, so it sees the window's own
+// selection) and never by the update, which reads a snapshot of its
+// window's selection that OPT of step e wrote (parity slots; the slot is
+// written again two windows later, after done of w).
 // A selection step's TOPK waits for the host update of the window before
 // it, so with select_interval == update_interval a window's update
 // overlaps one step's forward and backward (d > 0); with select_interval
 // a multiple of update_interval the windows not followed by a selection
-// overlap d whole steps on the host runtime. On CUDA, not more than about
-// one: the host functions of a context run on one driver thread
-// (runtime/device.h rule 7), so the next step's OPT (host work on the host
-// stream, which the step barrier waits for) queues behind the update, and
-// the step after it cannot begin before the update ends. Correct either
-// way; the fix is an executor-owned thread for the update, released by the
-// host-update stream and releasing its waiters with values (rule 8).
+// overlap d whole steps.
 //
 // Parameters that are not 2-D (norm gains) and the bucket's gaps take the
 // host path whole (never selected). DeepSpeed's ZenFlow instead updates
@@ -130,20 +137,27 @@
 // Device kinds. Every call goes through ops/zenflow_stream.h (CUDA kernels
 // on a CUDA stream, host work on a host stream), Stream::MemcpyAsync /
 // MemsetAsync and host work (Stream::Enqueue; cudaLaunchHostFunc on CUDA)
-// for what only the host can do: the selection, the slot tables, the
-// accumulation and the update, which read and write host memory only (the
+// for what only the host can do: the selection, the slot tables and the
+// accumulation (the update on the update thread), which read and write
+// host memory only (the
 // master, moments, accumulators, host gradient and host shard are host
 // buffers of the graph, pinned on CUDA). So the host runtime's tests run
 // the same sequence of calls, in the same stream order, as a GPU. Not
-// thread-safe by itself: the executor's graph edges and the events above
-// order the calls and the host work.
+// thread-safe by itself: the executor's graph edges and the events and
+// values above order the calls and the host work.
 #ifndef BATON_SCHEDULER_ZENFLOW_EXEC_H_
 #define BATON_SCHEDULER_ZENFLOW_EXEC_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "baton/ops/adamw.h"
 #include "baton/ops/zenflow.h"
 #include "baton/ops/zenflow_stream.h"
@@ -272,6 +286,54 @@ class ZenFlowState {
   float* staged_packed_ = nullptr;
   int32_t* staged_tables_ = nullptr;
   int32_t* staged_upload_tables_ = nullptr;
+};
+
+// The update thread (Executor, ZenFlow): one thread of the executor's own
+// that runs the window-end host updates, so they never occupy a stream's
+// host-work thread (on CUDA the context's one driver thread, rule 7 of
+// runtime/device.h, which every other host item would queue behind). A
+// posted task runs after every task posted before it. Thread-safe.
+class ZenFlowUpdateThread {
+ public:
+  ZenFlowUpdateThread();
+  ~ZenFlowUpdateThread();  // runs what was posted, then joins
+  ZenFlowUpdateThread(const ZenFlowUpdateThread&) = delete;
+  ZenFlowUpdateThread& operator=(const ZenFlowUpdateThread&) = delete;
+
+  void Post(absl::AnyInvocable<void()> task);
+  // Blocks until every task posted so far has run.
+  void Drain();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<absl::AnyInvocable<void()>> tasks_;
+  int64_t posted_ = 0, done_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// A Stream that only collects host work (and host-memory copies and
+// fills) for later, in order: the update thread runs Take()'s items, so the
+// observer, the trace and the delay injection of a ZenFlow CAST see where
+// its update really runs. Wait / WaitValue / WriteValue return
+// Unimplemented (its ordering is the task's); Synchronize returns OK.
+class DeferredWork final : public Stream {
+ public:
+  explicit DeferredWork(std::string name) : name_(std::move(name)) {}
+  DeviceKind kind() const override { return DeviceKind::kHost; }
+  const std::string& name() const override { return name_; }
+  Status Enqueue(HostWork work) override;
+  Status Wait(Event& event) override;
+  Status MemcpyAsync(void* dst, const void* src, size_t bytes) override;
+  Status MemsetAsync(void* dst, int value, size_t bytes) override;
+  Status Synchronize() override { return absl::OkStatus(); }
+  void* native_handle() override { return nullptr; }
+  std::vector<HostWork> Take();
+
+ private:
+  std::string name_;
+  std::vector<HostWork> work_;
 };
 
 }  // namespace baton::scheduler

@@ -546,6 +546,62 @@ TEST(ZenFlowExecTest, HostUpdateOverlapsTheNextForwardOnlyWithStaleness) {
   }
 }
 
+// A host update that fails (host work of its own returning an error, here
+// injected at the update's "before work" point) fails the executor's
+// streams and still releases the work that waits for it: Synchronize
+// returns the error, nothing hangs (d = 0 and d = 2, 2 ranks).
+class FailingUpdate : public NodeObserver {
+ public:
+  FailingUpdate(const StepGraph& g, int update) : g_(g), update_(update) {}
+  Status Observe(int node, int64_t step, Point point, Stream& stream) override {
+    const Node& n = g_.nodes[node];
+    if (n.kind != NodeKind::kCast || (step + 1) % update_ != 0 || step < update_ ||
+        point != Point::kBeforeWork) {
+      return absl::OkStatus();
+    }
+    return stream.Enqueue([]() { return absl::InternalError("injected update failure"); });
+  }
+
+ private:
+  const StepGraph& g_;
+  const int update_;
+};
+
+TEST(ZenFlowExecTest, AFailingUpdateFailsTheStepsWithoutAHang) {
+  for (int d : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("staleness ", d));
+    const Policy policy = ZenFlow(3, 3, 0.25, d);
+    constexpr int kRanks = 2;
+    auto group = CreateInprocGroup(kRanks);
+    ASSERT_TRUE(group.ok());
+    std::vector<Status> sync(kRanks);
+    RunRanks(kRanks, [&](int r) {
+      auto graph = BuildStepGraph(*ModelPreset("micro"), policy, kRanks);
+      ASSERT_TRUE(graph.ok()) << graph.status();
+      FailingUpdate fail(*graph, 3);
+      ExecutorOptions o;
+      o.observer = &fail;
+      auto exec = Executor::Create(*graph, *group->device, *group->comms[r], o);
+      ASSERT_TRUE(exec.ok()) << exec.status();
+      ASSERT_TRUE((*exec)->InitParameters([](const ParamSlot& p, float* out) {
+        for (int64_t i = 0; i < p.numel; ++i) out[i] = testing::InitialValue(p, i);
+      }).ok());
+      StepCallbacks cb;
+      cb.compute = [](const ComputeContext&) { return absl::OkStatus(); };
+      for (int s = 0; s < 9; ++s) {
+        if (!(*exec)->Step(cb).ok()) break;
+      }
+      sync[r] = (*exec)->Synchronize();
+      if (!sync[r].ok()) group->comms[r]->Abort();
+    });
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_FALSE(sync[r].ok()) << "rank " << r;
+      EXPECT_NE(std::string(sync[r].message()).find("injected update failure"), std::string::npos)
+          << "rank " << r << ": " << sync[r];
+    }
+  }
+}
+
 TEST(ZenFlowExecTest, BadKnobsAreRefused) {
   Policy p = ZenFlow(3, 2, 0.25);  // select not a multiple of update
   Status st = ValidatePolicy(p);
