@@ -233,8 +233,9 @@ Status Executor::Init() {
     for (size_t b = 0; b < nb; ++b) zf_inputs_ok_[b].store(0);
     zf_work_ = std::make_unique<DeferredWork>(so.name);
     zf_thread_ = std::make_unique<ZenFlowUpdateThread>();
-    // The update and the cast are host work on host memory: on a CUDA
-    // stream, through the driver's host-function thread.
+    // InitParameters' cast is host work on host memory: on a CUDA stream,
+    // through the driver's host-function thread (the updates run on the
+    // update thread).
     if (device_.kind() != DeviceKind::kHost) {
       zf_host_view_ = std::make_unique<HostWorkView>(*zf_stream_);
     }
@@ -687,8 +688,9 @@ Status Executor::StartZenFlowUpdate(int i, Stream& s) {
     ok->store(w + 1, std::memory_order_release);
     return absl::OkStatus();
   }));
-  zf_started_ = true;
-  return s.WriteValue(ZfStart(n.bucket), static_cast<uint64_t>(w + 1));
+  BATON_RETURN_IF_ERROR(s.WriteValue(ZfStart(n.bucket), static_cast<uint64_t>(w + 1)));
+  zf_started_ = true;  // only now may the update thread wait for it
+  return absl::OkStatus();
 }
 
 // Posts node i's update to the update thread: once the host-update stream
@@ -715,14 +717,20 @@ void Executor::PostZenFlowUpdate(int i, const Status& issue) {
   zf_thread_->Post([this, b = n.bucket, w, work = std::move(work), sinks = std::move(sinks),
                     issue, started]() mutable {
     Status st = issue;
-    if (started) {
-      // The start value: the host-update stream got past the update's
-      // waits. The update is long; a short spin, then 20 us naps.
+    if (st.ok() && !started) {
+      st = absl::InternalError("executor: ZenFlow's update was posted without its start");
+    }
+    if (st.ok()) {
+      // The start value (enqueued, so it comes): the host-update stream got
+      // past the update's waits. The update is long; a short spin, then
+      // naps growing to 200 us.
+      int64_t nap_us = 10;
       for (int k = 0; !ValueReached(HostReadValue(ZfStart(b)), w + 1); ++k) {
         if (k < 64) {
           std::this_thread::yield();
         } else {
-          std::this_thread::sleep_for(std::chrono::microseconds(20));
+          std::this_thread::sleep_for(std::chrono::microseconds(nap_us));
+          nap_us = std::min<int64_t>(2 * nap_us, 200);
         }
       }
     }
@@ -796,8 +804,9 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
       return absl::OkStatus();  // PostNode records zf_ready_
     }
     case NodeKind::kCast: {
-      // On the host-update stream (NodeStream), after OPT (PreNode); host
-      // work on host memory (a host view of it on CUDA).
+      // InitParameters' cast: host work on host memory on the host-update
+      // stream (a host view of it on CUDA). A window's update: deferred
+      // work for the update thread.
       Stream& hs = zf_host_view_ ? *zf_host_view_ : s;
       void* dst = data(n.writes[0]);
       const GraphBuffer& buf = graph_.buffers[n.writes[0]];

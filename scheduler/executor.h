@@ -159,10 +159,12 @@ struct ExecutorOptions {
   // scheduler/zenflow_exec.h) with this AdamW; StepCallbacks::optimizer is
   // not called. Its window-end updates (CAST nodes) run on an update
   // thread of the executor's own, released by a host-update stream outside
-  // the step barrier (Policy::zenflow_staleness): the observer's "before
-  // waits" point sees that stream, its "before work" and "after work"
-  // points, the trace and the delay injection the update thread's work
-  // (a Stream whose host work runs there, scheduler/zenflow_exec.h). The same calls on either
+  // the step barrier (Policy::zenflow_staleness). On an update step the
+  // observer's "before waits" point sees that stream; its "before work"
+  // and "after work" points, the trace and the delay injection see the
+  // update thread's work (a Stream that only takes host work and
+  // host-memory copies, scheduler/zenflow_exec.h DeferredWork). CAST on
+  // other steps sees the host-update stream at every point. The same calls on either
   // kind of device (ops/zenflow_stream.h): CUDA kernels and pinned staging
   // on a GPU, host work on the host runtime; CaptureStep refuses it (the
   // work differs from step to step).
@@ -312,8 +314,8 @@ class Executor {
   void PostZenFlowUpdate(int i, const Status& issue);
   // Joined first thing in ~Executor (it uses the members above).
   std::unique_ptr<ZenFlowUpdateThread> zf_thread_;
-  // The stream node i's work runs on: the host-update stream for ZenFlow's
-  // CAST, else the node's own.
+  // The stream node i is issued on: the host-update stream for ZenFlow's
+  // CAST (whose update then runs on the update thread), else the node's own.
   Stream& NodeStream(int i);
   bool accumulate_fp32_ = false;  // CollectiveOptions of the reductions
   // Whether every optimizer node is followed by its bucket's cast on the

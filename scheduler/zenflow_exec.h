@@ -57,7 +57,7 @@
 // for) would queue behind the update. Every hazard on what it touches is
 // an explicit event or value (per bucket; w = the window, e = its last
 // step, U = update_interval, d = the staleness; "after" = in stream order
-// after a wait, never a host sleep):
+// after a wait; no stream's host work sleeps or blocks for it):
 //   ready     event, host stream, after OPT, every step. The host-update
 //             stream waits on it before CAST (then CAST's graph waits): the
 //             update reads accum[w % 2] and the selection snapshot that OPT

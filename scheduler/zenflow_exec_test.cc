@@ -546,58 +546,90 @@ TEST(ZenFlowExecTest, HostUpdateOverlapsTheNextForwardOnlyWithStaleness) {
   }
 }
 
-// A host update that fails (host work of its own returning an error, here
-// injected at the update's "before work" point) fails the executor's
-// streams and still releases the work that waits for it: Synchronize
-// returns the error, nothing hangs (d = 0 and d = 2, 2 ranks).
+// A host update that fails fails the executor's streams and still
+// releases the work that waits for it: Synchronize returns the error,
+// nothing hangs, and no forward runs on weights the update should have
+// brought (d = 0 and 2, 2 ranks). The failure is injected at the update's
+// "before work" point: as host work of the update (it fails when it runs)
+// or at issue (the observer's call returns it, so Step does too).
 class FailingUpdate : public NodeObserver {
  public:
-  FailingUpdate(const StepGraph& g, int update) : g_(g), update_(update) {}
+  FailingUpdate(const StepGraph& g, int update, bool at_issue)
+      : g_(g), update_(update), at_issue_(at_issue) {}
   Status Observe(int node, int64_t step, Point point, Stream& stream) override {
     const Node& n = g_.nodes[node];
     if (n.kind != NodeKind::kCast || (step + 1) % update_ != 0 || step < update_ ||
         point != Point::kBeforeWork) {
       return absl::OkStatus();
     }
-    return stream.Enqueue([]() { return absl::InternalError("injected update failure"); });
+    const Status injected = absl::InternalError("injected update failure");
+    if (at_issue_) return injected;
+    return stream.Enqueue([injected]() { return injected; });
   }
 
  private:
   const StepGraph& g_;
   const int update_;
+  const bool at_issue_;
 };
 
 TEST(ZenFlowExecTest, AFailingUpdateFailsTheStepsWithoutAHang) {
-  for (int d : {0, 2}) {
-    SCOPED_TRACE(absl::StrCat("staleness ", d));
-    const Policy policy = ZenFlow(3, 3, 0.25, d);
-    constexpr int kRanks = 2;
-    auto group = CreateInprocGroup(kRanks);
-    ASSERT_TRUE(group.ok());
-    std::vector<Status> sync(kRanks);
-    RunRanks(kRanks, [&](int r) {
-      auto graph = BuildStepGraph(*ModelPreset("micro"), policy, kRanks);
-      ASSERT_TRUE(graph.ok()) << graph.status();
-      FailingUpdate fail(*graph, 3);
-      ExecutorOptions o;
-      o.observer = &fail;
-      auto exec = Executor::Create(*graph, *group->device, *group->comms[r], o);
-      ASSERT_TRUE(exec.ok()) << exec.status();
-      ASSERT_TRUE((*exec)->InitParameters([](const ParamSlot& p, float* out) {
-        for (int64_t i = 0; i < p.numel; ++i) out[i] = testing::InitialValue(p, i);
-      }).ok());
-      StepCallbacks cb;
-      cb.compute = [](const ComputeContext&) { return absl::OkStatus(); };
-      for (int s = 0; s < 9; ++s) {
-        if (!(*exec)->Step(cb).ok()) break;
+  constexpr int kUpdate = 3, kFailsAt = 5;  // the update of window 1
+  for (bool at_issue : {false, true}) {
+    for (int d : {0, 2}) {
+      SCOPED_TRACE(absl::StrCat(at_issue ? "at issue" : "as host work", ", staleness ", d));
+      const Policy policy = ZenFlow(kUpdate, kUpdate, 0.25, d);
+      constexpr int kRanks = 2;
+      auto group = CreateInprocGroup(kRanks);
+      ASSERT_TRUE(group.ok());
+      std::vector<Status> sync(kRanks);
+      std::vector<int64_t> last_forward(kRanks, -1);
+      RunRanks(kRanks, [&](int r) {
+        auto graph = BuildStepGraph(*ModelPreset("micro"), policy, kRanks);
+        ASSERT_TRUE(graph.ok()) << graph.status();
+        FailingUpdate fail(*graph, kUpdate, at_issue);
+        ExecutorOptions o;
+        o.observer = &fail;
+        auto exec = Executor::Create(*graph, *group->device, *group->comms[r], o);
+        ASSERT_TRUE(exec.ok()) << exec.status();
+        ASSERT_TRUE((*exec)->InitParameters([](const ParamSlot& p, float* out) {
+          for (int64_t i = 0; i < p.numel; ++i) out[i] = testing::InitialValue(p, i);
+        }).ok());
+        std::atomic<int64_t>* seen = reinterpret_cast<std::atomic<int64_t>*>(&last_forward[r]);
+        StepCallbacks cb;
+        cb.compute = [seen](const ComputeContext& ctx) -> Status {
+          if (ctx.kind != NodeKind::kForward) return absl::OkStatus();
+          const int64_t step = ctx.step;
+          return ctx.stream->Enqueue([seen, step]() {
+            int64_t was = seen->load();
+            while (was < step && !seen->compare_exchange_weak(was, step)) {
+            }
+            return absl::OkStatus();
+          });
+        };
+        for (int s = 0; s < 9; ++s) {
+          if (!(*exec)->Step(cb).ok()) break;
+        }
+        sync[r] = (*exec)->Synchronize();
+        if (!sync[r].ok()) group->comms[r]->Abort();
+      });
+      // Every rank fails; a rank whose streams saw the other rank's abort
+      // first may report that instead.
+      int injected = 0;
+      for (int r = 0; r < kRanks; ++r) {
+        EXPECT_FALSE(sync[r].ok()) << "rank " << r;
+        injected += std::string(sync[r].message()).find("injected update failure") !=
+                    std::string::npos;
+        // The forward of step kFailsAt + 1 + d needs the failed update.
+        EXPECT_LT(last_forward[r], kFailsAt + 1 + d) << "rank " << r;
+        // As host work the update fails after step kFailsAt's backward (its
+        // OPT), so that step's forward ran; at issue every stream fails at
+        // once and earlier queued work may be skipped too.
+        if (!at_issue) {
+          EXPECT_GE(last_forward[r], kFailsAt) << "rank " << r << ": ran too little to test";
+        }
       }
-      sync[r] = (*exec)->Synchronize();
-      if (!sync[r].ok()) group->comms[r]->Abort();
-    });
-    for (int r = 0; r < kRanks; ++r) {
-      EXPECT_FALSE(sync[r].ok()) << "rank " << r;
-      EXPECT_NE(std::string(sync[r].message()).find("injected update failure"), std::string::npos)
-          << "rank " << r << ": " << sync[r];
+      EXPECT_GE(injected, 1) << sync[0] << " / " << sync[1];
     }
   }
 }
