@@ -233,6 +233,17 @@ Status Executor::Init() {
     for (size_t b = 0; b < nb; ++b) zf_inputs_ok_[b].store(0);
     zf_work_ = std::make_unique<DeferredWork>(so.name);
     zf_thread_ = std::make_unique<ZenFlowUpdateThread>();
+    // The updates are ordered by stream values (rule 8): a device or driver
+    // without them (CUDA: 64-bit stream memory operations) fails here, not
+    // at the first window's end. Both no-ops: the words hold 0.
+    for (Status st : {zf_stream_->WriteValue(ZfStart(0), 0),
+                      compute_stream().WaitValue(ZfDone(0), 0)}) {
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat(
+            "executor: ZenFlow orders its host updates with stream values, "
+            "which this device cannot use: ", st.message()));
+      }
+    }
     // InitParameters' cast is host work on host memory: on a CUDA stream,
     // through the driver's host-function thread (the updates run on the
     // update thread).

@@ -85,7 +85,6 @@ ZenFlowState::ZenFlowState(const Bucket& bk, int shard_rank,
     at = b;
   }
   if (shard_numel_ > at) rest_.push_back({at, shard_numel_});
-  host_scaled_.assign(shard_numel_, 0.0f);
   for (auto& w : window_sel_) {
     for (const Matrix& m : mats_) w.push_back(m.sel);
   }
@@ -245,16 +244,30 @@ Status ZenFlowState::Accumulate(int64_t step, const void* host_grad, DataType t,
       m.handoff.clear();
     }
   }
-  WidenToF32(host_scaled_.data(), host_grad, t, host_scaled_.size());
-  for (float& g : host_scaled_) g *= scale;
+  // The unselected elements' fl(gradient * scale) added into the
+  // accumulator, in one pass (the selected ones are the device's).
+  const float* f32 = t == DataType::kF32 ? static_cast<const float*>(host_grad) : nullptr;
+  const uint16_t* b16 = t == DataType::kBF16 ? static_cast<const uint16_t*>(host_grad) : nullptr;
+  if (f32 == nullptr && b16 == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zenflow: the host gradient must be f32 or bf16, got ", DataTypeName(t)));
+  }
+  auto g = [&](int64_t i) {
+    if (f32 != nullptr) return f32[i] * scale;
+    const uint32_t bits = static_cast<uint32_t>(b16[i]) << 16;  // bf16 -> f32 is exact
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v * scale;
+  };
   for (const Matrix& m : mats_) {
-    scratch_.resize(std::max<int64_t>(m.sel.CountIn(m.block), 1));
-    BATON_RETURN_IF_ERROR(ops::SplitGradient(host_scaled_.data() + m.pos,
-                                             DataType::kF32, m.block, m.sel,
-                                             scratch_.data(), accum + m.pos));
+    int64_t c = m.block.first % m.block.cols;
+    for (int64_t i = 0; i < m.block.n; ++i) {
+      if (!m.sel.selected(c)) accum[m.pos + i] += g(m.pos + i);
+      if (++c == m.block.cols) c = 0;
+    }
   }
   for (const auto& [lo, hi] : rest_) {
-    for (int64_t i = lo; i < hi; ++i) accum[i] += host_scaled_[i];
+    for (int64_t i = lo; i < hi; ++i) accum[i] += g(i);
   }
   if (update_step(step)) {
     std::vector<ops::ColumnSelection>& keep = window_sel_[window(step) % 2];

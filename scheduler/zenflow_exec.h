@@ -128,11 +128,10 @@
 // on CUDA the column sums' chunk partials (ops::ColumnSquaresScratch of the
 // largest matrix block);
 // host staging (pinned on CUDA) of the norms, the packed master and both
-// sets of tables; host vectors: one fp32 shard (the scaled gradient on the
-// host side: 4 bytes a parameter), two column selections per matrix (the
+// sets of tables; host vectors: two column selections per matrix (the
 // window snapshots), the hand-back values (the selected elements). None of
 // it is in StepGraph's byte counts (the packed gradient is at most a third
-// of the topk state, the tables O(columns)).
+// of the topk state, the rest O(columns) or O(selected elements)).
 //
 // Device kinds. Every call goes through ops/zenflow_stream.h (CUDA kernels
 // on a CUDA stream, host work on a host stream), Stream::MemcpyAsync /
@@ -271,7 +270,6 @@ class ZenFlowState {
   int64_t norms_total_ = 0;   // floats of the bucket's norms buffer
   std::vector<Matrix> mats_;
   std::vector<std::pair<int64_t, int64_t>> rest_;  // [lo, hi) host-only ranges
-  std::vector<float> host_scaled_, scratch_;
   // Device: the packed selected gradient, the current selection's slot
   // tables, the tables of an upload (window's selection + current).
   DeviceBuffer device_scratch_;
