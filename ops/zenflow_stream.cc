@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -40,22 +39,16 @@ Status CheckSlots(const char* op, const ColumnBlock& b, const DeviceColumnSlots&
   return CheckNotNull(op, {{"slot table", s.table}});
 }
 
-// After the checks: `host` as host work on a host stream (no FTZ/DAZ: the
-// host ops' arithmetic), the launch on a CUDA stream; a CUDA error becomes
-// Internal naming the op (RunOnStream).
-Status Launch(Stream& stream, const char* op, std::function<Status()> host,
-              std::function<int(void*)> cuda) {
-  return RunOnStream(stream, op, std::move(host), std::move(cuda));
-}
-
-// f(i, column, packed index or -1) for the block's elements in order, the
-// host form of the kernels' slot-table walk: the packed index counts the
-// selected elements before i.
+// f(i, packed index or -1) for the block's elements in order, the host
+// form of the kernels' slot-table walk: the packed index counts the
+// selected elements before i. The host work of the ops below runs through
+// RunOnStream without FTZ/DAZ (unlike ops/op_util.h's OnStream): the host
+// ops' arithmetic.
 template <typename F>
 void ForEachElement(const ColumnBlock& b, const int32_t* table, F f) {
   int64_t c = b.first % b.cols, k = 0;
   for (int64_t i = 0; i < b.n; ++i) {
-    f(i, c, table[c] >= 0 ? k++ : int64_t{-1});
+    f(i, table[c] >= 0 ? k++ : int64_t{-1});
     if (++c == b.cols) c = 0;
   }
 }
@@ -63,19 +56,7 @@ void ForEachElement(const ColumnBlock& b, const int32_t* table, F f) {
 }  // namespace
 
 Status WriteColumnSlotTable(const ColumnSelection& selection, int32_t* table) {
-  constexpr const char* kOp = "WriteColumnSlotTable";
-  BATON_RETURN_IF_ERROR(CheckCols(kOp, selection.cols()));
-  BATON_RETURN_IF_ERROR(CheckNotNull(kOp, {{"table", table}}));
-  int32_t prefix = 0;
-  for (int64_t c = 0; c < selection.cols(); ++c) {
-    if (selection.selected(c)) {
-      table[c] = prefix++;
-    } else {
-      table[c] = -1 - prefix;
-    }
-  }
-  table[selection.cols()] = prefix;
-  return absl::OkStatus();
+  return WriteColumnSlotTable(selection, selection, table);
 }
 
 Status WriteColumnSlotTable(const ColumnSelection& a, const ColumnSelection& b,
@@ -137,15 +118,14 @@ Status AccumulateColumnSquares(Stream& stream, const void* grad, DataType t,
     }
     return absl::OkStatus();
   };
-  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
+  return RunOnStream(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowColumnSquares(
                       grad, static_cast<int>(t), c0, b.n, b.cols, scale, norms, scratch, st);
                 }));
 }
 
-Status SplitGradient(Stream& stream, const void* grad, DataType t,
-                         const ColumnBlock& b, float scale, const DeviceColumnSlots& s,
-                         float* selected, float* rest) {
+Status SplitGradient(Stream& stream, const void* grad, DataType t, const ColumnBlock& b,
+                     float scale, const DeviceColumnSlots& s, float* selected, float* rest) {
   constexpr const char* kOp = "SplitGradient";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "grad dtype", t));
@@ -155,7 +135,7 @@ Status SplitGradient(Stream& stream, const void* grad, DataType t,
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
   [[maybe_unused]] const int32_t* table = s.table;
   auto host = [=]() {
-    ForEachElement(b, table, [&](int64_t i, int64_t, int64_t k) {
+    ForEachElement(b, table, [&](int64_t i, int64_t k) {
       if (k < 0 && rest == nullptr) return;
       const float v = LoadF(grad, t, i) * scale;
       if (k >= 0) {
@@ -166,7 +146,7 @@ Status SplitGradient(Stream& stream, const void* grad, DataType t,
     });
     return absl::OkStatus();
   };
-  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
+  return RunOnStream(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowSplit(grad, static_cast<int>(t), c0,
                                                           b.n, b.cols, table, scale,
                                                           selected, rest, st);
@@ -174,7 +154,7 @@ Status SplitGradient(Stream& stream, const void* grad, DataType t,
 }
 
 Status GatherColumns(Stream& stream, const float* src, const ColumnBlock& b,
-                         const DeviceColumnSlots& s, float* packed) {
+                     const DeviceColumnSlots& s, float* packed) {
   constexpr const char* kOp = "GatherColumns";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
   if (b.n == 0) return absl::OkStatus();
@@ -182,19 +162,19 @@ Status GatherColumns(Stream& stream, const float* src, const ColumnBlock& b,
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
   [[maybe_unused]] const int32_t* table = s.table;
   auto host = [=]() {
-    ForEachElement(b, table, [&](int64_t i, int64_t, int64_t k) {
+    ForEachElement(b, table, [&](int64_t i, int64_t k) {
       if (k >= 0) packed[k] = src[i];
     });
     return absl::OkStatus();
   };
-  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
+  return RunOnStream(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowGather(src, c0, b.n, b.cols, table,
                                                            packed, st);
                 }));
 }
 
 Status ScatterColumns(Stream& stream, const float* packed, const ColumnBlock& b,
-                          const DeviceColumnSlots& s, void* dst, DataType dst_dtype) {
+                      const DeviceColumnSlots& s, void* dst, DataType dst_dtype) {
   constexpr const char* kOp = "ScatterColumns";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "dst dtype", dst_dtype));
@@ -203,12 +183,12 @@ Status ScatterColumns(Stream& stream, const float* packed, const ColumnBlock& b,
   [[maybe_unused]] const int64_t c0 = b.first % b.cols;
   [[maybe_unused]] const int32_t* table = s.table;
   auto host = [=]() {
-    ForEachElement(b, table, [&](int64_t i, int64_t, int64_t k) {
+    ForEachElement(b, table, [&](int64_t i, int64_t k) {
       if (k >= 0) StoreF(dst, dst_dtype, i, packed[k]);
     });
     return absl::OkStatus();
   };
-  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
+  return RunOnStream(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowScatter(packed, c0, b.n, b.cols, table,
                                                             dst, static_cast<int>(dst_dtype),
                                                             st);
@@ -216,8 +196,7 @@ Status ScatterColumns(Stream& stream, const float* packed, const ColumnBlock& b,
 }
 
 Status CopyColumns(Stream& stream, const void* src, void* dst, DataType t,
-                       const ColumnBlock& b, const DeviceColumnSlots& s,
-                       WhichColumns which) {
+                   const ColumnBlock& b, const DeviceColumnSlots& s, WhichColumns which) {
   constexpr const char* kOp = "CopyColumns";
   BATON_RETURN_IF_ERROR(CheckSlots(kOp, b, s));
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "dtype", t));
@@ -234,12 +213,12 @@ Status CopyColumns(Stream& stream, const void* src, void* dst, DataType t,
     const size_t es = DataTypeSize(t);
     const char* from = static_cast<const char*>(src);
     char* to = static_cast<char*>(dst);
-    ForEachElement(b, table, [&](int64_t i, int64_t, int64_t k) {
+    ForEachElement(b, table, [&](int64_t i, int64_t k) {
       if ((k >= 0) == want_selected) std::memcpy(to + i * es, from + i * es, es);
     });
     return absl::OkStatus();
   };
-  return Launch(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
+  return RunOnStream(stream, kOp, host, BATON_OPS_CUDA([=](void* st) {
                   return ops_internal::LaunchZenFlowCopy(src, dst, static_cast<int>(t), c0,
                                                          b.n, b.cols, table, want_selected,
                                                          st);

@@ -716,10 +716,9 @@ void Executor::PostZenFlowUpdate(int i, const Status& issue) {
   const int64_t w = zenflow_[n.bucket]->window(step_);
   std::vector<HostWork> work = zf_work_->Take();
   std::vector<std::shared_ptr<StreamErrorSink>> sinks;
-  for (Stream* st : {zf_stream_.get()}) {
-    if (auto sink = st->error_sink()) sinks.push_back(std::move(sink));
-  }
-  for (auto& st : streams_) {
+  std::vector<Stream*> all = {zf_stream_.get()};
+  for (auto& st : streams_) all.push_back(st.get());
+  for (Stream* st : all) {
     if (auto sink = st->error_sink()) sinks.push_back(std::move(sink));
   }
   const bool started = zf_started_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/ops/host_adamw.h"
+#include "baton/ops/op_util.h"
 #include "baton/runtime/dtype.h"
 #include "baton/scheduler/offload.h"
 
@@ -246,19 +247,8 @@ Status ZenFlowState::Accumulate(int64_t step, const void* host_grad, DataType t,
   }
   // The unselected elements' fl(gradient * scale) added into the
   // accumulator, in one pass (the selected ones are the device's).
-  const float* f32 = t == DataType::kF32 ? static_cast<const float*>(host_grad) : nullptr;
-  const uint16_t* b16 = t == DataType::kBF16 ? static_cast<const uint16_t*>(host_grad) : nullptr;
-  if (f32 == nullptr && b16 == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "zenflow: the host gradient must be f32 or bf16, got ", DataTypeName(t)));
-  }
-  auto g = [&](int64_t i) {
-    if (f32 != nullptr) return f32[i] * scale;
-    const uint32_t bits = static_cast<uint32_t>(b16[i]) << 16;  // bf16 -> f32 is exact
-    float v;
-    std::memcpy(&v, &bits, sizeof v);
-    return v * scale;
-  };
+  BATON_RETURN_IF_ERROR(ops::CheckFloatType("zenflow", "host gradient dtype", t));
+  auto g = [&](int64_t i) { return ops::LoadF(host_grad, t, i) * scale; };
   for (const Matrix& m : mats_) {
     int64_t c = m.block.first % m.block.cols;
     for (int64_t i = 0; i < m.block.n; ++i) {

@@ -85,6 +85,11 @@ using Seen = std::vector<std::map<int64_t, std::map<std::string, std::vector<flo
 // masters[rank][bucket], read with Executor::ReadMaster.
 using Masters = std::vector<std::vector<std::vector<float>>>;
 
+// A CAST node of a window's last step: the window's host update.
+bool WindowEndCast(NodeKind kind, int64_t step, int update_interval) {
+  return kind == NodeKind::kCast && (step + 1) % update_interval == 0;
+}
+
 // Makes the host update of every window slow by a random 0..max_ms (so a
 // missing event shows as a difference from the reference): with
 // staleness > 0 it first waits until a forward of the next step has
@@ -109,7 +114,7 @@ class SlowUpdate : public NodeObserver {
         return absl::OkStatus();
       });
     }
-    if (kind != NodeKind::kCast || (step + 1) % update_ != 0) return absl::OkStatus();
+    if (!WindowEndCast(kind, step, update_)) return absl::OkStatus();
     const int ms = static_cast<int>(rng_() % (max_ms_ + 1));
     return stream.Enqueue([this, step, ms]() {
       if (gate_ && step + 1 < steps_) {
@@ -442,7 +447,7 @@ class OverlapProbe : public NodeObserver {
 
   Status Observe(int node, int64_t step, Point point, Stream& stream) override {
     const Node& n = g_.nodes[node];
-    const bool update = n.kind == NodeKind::kCast && (step + 1) % update_ == 0;
+    const bool update = WindowEndCast(n.kind, step, update_);
     if (update && point == Point::kBeforeWork) {
       return stream.Enqueue([this, b = n.bucket, step]() {
         std::unique_lock<std::mutex> lock(mu_);
@@ -558,7 +563,7 @@ class FailingUpdate : public NodeObserver {
       : g_(g), update_(update), at_issue_(at_issue) {}
   Status Observe(int node, int64_t step, Point point, Stream& stream) override {
     const Node& n = g_.nodes[node];
-    if (n.kind != NodeKind::kCast || (step + 1) % update_ != 0 || step < update_ ||
+    if (!WindowEndCast(n.kind, step, update_) || step < update_ ||
         point != Point::kBeforeWork) {
       return absl::OkStatus();
     }
