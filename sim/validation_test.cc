@@ -171,35 +171,35 @@ std::vector<Case> Cases() {
     // held to 31%), with the head dim already at the width the kernel
     // runs (112 as 128, above): no published figure quantifies what it
     // lacks, and no constant is fitted to it. Published time per token per
-    // GPU, H100: 499.5 us at 2k (micro-batch 3), 554.9 at 4k, 722.5 at 8k
-    // (micro-batch 1): the rise from 4k to 8k (+167.6) is 3.0x the rise
-    // from 2k to 4k (+55.4), where attention, whose cost per token is
-    // linear in the sequence, makes it about 2x, as the 7B's and 13B's rows
-    // on the same stack show (7B H100 4k -> 8k -> 32k: 6.9 and 6.4 us per
-    // 1k of sequence). A100 alike: 1091.7, 1228.5, 1742.2 us (+136.8,
-    // +513.7: 3.8x). Even a model through the 2k and 4k rows exactly,
-    // linear in the sequence, is +8.5% optimistic at 8k on H100 and +16% on
-    // A100; the simulator's compute stream has 432, 476, 537 us per token
-    // (+43, +61). Two mechanisms the simulator leaves out:
-    //  - the Triton backward at a head dim that is not a power of two
-    //    (EVEN_HEADDIM false) masks every load and store of the head dim
-    //    and takes the masked path (flash_attn_triton.py,
-    //    _bwd_kernel_one_col_block): a constant factor on attention that no
-    //    published timing gives. Simulated, the 30B's Triton attention
-    //    would have to run about 2.1x slower to close the gap (2x: 1418
-    //    tokens/s/GPU, 2.5x: 1285, against 1384), which would also move
-    //    the H100 4k row to -5.6% and the A100 2k and 4k rows to -18% and
-    //    -17%: not applied, being a fit to this run;
+    // GPU, H100: 479.8 us at 1k (micro-batch 6), 499.5 at 2k (3), 554.9 at
+    // 4k, 722.5 at 8k (1); A100 1057.1, 1091.7, 1228.5, 1742.2. Its rise
+    // per 1k of sequence from 1k to 2k (19.65 / 34.62 us) is the 7B's and
+    // 13B's scaled by layers x padded width, and the simulator's is 7% /
+    // 20% below it as for those two; from 4k to 8k it is 2.1x / 3.7x that
+    // (AttentionSlopeMatchesPublishedSequenceSweeps below). Over a line
+    // through the 2k row at the 1k -> 2k slope, the 8k row has 105 us per
+    // token more on H100 (15% of its time) and 443 on A100 (25%). Two
+    // mechanisms the simulator leaves out, neither settled by published
+    // data:
+    //  - the Triton kernels at a head dim that is not a power of two
+    //    (EVEN_HEADDIM false) mask every load and store of the head dim
+    //    and take debug barriers (flash_attn_triton.py,
+    //    _bwd_kernel_one_col_block). As a constant factor on attention it
+    //    would show from 1k to 2k, where the 30B's slope matches the
+    //    unmasked 7B's; a cost that grows with the sequence is described
+    //    nowhere;
     //  - the device's edge: 8192 tokens per micro-batch is the 30B's
     //    largest (its 4k run took micro-batch 1, not 2), and the simulated
     //    peak is 79.7 of 80 GiB (4k: 74.9), the same on both GPUs, where a
     //    failed cudaMalloc makes PyTorch's caching allocator free its
     //    cached blocks and retry (c10/cuda/CUDACachingAllocator.cpp; each
-    //    cudaFree synchronizes the device). How often that happens per step
-    //    depends on fragmentation, which the benchmark table does not
-    //    publish (Composer's composer/callbacks/memory_monitor.py logs
-    //    num_alloc_retries as alloc_retries; the table has no such column).
-    //    The jump is at 8k on both GPUs, so this is the likelier part.
+    //    cudaFree synchronizes the device), as often as fragmentation
+    //    dictates (Composer logs num_alloc_retries; the table has no such
+    //    column). A stall of fixed time per retry would have to happen
+    //    about 4x as often on A100 to give its 4.2x larger excess.
+    // One GPU run of the 30B's block at 4k and 8k (the Triton kernel at
+    // head dim 112 and 128; torch.cuda.memory_stats()["num_alloc_retries"]
+    // over a step) would tell them apart.
     if (r.m == &mpt30 && r.seq == 8192 && std::string(r.gpu) == "h100") c.bound = 0.31;
     cases.push_back(c);
   }
@@ -256,6 +256,81 @@ TEST(ValidationTest, PublishedRunsTable) {
   EXPECT_LE(by_gpu["h100"].abs / by_gpu["h100"].n, 0.10);
   EXPECT_LE(all.abs / all.n, 0.10);
   EXPECT_GE(all.n, 40);
+}
+
+// The attention model against the published sequence sweeps, where the
+// rest of the step cancels: the rise in time per token between two runs of
+// one model on one stack that differ in sequence length is mostly
+// attention, whose cost per token is linear in the sequence. Each pair is
+// two llm-foundry rows on 8 GPUs with full recompute (the 30B's 1024 rows
+// are not in the table above, which starts at 2048). Published H100 slopes,
+// us per token per 1k of sequence: 7B 6.55, 13B 10.69, 30B 19.65; A100
+// 11.92, 17.84, 34.62: close to the ratio of layers x padded width (1 :
+// 1.56 : 3.0). The simulated slopes are 7-11% low on H100 and 19-22% low on A100
+// (the Triton figures of AttentionKernelPreset): held to 25%.
+//
+// One pair is far outside it, and the test holds the gap so that a change
+// that closes it must update README.md "Validation": the 30B from 4096 to
+// 8192 rises 41.9 us per 1k on H100 and 128.4 on A100, 2.1x and 3.7x its
+// own 1024 -> 2048 slope; the simulator's rise is 11.0 and 16.3 (the 8192
+// run's micro-batch holds twice the tokens, so its per-micro-batch costs
+// spread over more of them). That gap is the MPT-30B 8192 row's error.
+struct SweepPoint {
+  int64_t seq, global_batch, micro_batch;
+  double tps;  // published tokens/s/GPU
+};
+
+double UsPerToken(const ModelSpec& m, const char* gpu, const SweepPoint& p) {
+  Workload w;
+  w.gpus = 8;
+  w.seq = p.seq;
+  w.global_batch = p.global_batch;
+  w.micro_batch = p.micro_batch;
+  auto r = Simulate(m, *ClusterPreset(gpu), w, "fsdp1", -1,
+                    StackOptions(Stack::kTriton2023, gpu));
+  EXPECT_TRUE(r.ok()) << m.name << " " << gpu << " seq " << p.seq << ": " << r.status();
+  return r.ok() ? 1e6 / r->tokens_per_s_per_gpu : 0;
+}
+
+TEST(ValidationTest, AttentionSlopeMatchesPublishedSequenceSweeps) {
+  const ModelSpec mpt7 = Mpt("mpt-7b", 4096, 32, 32);
+  const ModelSpec mpt13 = Mpt("mpt-13b", 5120, 40, 40);
+  const ModelSpec mpt30 = Mpt("mpt-30b", 7168, 48, 64);
+  struct Sweep {
+    const ModelSpec* m;
+    const char* gpu;
+    SweepPoint a, b;
+    bool known_gap;
+  };
+  const Sweep sweeps[] = {
+      {&mpt7, "h100", {8192, 128, 8, 6935}, {32768, 32, 2, 3318}, false},
+      {&mpt13, "h100", {16384, 72, 3, 2985}, {32768, 24, 1, 1976}, false},
+      {&mpt30, "h100", {1024, 1008, 6, 2084}, {2048, 504, 3, 2002}, false},
+      {&mpt30, "h100", {4096, 168, 1, 1802}, {8192, 168, 1, 1384}, true},
+      {&mpt7, "a100", {8192, 128, 8, 3206}, {32768, 32, 2, 1672}, false},
+      {&mpt13, "a100", {16384, 72, 3, 1431}, {32768, 24, 1, 1016}, false},
+      {&mpt30, "a100", {1024, 1008, 6, 946}, {2048, 504, 3, 916}, false},
+      {&mpt30, "a100", {4096, 168, 1, 814}, {8192, 168, 1, 574}, true},
+  };
+  std::printf("%-8s %-5s %6s %6s %10s %10s %7s\n", "model", "gpu", "from", "to",
+              "published", "simulated", "ratio");
+  for (const Sweep& s : sweeps) {
+    const double k = (s.b.seq - s.a.seq) / 1024.0;
+    const double published = (1e6 / s.b.tps - 1e6 / s.a.tps) / k;
+    const double simulated = (UsPerToken(*s.m, s.gpu, s.b) - UsPerToken(*s.m, s.gpu, s.a)) / k;
+    const double ratio = simulated / published;
+    std::printf("%-8s %-5s %6lld %6lld %10.2f %10.2f %7.2f%s\n", s.m->name.c_str(), s.gpu,
+                static_cast<long long>(s.a.seq), static_cast<long long>(s.b.seq), published,
+                simulated, ratio, s.known_gap ? "  (the 30B 8192 row's gap)" : "");
+    ASSERT_GT(published, 0) << s.m->name << " " << s.gpu;
+    if (s.known_gap) {
+      EXPECT_LT(ratio, 0.5) << s.m->name << " " << s.gpu
+                            << ": the gap closed; update README.md Validation";
+    } else {
+      EXPECT_NEAR(ratio, 1.0, 0.25) << s.m->name << " " << s.gpu << " " << s.a.seq << " -> "
+                                    << s.b.seq;
+    }
+  }
 }
 
 // Memory (StepMemory, item 4 of issue 17): every published run ran, so each
