@@ -49,10 +49,10 @@ int main() {
     }
   }
   std::printf("# llama3-405b on 16384 x h100, every policy, best of 3 runs\n");
-  std::printf("%-8s %10s %10s %8s %5s\n", "policy", "sim_ms", "step_s", "MFU",
+  std::printf("%-12s %10s %10s %8s %5s\n", "policy", "sim_ms", "step_s", "MFU",
               "fits");
   for (const auto& r : rows) {
-    std::printf("%-8s %10.1f %10.3f %7.1f%% %5s\n",
+    std::printf("%-12s %10.1f %10.3f %7.1f%% %5s\n",
                 r["policy"].get<std::string>().c_str(), r["ms"].get<double>(),
                 r["step_time_s"].get<double>(), 100 * r["mfu"].get<double>(),
                 r["fits"].get<bool>() ? "yes" : "NO");
