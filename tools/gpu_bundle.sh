@@ -98,6 +98,7 @@ if [ -n "$ucs" ] && [ -d "$(dirname "$(readlink -f "$ucs")")/ucx" ]; then
 fi
 chmod -R u+w "$out/lib"
 cp "$root/tools/gpu_suite.sh" "$out/run_gpu_suite.sh"
+cp "$root/tools/whole_step.py" "$root/tools/torch_step.py" "$out/"
 chmod +x "$out/run_gpu_suite.sh"
 (cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown) > "$out/COMMIT"
 echo "gpu_bundle: $out: $(du -sh "$out" | cut -f1)" \

@@ -5,9 +5,9 @@
 #   ./run_gpu_suite.sh             # logs and gtest XML under ./logs
 #   ./run_gpu_suite.sh --phases=plain,memcheck --tests='^ops/'
 #
-# --phases=LIST   which of plain, memcheck, racecheck, bench run (default
-#                 all four); a GPU machine lent by the call (e.g. 10 minutes
-#                 a command) takes the suite in a few such calls.
+# --phases=LIST   which of plain, memcheck, racecheck, bench, wholestep run
+#                 (default all five); a GPU machine lent by the call (e.g. 10
+#                 minutes a command) takes the suite in a few such calls.
 # --tests=REGEX   only the test binaries whose path (as in tests.txt, e.g.
 #                 ops/attention_test) matches the extended regex.
 #
@@ -18,7 +18,11 @@
 # 3. with a GPU: the GPU benches (runtime, inproc on device memory with
 #    2/4/8 ranks, nccl with 1 rank; //bench:ops; //bench:kernels writing
 #    logs/kernels.json, then simulate pricing a step from that table;
-#    scheduler --cuda: eager vs CUDA-graph replay).
+#    scheduler --cuda: eager vs CUDA-graph replay);
+# 4. with a GPU and PyTorch: whole training steps of three Llama shapes in
+#    PyTorch eager (torch_step.py) against simulate --gpus=1, with the
+#    shipped kernel table and with logs/kernels.json where step 3 wrote it
+#    (whole_step.py; rows in logs/whole_step.json).
 # Ends with one line `N passed, M failed, K skipped` (test cases, from gtest's
 # XML; a binary that dies without its XML counts as one failure, named),
 # then the bench figures. Exit status 1 if anything failed.
@@ -26,7 +30,7 @@
 # Environment: BATON_TEST_DEADLINE_S (per test case, default 300; 10x under
 # the sanitizers), LOGS (default ./logs), SANITIZER (compute-sanitizer path).
 set -uo pipefail
-phases="plain,memcheck,racecheck,bench"
+phases="plain,memcheck,racecheck,bench,wholestep"
 filter=""
 for arg in "$@"; do
   case "$arg" in
@@ -38,8 +42,8 @@ for arg in "$@"; do
 done
 for ph in ${phases//,/ }; do
   case "$ph" in
-    plain|memcheck|racecheck|bench) ;;
-    *) echo "run_gpu_suite: unknown phase '$ph' in --phases (plain, memcheck, racecheck, bench)" >&2
+    plain|memcheck|racecheck|bench|wholestep) ;;
+    *) echo "run_gpu_suite: unknown phase '$ph' in --phases (plain, memcheck, racecheck, bench, wholestep)" >&2
        exit 2 ;;
   esac
 done
@@ -156,6 +160,23 @@ if [ $gpu -eq 1 ] && want bench; then
     failures+=("bench scheduler --cuda: exit $?")
 fi
 
+# Whole steps on this GPU against the simulator (issue: validation).
+whole="$logs/whole_step.txt"
+: > "$whole"
+if want wholestep; then
+  if [ $gpu -eq 0 ]; then
+    echo "whole steps: not run (no GPU)" > "$whole"
+  elif ! python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "whole steps: not run (no PyTorch with CUDA)" > "$whole"
+  else
+    table=()
+    [ -s "$logs/kernels.json" ] && table=(--kernel-table="$logs/kernels.json")
+    python3 "$here/whole_step.py" --simulate=./examples/simulate \
+      --torch-step="$here/torch_step.py" ${table[@]+"${table[@]}"} --json="$logs/whole_step.json" \
+      > "$whole" 2>&1 || failures+=("whole_step: exit $? (see $whole)")
+  fi
+fi
+
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
 echo "$passed passed, $failed failed, $skipped skipped"
 if [ $gpu -eq 1 ] && want bench; then
@@ -163,4 +184,5 @@ if [ $gpu -eq 1 ] && want bench; then
 else
   echo "benches: not run ($([ $gpu -eq 1 ] && echo 'not in --phases' || echo 'no GPU'))"
 fi
+want wholestep && cat "$whole"
 [ "$failed" -eq 0 ] && [ ${#failures[@]} -eq 0 ]
