@@ -27,16 +27,15 @@ import subprocess
 import sys
 import tempfile
 
-# name: layers, hidden, heads, KV heads, FFN, vocab, seq, batch.
-SHAPES = {
+KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "batch")
+SHAPES = {name: dict(zip(KEYS, values)) for name, values in {
     # //examples:train_tiny's largest GPU case (../shared/peers/torch_llama.py)
     "tiny8": (8, 1024, 16, 4, 2816, 32000, 1024, 8),
     # Llama 3.2 1B's block shape (untied head)
     "llama-1b": (16, 2048, 32, 8, 8192, 128256, 2048, 4),
     # Llama 3.2 3B's block shape (untied head)
     "llama-3b": (28, 3072, 24, 8, 8192, 128256, 2048, 1),
-}
-KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "batch")
+}.items()}
 
 
 def fail(msg, code=2):
@@ -85,9 +84,11 @@ def read_measured(path, names):
                 fail(f"--measured {path} line {i}: \"{key}\" must be a positive integer, "
                      f"got {json.dumps(v)}")
         shape = SHAPES.get(row["name"])
-        if shape and row.get("tokens") is not None and row["tokens"] != shape[6] * shape[7]:
+        if shape and row.get("tokens") is not None and \
+                row["tokens"] != shape["seq"] * shape["batch"]:
             fail(f"--measured {path} line {i}: {row['name']} was measured with "
-                 f"{row['tokens']} tokens per step, the shape has {shape[6] * shape[7]}")
+                 f"{row['tokens']} tokens per step, the shape has "
+                 f"{shape['seq'] * shape['batch']}")
         got[row["name"]] = row
     missing = [n for n in names if n not in got]
     if missing:
@@ -97,7 +98,7 @@ def read_measured(path, names):
 
 def measure(torch_step, name, shape):
     cmd = [sys.executable, torch_step, f"--name={name}"]
-    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in zip(KEYS, shape)]
+    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise StepFailed(f"torch_step exit {r.returncode}: {r.stderr.strip()[-400:]}")
@@ -110,18 +111,20 @@ def measure(torch_step, name, shape):
     return m
 
 
-def simulate(binary, name, shape, tmp, kernel_table):
-    layers, hidden, heads, kv, ffn, vocab, seq, batch = shape
-    cfg = os.path.join(tmp, f"{name}.json")
-    with open(cfg, "w", encoding="utf-8") as f:
-        json.dump({"architectures": ["LlamaForCausalLM"], "hidden_size": hidden,
-                   "intermediate_size": ffn, "num_hidden_layers": layers,
-                   "num_attention_heads": heads, "num_key_value_heads": kv,
-                   "vocab_size": vocab, "tie_word_embeddings": False,
-                   "rms_norm_eps": 1e-5, "rope_theta": 500000.0}, f)
-    cmd = [binary, f"--hf-config={cfg}", "--cluster=h100", "--gpus=1", f"--seq={seq}",
-           f"--global-batch={batch}", f"--micro-batch={batch}", "--policy=ddp",
-           "--recompute-layers=0", "--json"]
+def write_config(path, shape):  # the shape as a Hugging Face Llama config
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "hidden_size": shape["hidden"],
+                   "intermediate_size": shape["ffn"], "num_hidden_layers": shape["layers"],
+                   "num_attention_heads": shape["heads"],
+                   "num_key_value_heads": shape["kv_heads"], "vocab_size": shape["vocab"],
+                   "tie_word_embeddings": False, "rms_norm_eps": 1e-5,
+                   "rope_theta": 500000.0}, f)
+
+
+def simulate(binary, cfg, shape, kernel_table):
+    cmd = [binary, f"--hf-config={cfg}", "--cluster=h100", "--gpus=1", f"--seq={shape['seq']}",
+           f"--global-batch={shape['batch']}", f"--micro-batch={shape['batch']}",
+           "--policy=ddp", "--recompute-layers=0", "--json"]
     if kernel_table:
         cmd.append(f"--kernel-table={kernel_table}")
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -169,8 +172,10 @@ def main():
                 row = {"name": name, "params": m.get("params"), "tokens": m.get("tokens"),
                        "measured_ms": m["step_ms"], "gpu": m.get("gpu"),
                        "torch": m.get("torch")}
+                cfg = os.path.join(tmp, f"{name}.json")
+                write_config(cfg, SHAPES[name])
                 for label, table in tables:
-                    sim = simulate(a.simulate, name, SHAPES[name], tmp, table)
+                    sim = simulate(a.simulate, cfg, SHAPES[name], table)
                     row[f"simulated_ms_{label}"] = sim
                     row[f"error_{label}"] = sim / m["step_ms"] - 1
                 rows.append(row)
