@@ -1,5 +1,5 @@
 // The command-line flags //bench:ops and //bench:kernels share, on top of
-// examples/cli.h's FlagReader (bad input: one line on stderr, exit 2):
+// cli/flags.h's FlagReader (bad input: one line on stderr, exit 2):
 //   --device=host|cuda   the runtime to time on (default host)
 //   --min-time=S         seconds of timed batches per pass, in [1e-6, 60]
 //                        (default 0.1 on CUDA, 0.05 on the host)
@@ -18,7 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "baton/bench/op_suite.h"
 #include "baton/bench/op_timing.h"
-#include "baton/examples/cli.h"
+#include "baton/cli/flags.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/dtype.h"
 
@@ -38,13 +38,13 @@ inline bool CommonFlag(const char* program, const std::string& key,
     } else if (value == "cuda") {
       f.device = DeviceKind::kCuda;
     } else {
-      examples::FailUsage(program, absl::StrCat("--device must be host or cuda, got \"",
+      cli::FailUsage(program, absl::StrCat("--device must be host or cuda, got \"",
                                                 value, "\""));
     }
     return true;
   }
   if (key == "--min-time") {
-    f.min_time = examples::NumberFlag(program, key, value, 1e-6, 60);
+    f.min_time = cli::NumberFlag(program, key, value, 1e-6, 60);
     return true;
   }
   return false;

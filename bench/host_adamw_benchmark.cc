@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "baton/examples/cli.h"
+#include "baton/cli/flags.h"
 #include "baton/ops/adamw.h"
 #include "baton/ops/host_adamw.h"
 #include "baton/ops/host_pool.h"
@@ -59,25 +59,25 @@ struct Flags {
   DataType param = DataType::kBF16;
 };
 
-[[noreturn]] void Usage(const std::string& why) { examples::FailUsage("host_adamw", why); }
+[[noreturn]] void Usage(const std::string& why) { cli::FailUsage("host_adamw", why); }
 
 constexpr char kProgram[] = "host_adamw";
 
-// Flags through the project's shared parser (examples/cli.h): --name=value,
+// Flags through the project's shared parser (cli/flags.h): --name=value,
 // each at most once, --version.
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  examples::FlagReader reader(kProgram);
+  cli::FlagReader reader(kProgram);
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    examples::VersionFlag(kProgram, arg);
+    cli::VersionFlag(kProgram, arg);
     const auto [key, value] = reader.Split(arg);
     if (key == "--n") {
-      f.n = examples::PositiveFlag(kProgram, key, value, int64_t{1} << 32);
+      f.n = cli::PositiveFlag(kProgram, key, value, int64_t{1} << 32);
     } else if (key == "--threads") {
-      f.threads = static_cast<int>(examples::PositiveFlag(kProgram, key, value, 1024));
+      f.threads = static_cast<int>(cli::PositiveFlag(kProgram, key, value, 1024));
     } else if (key == "--reps") {
-      f.reps = static_cast<int>(examples::PositiveFlag(kProgram, key, value, 1024));
+      f.reps = static_cast<int>(cli::PositiveFlag(kProgram, key, value, 1024));
     } else if (key == "--grad" || key == "--param") {
       if (key == "--param" && value == "none") {
         f.has_param = false;

@@ -43,18 +43,18 @@ struct Flags {
 
 std::vector<int64_t> IntList(const std::string& key, const std::string& value, int64_t hi) {
   std::vector<int64_t> v;
-  for (const std::string& item : examples::ListFlag(kProgram, key, value)) {
-    v.push_back(examples::PositiveFlag(kProgram, key, item, hi));
+  for (const std::string& item : cli::ListFlag(kProgram, key, value)) {
+    v.push_back(cli::PositiveFlag(kProgram, key, item, hi));
   }
   return v;
 }
 
 Flags Parse(int argc, char** argv) {
   Flags f;
-  examples::FlagReader reader(kProgram);
+  cli::FlagReader reader(kProgram);
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    examples::VersionFlag(kProgram, arg);
+    cli::VersionFlag(kProgram, arg);
     if (arg == "--help") {
       std::printf("usage: %s --out=PATH [--device=host|cuda] [--model=NAME[,NAME...]]"
                   " [--tokens=N,...] [--seqs=N,...] [--attention-tokens=N]"
@@ -66,20 +66,20 @@ Flags Parse(int argc, char** argv) {
     if (key == "--out") {
       f.out = value;
     } else if (key == "--model") {
-      f.models = examples::ListFlag(kProgram, key, value);
+      f.models = cli::ListFlag(kProgram, key, value);
     } else if (key == "--tokens") {
       f.tokens = IntList(key, value, int64_t{1} << 20);
     } else if (key == "--seqs") {
       f.seqs = IntList(key, value, int64_t{1} << 20);
     } else if (key == "--attention-tokens") {
-      f.attention_tokens = examples::PositiveFlag(kProgram, key, value, int64_t{1} << 20);
+      f.attention_tokens = cli::PositiveFlag(kProgram, key, value, int64_t{1} << 20);
     } else if (key == "--adamw-params") {
       f.adamw_params = IntList(key, value, int64_t{1} << 34);
     } else {
-      examples::FailUsage(kProgram, absl::StrCat("unknown flag ", key, " (see --help)"));
+      cli::FailUsage(kProgram, absl::StrCat("unknown flag ", key, " (see --help)"));
     }
   }
-  if (f.out.empty()) examples::FailUsage(kProgram, "--out=PATH is required (see --help)");
+  if (f.out.empty()) cli::FailUsage(kProgram, "--out=PATH is required (see --help)");
   const bool cuda = f.common.device == DeviceKind::kCuda;
   // Defaults: on CUDA the GEMMs of two Llama 3 sizes at 2k and 8k tokens;
   // on the host the test model, small enough for seconds.
@@ -98,7 +98,7 @@ Flags Parse(int argc, char** argv) {
   }
   for (int64_t s : f.seqs) {
     if (f.attention_tokens % s != 0 || s > f.attention_tokens) {
-      examples::FailUsage(kProgram, absl::StrCat("--seqs: ", s, " does not divide --attention-tokens=",
+      cli::FailUsage(kProgram, absl::StrCat("--seqs: ", s, " does not divide --attention-tokens=",
                                                  f.attention_tokens));
     }
   }
@@ -118,7 +118,7 @@ int Main(int argc, char** argv) {
   KernelTableShapes shapes;
   for (const std::string& name : f.models) {
     StatusOr<scheduler::ModelSpec> m = scheduler::ModelPreset(name);
-    if (!m.ok()) examples::FailUsage(kProgram, absl::StrCat("--model: ", m.status().message()));
+    if (!m.ok()) cli::FailUsage(kProgram, absl::StrCat("--model: ", m.status().message()));
     shapes.models.push_back(*m);
   }
   shapes.tokens = f.tokens;

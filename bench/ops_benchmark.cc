@@ -41,10 +41,10 @@ struct Flags {
 
 Flags Parse(int argc, char** argv) {
   Flags f;
-  examples::FlagReader reader(kProgram);
+  cli::FlagReader reader(kProgram);
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    examples::VersionFlag(kProgram, arg);
+    cli::VersionFlag(kProgram, arg);
     if (arg == "--help") {
       std::printf("usage: %s [--device=host|cuda] [--dtype=bf16|f32] [--op=NAME[,NAME...]]"
                   " [--min-time=S]\n", kProgram);
@@ -54,20 +54,20 @@ Flags Parse(int argc, char** argv) {
     if (CommonFlag(kProgram, key, value, f.common)) continue;
     if (key == "--dtype") {
       if (value != "bf16" && value != "f32") {
-        examples::FailUsage(kProgram, absl::StrCat("--dtype must be bf16 or f32, got \"", value, "\""));
+        cli::FailUsage(kProgram, absl::StrCat("--dtype must be bf16 or f32, got \"", value, "\""));
       }
       f.dtype = value == "bf16" ? DataType::kBF16 : DataType::kF32;
     } else if (key == "--op") {
-      for (const std::string& op : examples::ListFlag(kProgram, key, value)) {
+      for (const std::string& op : cli::ListFlag(kProgram, key, value)) {
         if (std::find(std::begin(kOps), std::end(kOps), op) == std::end(kOps)) {
-          examples::FailUsage(kProgram, absl::StrCat("--op: unknown op \"", op,
+          cli::FailUsage(kProgram, absl::StrCat("--op: unknown op \"", op,
                                                      "\" (rmsnorm, swiglu, rotary, embedding, "
                                                      "cross_entropy, attention, linear, adamw)"));
         }
         f.ops.insert(op);
       }
     } else {
-      examples::FailUsage(kProgram, absl::StrCat("unknown flag ", key, " (see --help)"));
+      cli::FailUsage(kProgram, absl::StrCat("unknown flag ", key, " (see --help)"));
     }
   }
   return f;

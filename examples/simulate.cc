@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "baton/examples/cli.h"
+#include "baton/cli/flags.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
 #include "nlohmann/json.hpp"
@@ -58,7 +58,7 @@ struct Flags {
 };
 
 [[noreturn]] void Fail(const std::string& message) {
-  examples::FailUsage("simulate", message);
+  cli::FailUsage("simulate", message);
 }
 
 const char kUsage[] =
@@ -99,7 +99,7 @@ constexpr int64_t kMaxBatch = int64_t{1} << 30;
 constexpr int64_t kMaxStepUnits = int64_t{1} << 15;
 
 int64_t Positive(const std::string& flag, const std::string& value, int64_t hi) {
-  return examples::PositiveFlag("simulate", flag, value, hi);
+  return cli::PositiveFlag("simulate", flag, value, hi);
 }
 
 Flags Parse(int argc, char** argv) {
@@ -108,10 +108,10 @@ Flags Parse(int argc, char** argv) {
   f.workload.seq = 8192;
   f.workload.global_batch = 256;
   f.workload.micro_batch = 1;
-  examples::FlagReader flags("simulate");
+  cli::FlagReader flags("simulate");
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    examples::VersionFlag("simulate", a);
+    cli::VersionFlag("simulate", a);
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -131,7 +131,7 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--hf-config") f.hf_config = v;
     else if (key == "--cluster") f.cluster = v;
     else if (key == "--cluster-file") f.cluster_file = v;
-    else if (key == "--calibration") f.calibration = examples::ListFlag("simulate", key, v);
+    else if (key == "--calibration") f.calibration = cli::ListFlag("simulate", key, v);
     else if (key == "--kernel-table") f.kernel_table = v;
     else if (key == "--attention-kernel") f.attention_kernel = v;
     else if (key == "--gpus") f.workload.gpus = static_cast<int>(Positive(key, v, kMaxGpus));
@@ -143,10 +143,10 @@ Flags Parse(int argc, char** argv) {
     }
     else if (key == "--shard-group") {
       f.workload.shard_group = static_cast<int>(
-          examples::IntFlag("simulate", key, v, 0, kMaxGpus));
+          cli::IntFlag("simulate", key, v, 0, kMaxGpus));
     } else if (key == "--hpz-group") {
       f.workload.hpz_group = static_cast<int>(
-          examples::IntFlag("simulate", key, v, 0, kMaxGpus));
+          cli::IntFlag("simulate", key, v, 0, kMaxGpus));
     }
     else if (key == "--recompute-layers") { f.recompute = v; f.recompute_given = true; }
     else if (key == "--policy-file") f.policy_file = v;
@@ -154,7 +154,7 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--policy" || key == "--compare") {
       if (!f.policies.empty()) Fail("--policy and --compare both choose the policies; give one");
       f.policies = key == "--policy" ? std::vector<std::string>{v}
-                                     : examples::ListFlag("simulate", key, v);
+                                     : cli::ListFlag("simulate", key, v);
     }
     else if (key == "--trace") f.trace = v;
     else if (key == "--svg") f.svg = v;

@@ -36,7 +36,7 @@
 #include "baton/comm/bootstrap/launcher.h"
 #include "baton/comm/bootstrap/store.h"
 #include "baton/examples/llama_trainer.h"
-#include "baton/examples/cli.h"
+#include "baton/cli/flags.h"
 #include "nlohmann/json.hpp"
 #include "baton/runtime/device.h"
 #include "baton/scheduler/executor.h"
@@ -74,7 +74,7 @@ struct Flags {
 };
 
 [[noreturn]] void Fail(const std::string& message) {
-  examples::FailUsage("train_tiny", message);
+  cli::FailUsage("train_tiny", message);
 }
 
 const char kUsage[] =
@@ -102,16 +102,16 @@ constexpr int64_t kMaxTimeoutS = 7 * 86400;
 constexpr double kMaxLr = 10;
 
 int64_t Positive(const std::string& flag, const std::string& value, int64_t hi) {
-  return examples::PositiveFlag("train_tiny", flag, value, hi);
+  return cli::PositiveFlag("train_tiny", flag, value, hi);
 }
 
 Flags Parse(int argc, char** argv) {
   Flags f;
-  examples::FlagReader flags("train_tiny");
+  cli::FlagReader flags("train_tiny");
   const int64_t dim = scheduler::kMaxModelDim;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    examples::VersionFlag("train_tiny", a);
+    cli::VersionFlag("train_tiny", a);
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);

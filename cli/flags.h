@@ -1,4 +1,4 @@
-// Command-line plumbing shared by the example programs: flags are
+// Command-line plumbing shared by the programs (examples/ and bench/): flags are
 // --name=value (or a bare --switch), bad input is one line
 // "<program>: <what is wrong>" on stderr and exit code 2.
 //
@@ -7,8 +7,8 @@
 // error; integers are parsed as int64 and checked against the flag's
 // documented range before any narrowing; numbers must be finite and in
 // range; a comma list may not hold empty items.
-#ifndef BATON_EXAMPLES_CLI_H_
-#define BATON_EXAMPLES_CLI_H_
+#ifndef BATON_CLI_FLAGS_H_
+#define BATON_CLI_FLAGS_H_
 
 #include <cmath>
 #include <cstdint>
@@ -24,7 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "baton/runtime/version.h"
 
-namespace baton::examples {
+namespace baton::cli {
 
 [[noreturn]] inline void FailUsage(const char* program, const std::string& message) {
   std::fprintf(stderr, "%s: %s\n", program, message.c_str());
@@ -122,6 +122,6 @@ class FlagReader {
   std::set<std::string> seen_;
 };
 
-}  // namespace baton::examples
+}  // namespace baton::cli
 
-#endif  // BATON_EXAMPLES_CLI_H_
+#endif  // BATON_CLI_FLAGS_H_
