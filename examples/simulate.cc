@@ -216,7 +216,7 @@ scheduler::Policy PolicyFromFile(const Flags& f, const scheduler::ModelSpec& mod
                       p->recompute_blocks, " is more than the model's ", model.layers,
                       " blocks"));
   }
-  if (auto g = scheduler::ResolveGroups(*p, w.gpus); !g.ok()) {
+  if (auto g = scheduler::ResolveMesh(*p, w.gpus); !g.ok()) {
     Fail(absl::StrCat("policy file ", f.policy_file, ": ", g.status().message()));
   }
   return *std::move(p);

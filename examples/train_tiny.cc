@@ -407,7 +407,7 @@ int Main(int argc, char** argv) {
     // Groups that do not fit the ranks (shard_group, hpz_group): bad input.
     const int world = multi_process && info.ok() ? info->world_size
                                                  : std::max(f.nranks, 1);
-    const auto groups = scheduler::ResolveGroups(PolicyFromFlags(f), world);
+    const auto groups = scheduler::ResolveMesh(PolicyFromFlags(f), world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
   }
   if (!f.trace.empty() && !std::ofstream(f.trace, std::ios::app)) {

@@ -39,9 +39,9 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return absl::InvalidArgumentError("executor: null step graph");
   }
   const StepGraph& graph = *shared;
-  if (comm.size() != graph.groups.world) {
+  if (comm.size() != graph.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "executor: the graph was built for ", graph.groups.world,
+        "executor: the graph was built for ", graph.world_size(),
         " ranks but the communicator has ", comm.size()));
   }
   if (graph.plan.buffers.size() != graph.plan_input.buffers.size()) {
@@ -50,7 +50,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   }
   if (graph.policy.zenflow) {
     BATON_RETURN_IF_ERROR(ValidatePolicy(graph.policy));
-    if (!graph.layout.options.shard) {
+    if (!graph.layout.sharding.shard) {
       return absl::InvalidArgumentError(
           "executor: zenflow needs a sharded layout");
     }
@@ -92,60 +92,56 @@ Executor::~Executor() {
 }
 
 Status Executor::BindGroups() {
-  const Groups& g = graph_.groups;
+  const DeviceMesh& mesh = graph_.mesh;
   const int r = comm_.rank();
-  bool uses_hpz = false;
-  for (const Node& n : graph_.nodes) uses_hpz |= n.group == CommGroup::kHpz;
-  // (name, given, wanted size, this rank's position, split colour, slot)
-  struct Want {
-    const char* name;
-    Communicator* given;
-    int size;
-    int position;
-    int colour;
-    bool needed;
-    Communicator** slot;
-  };
-  const int h = std::max(g.hpz, 1);
-  const Want wants[] = {
-      {"shard_comm", options_.shard_comm, g.shard, r % g.shard, r / g.shard,
-       g.replicas > 1, &shard_comm_},
-      {"replica_comm", options_.replica_comm, g.replicas, r / g.shard,
-       r % g.shard, g.replicas > 1, &replica_comm_},
-      {"hpz_comm", options_.hpz_comm, h, r % h, r / h, uses_hpz, &hpz_comm_},
-  };
-  for (const Want& w : wants) {
-    if (w.given != nullptr) {
-      if (w.given->size() != w.size || w.given->rank() != w.position) {
+  // The groups the graph's collectives run over, and the data-shard group
+  // (shard_rank()), in one order on every rank: Split is collective.
+  std::vector<MeshGroup> needed = {kDataShardGroup};
+  for (const Node& n : graph_.nodes) needed.push_back(n.group);
+  std::sort(needed.begin(), needed.end());
+  needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+  for (const GroupComm& given : options_.group_comms) {
+    if (std::find(needed.begin(), needed.end(), given.group) == needed.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor: group_comms names group ", given.group.name(),
+          ", which no collective of the graph runs over"));
+    }
+  }
+  for (MeshGroup g : needed) {
+    const int size = mesh.size(g);
+    const int position = mesh.position(r, g);
+    Communicator* given = nullptr;
+    for (const GroupComm& gc : options_.group_comms) {
+      if (gc.group == g) given = gc.comm;
+    }
+    Communicator*& slot = group_comm_[g.bits()];
+    if (given != nullptr) {
+      if (given->size() != size || given->rank() != position) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "executor: ", w.name, " is rank ", w.given->rank(), " of ",
-            w.given->size(), " but world rank ", r, " is rank ", w.position,
-            " of ", w.size, " in that group"));
+            "executor: the communicator given for group ", g.name(), " is rank ",
+            given->rank(), " of ", given->size(), " but world rank ", r,
+            " is rank ", position, " of ", size, " in that group (mesh ",
+            mesh.ToString(), ")"));
       }
-      *w.slot = w.given;
-    } else if (!w.needed) {
-      *w.slot = w.slot == &shard_comm_ ? &comm_ : nullptr;
+      slot = given;
+    } else if (size == mesh.world_size()) {
+      slot = &comm_;  // the group is every rank, in world order
     } else {
       BATON_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c,
-                             comm_.Split(w.colour, r));
-      if (c == nullptr || c->size() != w.size || c->rank() != w.position) {
+                             comm_.Split(mesh.group_index(r, g), position));
+      if (c == nullptr || c->size() != size || c->rank() != position) {
         return absl::InternalError(absl::StrCat(
-            "executor: Split gave a wrong ", w.name));
+            "executor: Split gave a wrong communicator for group ", g.name()));
       }
-      *w.slot = c.get();
+      slot = c.get();
       owned_comms_.push_back(std::move(c));
     }
   }
   return absl::OkStatus();
 }
 
-Communicator& Executor::CommFor(CommGroup group) {
-  switch (group) {
-    case CommGroup::kShard: return *shard_comm_;
-    case CommGroup::kReplica: return *replica_comm_;
-    case CommGroup::kHpz: return *hpz_comm_;
-  }
-  return *shard_comm_;
+Communicator& Executor::CommFor(MeshGroup group) {
+  return *group_comm_[group.bits()];
 }
 
 Status Executor::Init() {
@@ -220,7 +216,7 @@ Status Executor::Init() {
     for (const Bucket& bk : graph_.layout.buckets) {
       BATON_ASSIGN_OR_RETURN(
           auto zf, ZenFlowState::Create(device_, bk, shard_rank(),
-                                        graph_.layout.options.world_size, zc,
+                                        graph_.layout.sharding.ranks, zc,
                                         z.staleness, options_.adamw));
       zenflow_.push_back(std::move(zf));
     }
@@ -302,7 +298,7 @@ Status Executor::InitParameters(
     const GraphBuffer& buf = graph_.buffers[b];
     if (buf.role != BufferRole::kMaster) continue;
     const Bucket& bk = graph_.layout.buckets[buf.bucket];
-    const int64_t begin = graph_.layout.options.shard ? rank * bk.shard_numel : 0;
+    const int64_t begin = graph_.layout.sharding.shard ? rank * bk.shard_numel : 0;
     const int64_t end = begin + bk.shard_numel;
     std::vector<float> shard(bk.shard_numel, 0.0f);
     std::vector<float> full;
@@ -576,7 +572,7 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       const size_t bytes = graph_.buffers[n.writes[0]].bytes();
       const char* src = static_cast<const char*>(BufferData(n.reads[0]));
       // hpZ: this rank's slice of the gathered bucket.
-      if (n.group == CommGroup::kHpz) src += hpz_comm_->rank() * bytes;
+      if (n.group == kHpzGroup) src += CommFor(kHpzGroup).rank() * bytes;
       return s.MemcpyAsync(BufferData(n.writes[0]), src, bytes);
     }
     case NodeKind::kAccumulate: {
@@ -628,7 +624,7 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   ctx.moment1 = static_cast<float*>(BufferData(n.writes[1]));
   ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
   ctx.shard_numel = bk.shard_numel;
-  ctx.shard_offset = layout.options.shard ? shard_rank() * bk.shard_numel : 0;
+  ctx.shard_offset = layout.sharding.shard ? shard_rank() * bk.shard_numel : 0;
   ctx.grad_scale =
       1.0 / (static_cast<double>(comm_.size()) * graph_.policy.micro_steps);
   ctx.shard = shard;

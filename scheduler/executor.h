@@ -44,6 +44,7 @@
 #ifndef BATON_SCHEDULER_EXECUTOR_H_
 #define BATON_SCHEDULER_EXECUTOR_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -134,6 +135,12 @@ class NodeObserver {
   virtual Status Observe(int node, int64_t step, Point point, Stream& stream) = 0;
 };
 
+// A communicator for one mesh group (ExecutorOptions::group_comms).
+struct GroupComm {
+  MeshGroup group;
+  Communicator* comm = nullptr;
+};
+
 struct ExecutorOptions {
   bool poison = false;  // arena poison mode (host device only)
   // Host streams: record every node's start and end in one global order
@@ -142,16 +149,15 @@ struct ExecutorOptions {
   // Host streams: sleep a random 0..max_delay_us before every node.
   int max_delay_us = 0;
   uint64_t seed = 1;
-  // Communicators of the graph's groups (StepGraph::groups; the ranks of
-  // each: ResolveGroups in scheduler/policy.h). Null: the executor makes
-  // the ones the graph uses with Communicator::Split on `comm` during
-  // Create (collective: every rank creates its executor at once) and owns
-  // them. Given ones (not owned; must outlive the executor) must have the
-  // group's size and this rank's position in it: InvalidArgument otherwise.
-  // Without replicas the shard group is `comm` itself.
-  Communicator* shard_comm = nullptr;
-  Communicator* replica_comm = nullptr;
-  Communicator* hpz_comm = nullptr;
+  // Communicators of the graph's mesh groups (StepGraph::mesh, Node::group;
+  // scheduler/mesh.h). A group not listed: the executor makes it with
+  // Communicator::Split on `comm` during Create (collective: every rank
+  // creates its executor at once; colour and key from the mesh) and owns
+  // it; a group of every rank is `comm` itself. Given ones (not owned; must
+  // outlive the executor) must have the group's size and this rank's
+  // position in it (DeviceMesh::position), and name a group the graph
+  // uses: InvalidArgument otherwise.
+  std::vector<GroupComm> group_comms;
   // Not owned; must outlive the executor. Null: none.
   NodeObserver* observer = nullptr;
   // ZenFlow (Policy::zenflow): the executor runs the optimizer itself (its
@@ -184,7 +190,7 @@ class Executor {
   // (moved or copied in) or a shared_ptr to one that several executors share
   // (the ranks of one process, say). `device`, `comm` must outlive the
   // executor; comm->size() must be the graph's world size
-  // (StepGraph::groups.world). InvalidArgument otherwise (also for a null
+  // (StepGraph::world_size()). InvalidArgument otherwise (also for a null
   // graph).
   static StatusOr<std::unique_ptr<Executor>> Create(
       std::shared_ptr<const StepGraph> graph, Device& device,
@@ -233,7 +239,7 @@ class Executor {
   int rank() const { return comm_.rank(); }
   // This rank's position in its shard group: its shards are elements
   // [shard_rank() * shard_numel, ...) of every bucket.
-  int shard_rank() const { return shard_comm_->rank(); }
+  int shard_rank() const { return group_comm_[kDataShardGroup.bits()]->rank(); }
   // The records of every traced node since the last call.
   std::vector<TraceRecord> TakeTrace();
 
@@ -253,7 +259,7 @@ class Executor {
            Communicator& comm, const ExecutorOptions& options);
   Status Init();
   Status BindGroups();
-  Communicator& CommFor(CommGroup group);
+  Communicator& CommFor(MeshGroup group);
   void* BufferData(int buffer);
   Status RunWork(int i, const StepCallbacks& callbacks);
   Status Trace(int i, bool start, Stream& s);
@@ -264,10 +270,9 @@ class Executor {
   Device& device_;
   Communicator& comm_;
   ExecutorOptions options_;
-  // The groups' communicators (BindGroups), and those made by Split.
-  Communicator* shard_comm_ = nullptr;
-  Communicator* replica_comm_ = nullptr;
-  Communicator* hpz_comm_ = nullptr;
+  // The mesh groups' communicators by MeshGroup::bits() (BindGroups), and
+  // those made by Split.
+  std::array<Communicator*, 1 << kNumMeshDims> group_comm_{};
   std::vector<std::unique_ptr<Communicator>> owned_comms_;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Event>> node_events_;  // nullptr: not needed

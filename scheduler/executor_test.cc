@@ -42,7 +42,7 @@ RunResult Train(const ModelSpec& spec, const Policy& policy, int ranks, int step
   std::vector<std::string> errors(ranks);
   result.traces.resize(ranks);
   result.orders.resize(ranks);
-  auto layout = BuildLayout(spec, LayoutOptionsFor(policy, ranks));
+  auto layout = LayoutFor(spec, policy, *ResolveMesh(policy, ranks));
   if (!layout.ok()) {
     result.error = layout.status().ToString();
     return result;
@@ -435,7 +435,7 @@ TEST(ExecutorTest, GroupCommunicatorsMayBeHandedIn) {
   p.param_dtype = DataType::kF32;
   auto group = CreateInprocGroup(8);
   ASSERT_TRUE(group.ok()) << group.status();
-  auto layout = BuildLayout(Micro(), LayoutOptionsFor(p, 8));
+  auto layout = LayoutFor(Micro(), p, *ResolveMesh(p, 8));
   ASSERT_TRUE(layout.ok());
   ToyModel::Reference ref = ToyModel::InitialReference(*layout);
   ToyModel::ReferenceStep(*layout, 8, 1, p.param_dtype, ref);
@@ -456,19 +456,18 @@ TEST(ExecutorTest, GroupCommunicatorsMayBeHandedIn) {
     }
     // Swapped: the replica communicator where the shard one belongs.
     ExecutorOptions bad;
-    bad.shard_comm = replica->get();
-    bad.replica_comm = replica->get();
+    bad.group_comms = {{kDataShardGroup, replica->get()},
+                       {kReplicaGroup, replica->get()}};
     auto refused = Executor::Create(*graph, *group->device, world, bad);
     if (refused.ok() ||
         refused.status().code() != absl::StatusCode::kInvalidArgument ||
-        refused.status().message().find("shard_comm") == std::string::npos) {
+        refused.status().message().find("group dp_shard+hpz") == std::string::npos) {
       errors[r] = absl::StrCat("swapped communicators: ",
                                refused.status().ToString());
       return;
     }
     ExecutorOptions o;
-    o.shard_comm = shard->get();
-    o.replica_comm = replica->get();
+    o.group_comms = {{kDataShardGroup, shard->get()}, {kReplicaGroup, replica->get()}};
     auto exec = Executor::Create(*graph, *group->device, world, o);
     if (!exec.ok()) {
       errors[r] = exec.status().ToString();

@@ -37,18 +37,19 @@ int64_t ModelLayout::shard_bytes(DataType dtype) const {
 }
 
 StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
-                                  const LayoutOptions& options) {
+                                  const LayoutOptions& options,
+                                  const Sharding& sharding) {
   BATON_RETURN_IF_ERROR(ValidateModelSpec(spec));
-  if (options.world_size < 1) {
+  if (sharding.ranks < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "layout: world_size must be at least 1, got ", options.world_size));
+        "layout: sharding over ", sharding.ranks, " ranks; it must be at least 1"));
   }
   if (options.bucket_policy == BucketPolicy::kMerge &&
       options.merge_target_bytes <= 0) {
     return absl::InvalidArgumentError(
         "layout: merge_target_bytes must be positive for the merge policy");
   }
-  if (options.param_dtype == DataType::kI32) {
+  if (sharding.dtype == DataType::kI32) {
     return absl::InvalidArgumentError(
         "layout: param_dtype must be a floating type");
   }
@@ -56,15 +57,18 @@ StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
   layout.spec = spec;
   layout.units = BuildUnits(spec);
   layout.options = options;
+  layout.sharding = sharding;
   const int n_units = static_cast<int>(layout.units.size());
-  const int64_t elem = static_cast<int64_t>(DataTypeSize(options.param_dtype));
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(sharding.dtype));
   // 16 bytes in the smaller of the parameter dtype and fp32 master.
   const int64_t granule = 16 / std::min<int64_t>(elem, 4);
-  const int64_t shards = options.shard ? options.world_size : 1;
+  const int64_t shards = sharding.shard ? sharding.ranks : 1;
+  // Without sharding (DDP) nothing but a tied embedding is resident.
+  const bool resident_small = options.resident_small_params && sharding.shard;
 
   auto is_resident = [&](const UnitSpec& u, const ParamSpec& p) {
     if (spec.tie_embeddings && u.kind == UnitKind::kEmbedding) return true;
-    if (!options.resident_small_params) return false;
+    if (!resident_small) return false;
     return options.resident_max_numel > 0 ? p.numel <= options.resident_max_numel
                                           : p.small;
   };

@@ -3,7 +3,7 @@
 //
 // A bucket's parameters are concatenated in declaration order into a flat
 // buffer; each parameter starts on a 16-byte boundary (in the parameter
-// dtype) and the total is padded so that it divides into `world_size` equal
+// dtype) and the total is padded so that it divides into `Sharding::ranks` equal
 // shards, each a multiple of 16 bytes. Rank r owns elements
 // [r * shard_numel, (r + 1) * shard_numel) of every bucket.
 //
@@ -33,15 +33,33 @@ namespace baton::scheduler {
 
 enum class BucketPolicy { kPerUnit, kMerge };
 
+// The layout knobs of a schedule policy (Policy::layout).
 struct LayoutOptions {
-  int world_size = 1;  // ranks sharing each bucket (the shard group)
-  // false: every rank holds whole buckets (DDP); shard_numel = padded_numel.
-  bool shard = true;
   BucketPolicy bucket_policy = BucketPolicy::kPerUnit;
   int64_t merge_target_bytes = 0;  // kMerge; in parameter-dtype bytes; > 0
   bool resident_small_params = true;
   int64_t resident_max_numel = 0;  // 0: only 1-D parameters are small
-  DataType param_dtype = DataType::kBF16;  // sets the 16-byte granule
+
+  friend bool operator==(const LayoutOptions& a, const LayoutOptions& b) {
+    return a.bucket_policy == b.bucket_policy &&
+           a.merge_target_bytes == b.merge_target_bytes &&
+           a.resident_small_params == b.resident_small_params &&
+           a.resident_max_numel == b.resident_max_numel;
+  }
+};
+
+// How the flat buffers are split: what the policy and the device mesh
+// decide (ShardingFor in scheduler/policy.h).
+struct Sharding {
+  int ranks = 1;  // ranks sharing each bucket (the data-shard group)
+  // false: every rank holds whole buckets (DDP); shard_numel = padded_numel,
+  // and only a tied embedding is resident.
+  bool shard = true;
+  DataType dtype = DataType::kBF16;  // the parameter dtype: sets the 16-byte granule
+
+  friend bool operator==(const Sharding& a, const Sharding& b) {
+    return a.ranks == b.ranks && a.shard == b.shard && a.dtype == b.dtype;
+  }
 };
 
 struct ParamSlot {
@@ -73,6 +91,7 @@ struct ModelLayout {
   ModelSpec spec;
   std::vector<UnitSpec> units;
   LayoutOptions options;
+  Sharding sharding;
   std::vector<Bucket> buckets;  // forward order of first use; resident last
   std::vector<int> unit_bucket;  // units.size(); its own bucket or -1
   int resident_bucket = -1;
@@ -85,10 +104,11 @@ struct ModelLayout {
   int64_t shard_bytes(DataType dtype) const;
 };
 
-// InvalidArgument naming the option for a world_size < 1, a non-positive
-// merge target, or an invalid spec.
+// InvalidArgument naming the option for a sharding over fewer than 1 rank,
+// an integer dtype, a non-positive merge target, or an invalid spec.
 StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
-                                  const LayoutOptions& options);
+                                  const LayoutOptions& options,
+                                  const Sharding& sharding = {});
 
 }  // namespace baton::scheduler
 

@@ -143,9 +143,9 @@ TEST(ModelTest, HostileConfigsAreRefusedNamingTheField) {
 void CheckLayout(const ModelLayout& l, int64_t granule_bytes) {
   std::set<std::string> seen;
   for (const Bucket& b : l.buckets) {
-    const int shards = l.options.shard ? l.options.world_size : 1;
+    const int shards = l.sharding.shard ? l.sharding.ranks : 1;
     EXPECT_EQ(b.shard_numel * shards, b.padded_numel) << b.name;
-    EXPECT_EQ(b.shard_numel * static_cast<int64_t>(DataTypeSize(l.options.param_dtype)) %
+    EXPECT_EQ(b.shard_numel * static_cast<int64_t>(DataTypeSize(l.sharding.dtype)) %
                   granule_bytes,
               0)
         << b.name;
@@ -154,7 +154,7 @@ void CheckLayout(const ModelLayout& l, int64_t granule_bytes) {
     for (const ParamSlot& p : b.params) {
       EXPECT_TRUE(seen.insert(p.name).second) << p.name;
       EXPECT_GE(p.offset, end) << p.name;
-      EXPECT_EQ(p.offset * static_cast<int64_t>(DataTypeSize(l.options.param_dtype)) %
+      EXPECT_EQ(p.offset * static_cast<int64_t>(DataTypeSize(l.sharding.dtype)) %
                     16,
                 0)
           << p.name;
@@ -167,8 +167,7 @@ void CheckLayout(const ModelLayout& l, int64_t granule_bytes) {
 
 TEST(LayoutTest, PerUnitWithResidentNorms) {
   LayoutOptions o;
-  o.world_size = 3;
-  auto l = BuildLayout(*ModelPreset("tiny"), o);
+  auto l = BuildLayout(*ModelPreset("tiny"), o, Sharding{3});
   ASSERT_TRUE(l.ok()) << l.status();
   CheckLayout(*l, 16);
   // embedding, 4 blocks, lm_head, resident (final_norm has no bucket).
@@ -181,13 +180,12 @@ TEST(LayoutTest, PerUnitWithResidentNorms) {
 
 TEST(LayoutTest, MergeRespectsTheTarget) {
   LayoutOptions o;
-  o.world_size = 8;
   o.bucket_policy = BucketPolicy::kMerge;
   o.resident_small_params = false;
   const ModelSpec spec = *ModelPreset("tiny");
   const int64_t block_bytes = BuildUnits(spec)[1].numel() * 2;
   o.merge_target_bytes = 2 * block_bytes + 100;
-  auto l = BuildLayout(spec, o);
+  auto l = BuildLayout(spec, o, Sharding{8});
   ASSERT_TRUE(l.ok()) << l.status();
   CheckLayout(*l, 16);
   int merged = 0;
@@ -210,9 +208,8 @@ TEST(LayoutTest, TiedEmbeddingIsResidentAndReadByTheHead) {
   ModelSpec spec = *ModelPreset("micro");
   spec.tie_embeddings = true;
   LayoutOptions o;
-  o.world_size = 2;
   o.resident_small_params = false;
-  auto l = BuildLayout(spec, o);
+  auto l = BuildLayout(spec, o, Sharding{2});
   ASSERT_TRUE(l.ok()) << l.status();
   CheckLayout(*l, 16);
   const int head = static_cast<int>(l->units.size()) - 1;
@@ -223,19 +220,21 @@ TEST(LayoutTest, TiedEmbeddingIsResidentAndReadByTheHead) {
 
 TEST(LayoutTest, DdpDoesNotShard) {
   auto p = *PolicyPreset("ddp");
-  auto l = BuildLayout(*ModelPreset("tiny"), LayoutOptionsFor(p, 4));
+  auto l = LayoutFor(*ModelPreset("tiny"), p, *ResolveMesh(p, 4));
   ASSERT_TRUE(l.ok()) << l.status();
   for (const Bucket& b : l->buckets) EXPECT_EQ(b.shard_numel, b.padded_numel);
 }
 
 TEST(LayoutTest, BadOptionsAreRefused) {
   LayoutOptions o;
-  o.world_size = 0;
-  EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), o).status().code(),
+  EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), o, Sharding{0}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  o.world_size = 2;
+  Sharding ints{2};
+  ints.dtype = DataType::kI32;
+  EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), o, ints).status().code(),
+            absl::StatusCode::kInvalidArgument);
   o.bucket_policy = BucketPolicy::kMerge;
-  EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), o).status().code(),
+  EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), o, Sharding{2}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

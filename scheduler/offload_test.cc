@@ -160,7 +160,7 @@ TEST(OffloadGraphTest, ZenFlowGraphHasTheDeviceTopkPath) {
     ASSERT_GE(i, 2);
     EXPECT_EQ(g->nodes[i - 2].name, absl::StrCat("NORM ", g->layout.buckets[n.bucket].name));
     EXPECT_EQ(g->nodes[i - 1].kind, NodeKind::kAllReduce);
-    EXPECT_EQ(g->nodes[i - 1].group, CommGroup::kShard);
+    EXPECT_EQ(g->nodes[i - 1].group, kDataShardGroup);
     EXPECT_EQ(g->nodes[i + 1].kind, NodeKind::kD2H);
     EXPECT_EQ(g->buffers[n.reads[0]].role, BufferRole::kGradShard) << n.name;
     EXPECT_EQ(g->buffers[n.reads[1]].role, BufferRole::kColumnNorms) << n.name;
@@ -323,7 +323,7 @@ TEST(OffloadExecutorTest, StaleHostShardIsDetected) {
   dev.offload = Offload::kNone;
   // The reference of the toy model with plain SGD matches only if every
   // step's gathers see the updated parameters.
-  auto layout = BuildLayout(Micro(), LayoutOptionsFor(off, 2));
+  auto layout = LayoutFor(Micro(), off, *ResolveMesh(off, 2));
   ASSERT_TRUE(layout.ok());
   ToyModel::Reference ref = ToyModel::InitialReference(*layout);
   for (int s = 0; s < 3; ++s) {

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "baton/ops/zenflow.h"
 
 namespace baton::scheduler {
 
@@ -55,30 +54,30 @@ StatusOr<Policy> PolicyPreset(absl::string_view name) {
     p.forward_prefetch = 0;
     p.backward_prefetch = 1;
     p.host_limit = 2;
-    p.resident_small_params = false;
+    p.layout.resident_small_params = false;
     p.reuse_edges = false;
   } else if (name == "fsdp2") {
     p.forward_prefetch = 1;
     p.backward_prefetch = 1;
     p.copy_in_out = true;
-    p.resident_small_params = false;
+    p.layout.resident_small_params = false;
     p.reuse_edges = false;
   } else if (name == "zero3") {
     p.forward_prefetch = 1;
     p.backward_prefetch = 1;
     p.host_limit = 2;
-    p.bucket_policy = BucketPolicy::kMerge;
-    p.merge_target_bytes = 50'000'000LL * 2;  // 5e7 bf16 elements
-    p.resident_max_numel = 100'000;
+    p.layout.bucket_policy = BucketPolicy::kMerge;
+    p.layout.merge_target_bytes = 50'000'000LL * 2;  // 5e7 bf16 elements
+    p.layout.resident_max_numel = 100'000;
     p.reuse_edges = false;
   } else if (name == "ddp") {
     p.all_reduce = true;
     p.forward_prefetch = 0;
     p.backward_prefetch = 0;
     p.reshard_after_forward = false;
-    p.bucket_policy = BucketPolicy::kMerge;
-    p.merge_target_bytes = 25LL << 20;
-    p.resident_small_params = false;
+    p.layout.bucket_policy = BucketPolicy::kMerge;
+    p.layout.merge_target_bytes = 25LL << 20;
+    p.layout.resident_small_params = false;
     p.reduce_window = 2;
     p.reuse_edges = false;
   } else if (name == "hsdp") {
@@ -130,8 +129,8 @@ Status ValidatePolicy(const Policy& p) {
   if (p.hpz_group < 0) return bad("hpz_group", p.hpz_group);
   if (p.param_dtype == DataType::kI32) return bad("param_dtype", "int32");
   if (p.reduce_dtype == DataType::kI32) return bad("reduce_dtype", "int32");
-  if (p.bucket_policy == BucketPolicy::kMerge && p.merge_target_bytes <= 0) {
-    return bad("merge_target_bytes", p.merge_target_bytes);
+  if (p.layout.bucket_policy == BucketPolicy::kMerge && p.layout.merge_target_bytes <= 0) {
+    return bad("merge_target_bytes", p.layout.merge_target_bytes);
   }
   if (p.offload != Offload::kNone && p.all_reduce) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -166,25 +165,23 @@ Status ValidatePolicy(const Policy& p) {
         OffloadName(p.offload)));
   }
   if (p.zenflow) {
-    // One rule set: the ops' check (ops/zenflow.h) on the resolved knobs, so
-    // a policy that validates runs (select a multiple of update).
+    // A selection may not fall inside an accumulation window (ops/zenflow.h
+    // checks the same of its config): select a multiple of update, once
+    // "auto" is resolved.
     const ZenFlowIntervals z = ResolveZenFlow(p);
-    ops::ZenFlowConfig c;
-    c.topk_ratio = p.zenflow_topk_ratio;
-    c.select_interval = z.select;
-    c.update_interval = z.update;
-    const Status st = ops::CheckZenFlowConfig(c);
-    if (!st.ok()) {
+    if (z.select % z.update != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "policy ", p.name, ": zenflow_select_interval = ", z.select,
-          ", zenflow_update_interval = ", z.update, " (auto resolved): ",
-          st.message()));
+          ", zenflow_update_interval = ", z.update,
+          " (auto resolved): zenflow select_interval (", z.select,
+          ") must be a multiple of update_interval (", z.update,
+          "): a selection may not fall inside an accumulation window"));
     }
   }
   return absl::OkStatus();
 }
 
-StatusOr<Groups> ResolveGroups(const Policy& p, int world_size) {
+StatusOr<DeviceMesh> ResolveMesh(const Policy& p, int world_size) {
   if (world_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("world size ", world_size, " must be >= 1"));
@@ -192,31 +189,28 @@ StatusOr<Groups> ResolveGroups(const Policy& p, int world_size) {
   auto bad = [&](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("policy ", p.name, ": ", parts...));
   };
-  Groups g;
-  g.world = world_size;
   if (p.shard_group < 0) return bad("shard_group = ", p.shard_group, " is negative");
   if (p.hpz_group < 0) return bad("hpz_group = ", p.hpz_group, " is negative");
   // Groups larger than the world are the world (a preset's 4-rank group on
   // 2 ranks shards over both).
-  g.shard = p.shard_group == 0 ? world_size : std::min(p.shard_group, world_size);
+  const int shard = p.shard_group == 0 ? world_size : std::min(p.shard_group, world_size);
   const int hpz = std::min(p.hpz_group, world_size);
-  if (world_size % g.shard != 0) {
+  if (world_size % shard != 0) {
     return bad("shard_group = ", p.shard_group,
                " does not divide the world size ", world_size);
   }
-  g.replicas = world_size / g.shard;
-  if (p.all_reduce && g.replicas > 1) {
+  if (p.all_reduce && shard < world_size) {
     return bad("shard_group = ", p.shard_group,
                " needs sharding, but all_reduce (DDP) is set");
   }
   if (hpz > 0) {
-    if (hpz > g.shard) {
+    if (hpz > shard) {
       return bad("hpz_group = ", p.hpz_group, " is larger than the shard group (",
-                 g.shard, " ranks)");
+                 shard, " ranks)");
     }
-    if (g.shard % hpz != 0) {
+    if (shard % hpz != 0) {
       return bad("hpz_group = ", p.hpz_group, " does not divide the shard group (",
-                 g.shard, " ranks)");
+                 shard, " ranks)");
     }
     if (p.all_reduce) {
       return bad("hpz_group = ", p.hpz_group,
@@ -228,22 +222,25 @@ StatusOr<Groups> ResolveGroups(const Policy& p, int world_size) {
     }
     // h == shard group: the secondary shards would be the whole bucket's
     // shards again; still valid (the backward gathers read them).
-    g.hpz = hpz;
   }
-  return g;
+  MeshSizes sizes;
+  sizes[MeshDim::kReplicate] = world_size / shard;
+  sizes[MeshDim::kHpz] = std::max(hpz, 1);
+  sizes[MeshDim::kShard] = shard / sizes[MeshDim::kHpz];
+  return DeviceMesh::Create(sizes);
 }
 
-LayoutOptions LayoutOptionsFor(const Policy& p, int world_size) {
-  LayoutOptions o;
-  StatusOr<Groups> g = ResolveGroups(p, world_size);
-  o.world_size = g.ok() ? g->shard : world_size;
-  o.shard = !p.all_reduce;
-  o.bucket_policy = p.bucket_policy;
-  o.merge_target_bytes = p.merge_target_bytes;
-  o.resident_small_params = p.resident_small_params && !p.all_reduce;
-  o.resident_max_numel = p.resident_max_numel;
-  o.param_dtype = p.param_dtype;
-  return o;
+Sharding ShardingFor(const Policy& p, const DeviceMesh& mesh) {
+  Sharding s;
+  s.ranks = mesh.size(kDataShardGroup);
+  s.shard = !p.all_reduce;
+  s.dtype = p.param_dtype;
+  return s;
+}
+
+StatusOr<ModelLayout> LayoutFor(const ModelSpec& spec, const Policy& p,
+                                const DeviceMesh& mesh) {
+  return BuildLayout(spec, p.layout, ShardingFor(p, mesh));
 }
 
 }  // namespace baton::scheduler

@@ -117,6 +117,7 @@
 #include "baton/runtime/dtype.h"
 #include "baton/runtime/status.h"
 #include "baton/scheduler/layout.h"
+#include "baton/scheduler/mesh.h"
 
 namespace baton::scheduler {
 
@@ -155,11 +156,8 @@ struct Policy {
   int zenflow_select_interval = kAutoInterval;
   int zenflow_update_interval = kAutoInterval;
   int zenflow_staleness = 0;  // or kAutoInterval: update_interval - 1
-  // Layout.
-  BucketPolicy bucket_policy = BucketPolicy::kPerUnit;
-  int64_t merge_target_bytes = 0;
-  bool resident_small_params = true;
-  int64_t resident_max_numel = 0;
+  // Buckets and resident parameters (layout.h).
+  LayoutOptions layout;
 };
 
 // baton   static plan with reuse edges, AG and RS on two comm streams (a
@@ -208,25 +206,30 @@ struct ZenFlowIntervals {
 };
 ZenFlowIntervals ResolveZenFlow(const Policy& policy);
 
-// The communication groups a policy implies for `world_size` ranks. Rank r
-// is in shard group r / shard (position r % shard), replica group r % shard
-// (position r / shard) and hpZ group r / hpz (position r % hpz).
-struct Groups {
-  int world = 1;
-  int shard = 1;     // ranks per shard group
-  int replicas = 1;  // world / shard
-  int hpz = 0;       // ranks per hpZ group; 0: no hpZ
-};
-// Groups larger than the world are capped at it. InvalidArgument naming
+// The device mesh a policy implies for `world_size` ranks (scheduler/mesh.h):
+// dp_replicate = world / shard group, dp_shard = shard group / hpz group,
+// hpz = hpz_group (1 without hpZ); the other dimensions 1. So rank r is in
+// data-shard group r / shard (position r % shard), replica group r % shard
+// (position r / shard) and hpZ group r / hpz (position r % hpz). Groups
+// larger than the world are capped at it. InvalidArgument naming
 // shard_group or hpz_group when the shard group does not divide the world,
-// the hpZ group does not divide the shard group (or is larger), hpZ is set without reshard_after_forward, or either is set
-// under all_reduce; also world_size < 1.
-StatusOr<Groups> ResolveGroups(const Policy& policy, int world_size);
+// the hpZ group does not divide the shard group (or is larger), hpZ is set
+// without reshard_after_forward, or either is set under all_reduce; also
+// world_size < 1.
+StatusOr<DeviceMesh> ResolveMesh(const Policy& policy, int world_size);
 
-// The layout options a policy implies for `world_size` ranks: buckets are
-// sharded over the shard group (all of the world when the policy's groups
-// are invalid; ResolveGroups reports that).
-LayoutOptions LayoutOptionsFor(const Policy& policy, int world_size);
+// Whether the policy keeps hpZ secondary shards (hpz_group > 0; the hpz
+// dimension may still have size 1).
+inline bool UsesHpz(const Policy& policy) { return policy.hpz_group > 0; }
+
+// How a policy's layout is sharded on `mesh`: over its data-shard group, in
+// the parameter dtype, or not at all under all_reduce.
+Sharding ShardingFor(const Policy& policy, const DeviceMesh& mesh);
+
+// The layout of `spec` for `policy` on `mesh`: BuildLayout(spec,
+// policy.layout, ShardingFor(policy, mesh)), with its errors.
+StatusOr<ModelLayout> LayoutFor(const ModelSpec& spec, const Policy& policy,
+                                const DeviceMesh& mesh);
 
 }  // namespace baton::scheduler
 

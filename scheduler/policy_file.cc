@@ -29,30 +29,33 @@ struct AutoInterval {
   int64_t lo = 1;
 };
 
+// A knob of the policy's layout (Policy::layout).
+template <class T>
+struct InLayout {
+  T LayoutOptions::*member;
+};
+
 // One knob of Policy: its key and member. Adding a knob to Policy is one
-// line in kFields below.
+// line in Fields() below.
 struct Field {
   using Member = std::variant<int Policy::*, int64_t Policy::*, bool Policy::*,
-                              DataType Policy::*, BucketPolicy Policy::*,
-                              double Policy::*, Offload Policy::*, AutoInterval>;
+                              DataType Policy::*, double Policy::*, Offload Policy::*,
+                              AutoInterval, InLayout<int64_t>, InLayout<bool>,
+                              InLayout<BucketPolicy>>;
   const char* key;
   Member member;
   int64_t lo = 0, hi = 0;  // integers only
 
-  Field(const char* k, int Policy::*m, int64_t l, int64_t h)
-      : key(k), member(m), lo(l), hi(h) {}
-  Field(const char* k, int64_t Policy::*m, int64_t l, int64_t h)
-      : key(k), member(m), lo(l), hi(h) {}
-  Field(const char* k, bool Policy::*m) : key(k), member(m) {}
-  Field(const char* k, DataType Policy::*m) : key(k), member(m) {}
-  Field(const char* k, BucketPolicy Policy::*m) : key(k), member(m) {}
-  Field(const char* k, double Policy::*m) : key(k), member(m) {}
-  Field(const char* k, Offload Policy::*m) : key(k), member(m) {}
+  template <class M>
+  Field(const char* k, M m) : key(k), member(m) {}
+  template <class M>
+  Field(const char* k, M m, int64_t l, int64_t h) : key(k), member(m), lo(l), hi(h) {}
   Field(const char* k, AutoInterval m) : key(k), member(m), lo(m.lo), hi(kMaxCount) {}
 };
 
-// Every knob of Policy, in the struct's order. The name is not a knob (it
-// is read and written separately).
+// Every knob of Policy, in the order policy files list them (the layout's
+// knobs among the others, as before Policy held them in `layout`). The
+// name is not a knob (it is read and written separately).
 const std::vector<Field>& Fields() {
   static const auto* fields = new std::vector<Field>{
       {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxDepth},
@@ -71,10 +74,12 @@ const std::vector<Field>& Fields() {
       {"reuse_edges", &Policy::reuse_edges},
       {"shard_group", &Policy::shard_group, 0, kMaxCount},
       {"hpz_group", &Policy::hpz_group, 0, kMaxCount},
-      {"bucket_policy", &Policy::bucket_policy},
-      {"merge_target_bytes", &Policy::merge_target_bytes, 0, kMaxBytes},
-      {"resident_small_params", &Policy::resident_small_params},
-      {"resident_max_numel", &Policy::resident_max_numel, 0, kMaxBytes},
+      {"bucket_policy", InLayout<BucketPolicy>{&LayoutOptions::bucket_policy}},
+      {"merge_target_bytes", InLayout<int64_t>{&LayoutOptions::merge_target_bytes}, 0,
+       kMaxBytes},
+      {"resident_small_params", InLayout<bool>{&LayoutOptions::resident_small_params}},
+      {"resident_max_numel", InLayout<int64_t>{&LayoutOptions::resident_max_numel}, 0,
+       kMaxBytes},
       {"offload", &Policy::offload},
       {"zenflow", &Policy::zenflow},
       {"zenflow_topk_ratio", &Policy::zenflow_topk_ratio},
@@ -89,100 +94,135 @@ const char* BucketPolicyName(BucketPolicy b) {
   return b == BucketPolicy::kMerge ? "merge" : "per_unit";
 }
 
-// Reads `v` into `field` of `p`; `what` names the field in messages.
-Status ReadField(const Field& field, const json& v, const std::string& what,
-                 Policy& p) {
-  if (auto m = std::get_if<int Policy::*>(&field.member)) {
-    BATON_ASSIGN_OR_RETURN(const int64_t x, JsonInt(v, what, field.lo, field.hi));
-    p.**m = static_cast<int>(x);
-  } else if (auto m64 = std::get_if<int64_t Policy::*>(&field.member)) {
-    BATON_ASSIGN_OR_RETURN(p.**m64, JsonInt(v, what, field.lo, field.hi));
-  } else if (auto b = std::get_if<bool Policy::*>(&field.member)) {
-    if (!v.is_boolean()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " must be true or false, got ", JsonBrief(v)));
-    }
-    p.**b = v.get<bool>();
-  } else if (auto d = std::get_if<DataType Policy::*>(&field.member)) {
-    StatusOr<DataType> t = v.is_string()
-                               ? ParseDataType(v.get<std::string>())
-                               : StatusOr<DataType>(absl::InvalidArgumentError(""));
-    if (!t.ok() || *t == DataType::kI32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " must be \"float\", \"bfloat16\" or \"half\", got ",
-          JsonBrief(v)));
-    }
-    p.**d = *t;
-  } else if (auto bp = std::get_if<BucketPolicy Policy::*>(&field.member)) {
-    if (v == "per_unit") {
-      p.**bp = BucketPolicy::kPerUnit;
-    } else if (v == "merge") {
-      p.**bp = BucketPolicy::kMerge;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " must be \"per_unit\" or \"merge\", got ", JsonBrief(v)));
-    }
-  } else if (auto dm = std::get_if<double Policy::*>(&field.member)) {
-    if (!v.is_number() || !std::isfinite(v.get<double>())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " must be a finite number, got ", JsonBrief(v)));
-    }
-    p.**dm = v.get<double>();
-  } else if (auto o = std::get_if<Offload Policy::*>(&field.member)) {
-    StatusOr<Offload> off = v.is_string()
-                                ? ParseOffload(v.get<std::string>())
-                                : StatusOr<Offload>(absl::InvalidArgumentError(""));
-    if (!off.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " must be \"none\" or \"optimizer\", got ", JsonBrief(v)));
-    }
-    p.**o = *off;
-  } else if (auto a = std::get_if<AutoInterval>(&field.member)) {
-    if (v == "auto") {
-      p.*(a->member) = kAutoInterval;
-    } else {
-      StatusOr<int64_t> x = v.is_number_integer()
-                                ? JsonInt(v, what, field.lo, field.hi)
-                                : StatusOr<int64_t>(absl::InvalidArgumentError(""));
-      if (!x.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, " must be \"auto\" or an integer in [", field.lo, ", ", field.hi,
-            "], got ", JsonBrief(v)));
-      }
-      p.*(a->member) = static_cast<int>(*x);
-    }
+// The value a field names in `p`.
+template <class T>
+T& Ref(Policy& p, T Policy::*m) { return p.*m; }
+template <class T>
+const T& Ref(const Policy& p, T Policy::*m) { return p.*m; }
+template <class T>
+T& Ref(Policy& p, InLayout<T> m) { return p.layout.*(m.member); }
+template <class T>
+const T& Ref(const Policy& p, InLayout<T> m) { return p.layout.*(m.member); }
+inline int& Ref(Policy& p, AutoInterval m) { return p.*(m.member); }
+inline const int& Ref(const Policy& p, AutoInterval m) { return p.*(m.member); }
+
+// Reads `v` into `out`; `what` names the field in messages.
+Status ReadValue(const json& v, const std::string& what, const Field& field, int& out) {
+  BATON_ASSIGN_OR_RETURN(const int64_t x, JsonInt(v, what, field.lo, field.hi));
+  out = static_cast<int>(x);
+  return absl::OkStatus();
+}
+Status ReadValue(const json& v, const std::string& what, const Field& field,
+                 int64_t& out) {
+  BATON_ASSIGN_OR_RETURN(out, JsonInt(v, what, field.lo, field.hi));
+  return absl::OkStatus();
+}
+Status ReadValue(const json& v, const std::string& what, const Field&, bool& out) {
+  if (!v.is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be true or false, got ", JsonBrief(v)));
+  }
+  out = v.get<bool>();
+  return absl::OkStatus();
+}
+Status ReadValue(const json& v, const std::string& what, const Field&, DataType& out) {
+  StatusOr<DataType> t = v.is_string()
+                             ? ParseDataType(v.get<std::string>())
+                             : StatusOr<DataType>(absl::InvalidArgumentError(""));
+  if (!t.ok() || *t == DataType::kI32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"float\", \"bfloat16\" or \"half\", got ", JsonBrief(v)));
+  }
+  out = *t;
+  return absl::OkStatus();
+}
+Status ReadValue(const json& v, const std::string& what, const Field&,
+                 BucketPolicy& out) {
+  if (v == "per_unit") {
+    out = BucketPolicy::kPerUnit;
+  } else if (v == "merge") {
+    out = BucketPolicy::kMerge;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"per_unit\" or \"merge\", got ", JsonBrief(v)));
   }
   return absl::OkStatus();
 }
-
-json WriteField(const Field& field, const Policy& p) {
-  if (auto m = std::get_if<int Policy::*>(&field.member)) return p.**m;
-  if (auto m64 = std::get_if<int64_t Policy::*>(&field.member)) return p.**m64;
-  if (auto b = std::get_if<bool Policy::*>(&field.member)) return p.**b;
-  if (auto d = std::get_if<DataType Policy::*>(&field.member)) {
-    return DataTypeName(p.**d);
+Status ReadValue(const json& v, const std::string& what, const Field&, double& out) {
+  if (!v.is_number() || !std::isfinite(v.get<double>())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be a finite number, got ", JsonBrief(v)));
   }
-  if (auto bp = std::get_if<BucketPolicy Policy::*>(&field.member)) {
-    return BucketPolicyName(p.**bp);
+  out = v.get<double>();
+  return absl::OkStatus();
+}
+Status ReadValue(const json& v, const std::string& what, const Field&, Offload& out) {
+  StatusOr<Offload> off = v.is_string()
+                              ? ParseOffload(v.get<std::string>())
+                              : StatusOr<Offload>(absl::InvalidArgumentError(""));
+  if (!off.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"none\" or \"optimizer\", got ", JsonBrief(v)));
   }
-  if (auto dm = std::get_if<double Policy::*>(&field.member)) return p.**dm;
-  if (auto o = std::get_if<Offload Policy::*>(&field.member)) {
-    return OffloadName(p.**o);
+  out = *off;
+  return absl::OkStatus();
+}
+// An AutoInterval: "auto" or an integer in [lo, hi].
+Status ReadInterval(const json& v, const std::string& what, const Field& field,
+                    int& out) {
+  if (v == "auto") {
+    out = kAutoInterval;
+    return absl::OkStatus();
   }
-  const int interval = p.*(std::get<AutoInterval>(field.member).member);
-  return interval == kAutoInterval ? json("auto") : json(interval);
+  StatusOr<int64_t> x = v.is_number_integer()
+                            ? JsonInt(v, what, field.lo, field.hi)
+                            : StatusOr<int64_t>(absl::InvalidArgumentError(""));
+  if (!x.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"auto\" or an integer in [", field.lo, ", ", field.hi,
+        "], got ", JsonBrief(v)));
+  }
+  out = static_cast<int>(*x);
+  return absl::OkStatus();
 }
 
-bool SameField(const Field& field, const Policy& a, const Policy& b) {
+// Reads `v` into `field` of `p`; `what` names the field in messages.
+Status ReadField(const Field& field, const json& v, const std::string& what,
+                 Policy& p) {
   return std::visit(
       [&](auto m) {
         if constexpr (std::is_same_v<decltype(m), AutoInterval>) {
-          return a.*(m.member) == b.*(m.member);
+          return ReadInterval(v, what, field, Ref(p, m));
         } else {
-          return a.*m == b.*m;
+          return ReadValue(v, what, field, Ref(p, m));
         }
       },
       field.member);
+}
+
+json WriteValue(int x) { return x; }
+json WriteValue(int64_t x) { return x; }
+json WriteValue(bool x) { return x; }
+json WriteValue(double x) { return x; }
+json WriteValue(DataType d) { return DataTypeName(d); }
+json WriteValue(BucketPolicy b) { return BucketPolicyName(b); }
+json WriteValue(Offload o) { return OffloadName(o); }
+
+json WriteField(const Field& field, const Policy& p) {
+  return std::visit(
+      [&](auto m) {
+        if constexpr (std::is_same_v<decltype(m), AutoInterval>) {
+          const int interval = Ref(p, m);
+          return interval == kAutoInterval ? json("auto") : json(interval);
+        } else {
+          return WriteValue(Ref(p, m));
+        }
+      },
+      field.member);
+}
+
+bool SameField(const Field& field, const Policy& a, const Policy& b) {
+  return std::visit([&](auto m) { return Ref(a, m) == Ref(b, m); }, field.member);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@
 // value of the wrong JSON type or out of range, an unknown preset or dtype,
 // and a policy that ValidatePolicy refuses; the result always passes
 // ValidatePolicy. Group sizes are checked against a world size only when
-// one is known (ResolveGroups). Writing emits "name" and every knob, so
+// one is known (ResolveMesh). Writing emits "name" and every knob, so
 // PolicyFromJson(PolicyToJson(p)) == p for every policy that passes
 // ValidatePolicy (floats are not involved: the round trip is exact).
 //

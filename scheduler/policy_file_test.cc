@@ -30,10 +30,10 @@ Policy Unusual() {
   p.reuse_edges = false;
   p.shard_group = 16;
   p.hpz_group = 8;
-  p.bucket_policy = BucketPolicy::kMerge;
-  p.merge_target_bytes = (int64_t{1} << 40) + 3;
-  p.resident_small_params = false;
-  p.resident_max_numel = 123457;
+  p.layout.bucket_policy = BucketPolicy::kMerge;
+  p.layout.merge_target_bytes = (int64_t{1} << 40) + 3;
+  p.layout.resident_small_params = false;
+  p.layout.resident_max_numel = 123457;
   p.offload = Offload::kOptimizer;
   p.zenflow = true;
   p.zenflow_topk_ratio = 0.125;
@@ -55,7 +55,7 @@ TEST(PolicyFileTest, RoundTripIsExactForPresetsAndEveryKnob) {
   auto back = PolicyFromJson(PolicyToJson(u));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(SamePolicy(u, *back)) << PolicyToJson(u) << "\n" << PolicyToJson(*back);
-  EXPECT_EQ(back->merge_target_bytes, (int64_t{1} << 40) + 3);
+  EXPECT_EQ(back->layout.merge_target_bytes, (int64_t{1} << 40) + 3);
   EXPECT_EQ(back->name, "tuned \"x\"");
 }
 

@@ -67,7 +67,7 @@ class Session {
       const ExecutorOptions& options = {});
   // Builds the step graph of `spec` under `policy` for comm.size() ranks
   // (BuildStepGraph), then as above. InvalidArgument naming the knob for a
-  // policy that ValidatePolicy or ResolveGroups refuses.
+  // policy that ValidatePolicy or ResolveMesh refuses.
   static StatusOr<std::unique_ptr<Session>> Create(
       const ModelSpec& spec, const Policy& policy, Device& device,
       Communicator& comm, const ExecutorOptions& options = {});

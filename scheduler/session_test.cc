@@ -85,7 +85,7 @@ TEST(SessionTest, HooksReproduceTheReference) {
     const ModelSpec spec = *ModelPreset("micro");
     auto group = CreateInprocGroup(ranks);
     ASSERT_TRUE(group.ok());
-    auto layout = BuildLayout(spec, LayoutOptionsFor(p, ranks));
+    auto layout = LayoutFor(spec, p, *ResolveMesh(p, ranks));
     ASSERT_TRUE(layout.ok());
     ToyModel::Reference ref = ToyModel::InitialReference(*layout);
     for (int s = 0; s < 3; ++s) {
@@ -194,7 +194,7 @@ TEST(SessionTest, CreatesFromAPolicyFile) {
   const ModelSpec spec = *ModelPreset("micro");
   auto group = CreateInprocGroup(ranks);
   ASSERT_TRUE(group.ok());
-  auto layout = BuildLayout(spec, LayoutOptionsFor(p, ranks));
+  auto layout = LayoutFor(spec, p, *ResolveMesh(p, ranks));
   ASSERT_TRUE(layout.ok());
   ToyModel::Reference ref = ToyModel::InitialReference(*layout);
   for (int s = 0; s < 2; ++s) {
@@ -210,7 +210,7 @@ TEST(SessionTest, CreatesFromAPolicyFile) {
       return;
     }
     if ((*session)->graph().policy.name != "from_file" ||
-        (*session)->graph().groups.replicas != 2) {
+        (*session)->graph().mesh.size(kReplicaGroup) != 2) {
       errors[r] = "the session does not run the file's policy";
       return;
     }

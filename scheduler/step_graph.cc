@@ -33,15 +33,6 @@ bool IsCompute(NodeKind kind) {
          kind == NodeKind::kBackward;
 }
 
-const char* CommGroupName(CommGroup group) {
-  switch (group) {
-    case CommGroup::kShard: return "shard";
-    case CommGroup::kReplica: return "replica";
-    case CommGroup::kHpz: return "hpz";
-  }
-  return "?";
-}
-
 const char* BufferRoleName(BufferRole role) {
   switch (role) {
     case BufferRole::kGathered: return "gathered";
@@ -95,9 +86,9 @@ namespace {
 // Builds nodes and buffers in issue order, then edges, plan and waits.
 class Builder {
  public:
-  Builder(const ModelLayout& layout, const Policy& policy, Groups groups)
+  Builder(const ModelLayout& layout, const Policy& policy, DeviceMesh mesh)
       : layout_(layout), p_(policy) {
-    g_.groups = groups;
+    g_.mesh = std::move(mesh);
   }
 
   StatusOr<StepGraph> Build(const GraphOptions& options);
@@ -134,7 +125,7 @@ class Builder {
     return static_cast<int>(g_.nodes.size()) - 1;
   }
   const Bucket& B(int b) const { return layout_.buckets[b]; }
-  bool Hpz(int b) const { return g_.groups.hpz > 0 && !B(b).resident; }
+  bool Hpz(int b) const { return UsesHpz(p_) && !B(b).resident; }
   std::string Tag(int m) const { return absl::StrCat(" m", m); }
 
   void Persistent();
@@ -213,7 +204,7 @@ void Builder::Persistent() {
                                       p_.param_dtype, true, true));
     }
     if (p_.zenflow) {
-      const int shards = layout_.options.shard ? layout_.options.world_size : 1;
+      const int shards = layout_.sharding.shard ? layout_.sharding.ranks : 1;
       topk_.push_back(AddBuffer(
           absl::StrCat("topk_state.", name), BufferRole::kTopkState, b,
           ZenFlowTopkStateNumel(B(b), shards, p_.zenflow_topk_ratio),
@@ -259,7 +250,7 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
                             p_.param_dtype, false);
   const int node = AddNode(NodeKind::kAllGather, ag_, -1, b, m, {input}, {out},
                            absl::StrCat(secondary ? "AG-HPZ " : "AG ", suffix));
-  if (secondary) g_.nodes[node].group = CommGroup::kHpz;
+  if (secondary) g_.nodes[node].group = kHpzGroup;
   last_gather_ = node;
   if (window_src >= 0) {
     window_edges_.push_back({window_src, node, EdgeKind::kWindow});
@@ -271,11 +262,11 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
   if (phase == kFwd && Hpz(b)) {
     // Keep this rank's hpZ slice of the gathered bucket for the backward.
     hpz_[b] = AddBuffer(absl::StrCat("hpz.", suffix), BufferRole::kHpzShard, b,
-                        B(b).padded_numel / g_.groups.hpz, p_.param_dtype,
+                        B(b).padded_numel / g_.mesh.size(kHpzGroup), p_.param_dtype,
                         false);
     const int copy = AddNode(NodeKind::kCopy, ag_, -1, b, m, {out}, {hpz_[b]},
                              absl::StrCat("HPZ-COPY ", suffix));
-    g_.nodes[copy].group = CommGroup::kHpz;
+    g_.nodes[copy].group = kHpzGroup;
   }
   return out;
 }
@@ -441,12 +432,12 @@ int Builder::Reduce(int b, int m) {
                            absl::StrCat("AR ", suffix))
                  : AddNode(NodeKind::kReduceScatter, rs_, -1, b, m, {src},
                            {out}, absl::StrCat("RS ", suffix));
-  if (!p_.all_reduce && g_.groups.replicas > 1) {
+  if (!p_.all_reduce && g_.replicated()) {
     window_src_[b] = node;
     // HSDP: the shard group's sum, then the sum over the replicas.
     node = AddNode(NodeKind::kAllReduce, rs_, -1, b, m, {out}, {out},
                    absl::StrCat("AR-R ", suffix));
-    g_.nodes[node].group = CommGroup::kReplica;
+    g_.nodes[node].group = kReplicaGroup;
   }
   if (accumulate) {
     node = AddNode(NodeKind::kAccumulate, rs_, -1, b, m, {out, gshard_[b]},
@@ -454,7 +445,7 @@ int Builder::Reduce(int b, int m) {
   }
   grad_[b] = -1;
   final_reduce_[b] = node;
-  if (g_.groups.replicas <= 1 || p_.all_reduce) window_src_[b] = node;
+  if (!g_.replicated() || p_.all_reduce) window_src_[b] = node;
   if (offload_ && !p_.zenflow && m == p_.micro_steps - 1) {
     // Offload: the gradient shard goes to the host as soon as it is final.
     AddNode(NodeKind::kD2H, hcopy_, -1, b, m, {gshard_[b]}, {host_grad_[b]},
@@ -714,35 +705,29 @@ StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
                                    const GraphOptions& options,
                                    int world_size) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
-  const int world = world_size > 0 ? world_size : layout.options.world_size;
-  BATON_ASSIGN_OR_RETURN(Groups groups, ResolveGroups(policy, world));
-  const LayoutOptions want = LayoutOptionsFor(policy, world);
-  const LayoutOptions& have = layout.options;
-  if (want.world_size != have.world_size) {
+  const int world = world_size > 0 ? world_size : layout.sharding.ranks;
+  BATON_ASSIGN_OR_RETURN(DeviceMesh mesh, ResolveMesh(policy, world));
+  const Sharding want = ShardingFor(policy, mesh);
+  if (want.ranks != layout.sharding.ranks) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "step graph: the layout shards over ", have.world_size,
-        " ranks but policy ", policy.name, " shards over ", want.world_size,
+        "step graph: the layout shards over ", layout.sharding.ranks,
+        " ranks but policy ", policy.name, " shards over ", want.ranks,
         " of ", world));
   }
-  if (want.shard != have.shard || want.bucket_policy != have.bucket_policy ||
-      want.merge_target_bytes != have.merge_target_bytes ||
-      want.resident_small_params != have.resident_small_params ||
-      want.resident_max_numel != have.resident_max_numel ||
-      want.param_dtype != have.param_dtype) {
+  if (!(want == layout.sharding) || !(policy.layout == layout.options)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "step graph: the layout was not built with LayoutOptionsFor(policy ",
-        policy.name, ")"));
+        "step graph: the layout was not built for policy ", policy.name,
+        " (LayoutFor(spec, policy, mesh))"));
   }
-  return Builder(layout, policy, groups).Build(options);
+  return Builder(layout, policy, std::move(mesh)).Build(options);
 }
 
 StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
                                    int world_size,
                                    const GraphOptions& options) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
-  BATON_RETURN_IF_ERROR(ResolveGroups(policy, world_size).status());
-  BATON_ASSIGN_OR_RETURN(ModelLayout layout,
-                         BuildLayout(spec, LayoutOptionsFor(policy, world_size)));
+  BATON_ASSIGN_OR_RETURN(DeviceMesh mesh, ResolveMesh(policy, world_size));
+  BATON_ASSIGN_OR_RETURN(ModelLayout layout, LayoutFor(spec, policy, mesh));
   return BuildStepGraph(layout, policy, options, world_size);
 }
 
@@ -850,21 +835,21 @@ Status VerifyStepGraph(const StepGraph& g) {
     const Node& n = g.nodes[v];
     BATON_RETURN_IF_ERROR(VerifyOffloadNode(g, v, last_writer));
     const bool replica_ar =
-        n.kind == NodeKind::kAllReduce && n.group == CommGroup::kReplica;
-    if (n.group == CommGroup::kReplica &&
-        (g.groups.replicas <= 1 || !replica_ar)) {
+        n.kind == NodeKind::kAllReduce && n.group == kReplicaGroup;
+    if (n.group == kReplicaGroup &&
+        (!g.replicated() || !replica_ar)) {
       return fail(n.name, " runs over the replica group, which ",
-                  g.groups.replicas <= 1 ? "this graph does not have"
+                  !g.replicated() ? "this graph does not have"
                                          : "only takes all-reduces");
     }
-    if (n.group == CommGroup::kHpz &&
-        (g.groups.hpz == 0 ||
+    if (n.group == kHpzGroup &&
+        (!UsesHpz(g.policy) ||
          (n.kind != NodeKind::kAllGather && n.kind != NodeKind::kCopy))) {
       return fail(n.name, " runs over the hpZ group, which ",
-                  g.groups.hpz == 0 ? "this graph does not have"
+                  !UsesHpz(g.policy) ? "this graph does not have"
                                     : "only takes gathers and copies");
     }
-    if (n.kind == NodeKind::kAllGather && n.group == CommGroup::kHpz) {
+    if (n.kind == NodeKind::kAllGather && n.group == kHpzGroup) {
       // Its input is a secondary shard (possibly through a copy-in).
       int in = n.reads.empty() ? -1 : n.reads[0];
       if (in >= 0 && g.buffers[in].role == BufferRole::kCopy &&
@@ -874,7 +859,7 @@ Status VerifyStepGraph(const StepGraph& g) {
       const int w = in >= 0 ? last_writer[in] : -1;
       if (in < 0 || g.buffers[in].role != BufferRole::kHpzShard || w < 0 ||
           g.nodes[w].kind != NodeKind::kCopy ||
-          g.nodes[w].group != CommGroup::kHpz) {
+          g.nodes[w].group != kHpzGroup) {
         return fail(n.name, " gathers over the hpZ group but reads no "
                             "secondary shard written by an hpZ copy");
       }
@@ -934,7 +919,7 @@ Status VerifyStepGraph(const StepGraph& g) {
       }
       last_writer[w] = v;
       if (g.buffers[w].role == BufferRole::kGradFull) reduced_after[w] = -1;
-      if (n.kind == NodeKind::kReduceScatter && g.groups.replicas > 1) {
+      if (n.kind == NodeKind::kReduceScatter && g.replicated()) {
         unreplicated[w] = v;
       }
     }

@@ -75,6 +75,7 @@
 #include "baton/memory/planner.h"
 #include "baton/runtime/status.h"
 #include "baton/scheduler/layout.h"
+#include "baton/scheduler/mesh.h"
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/streams.h"
 
@@ -96,15 +97,6 @@ enum class NodeKind {
 };
 const char* NodeKindName(NodeKind kind);
 bool IsCompute(NodeKind kind);  // forward, recompute, backward
-
-// The ranks a collective runs over (Policy::shard_group / hpz_group; the
-// ranks of each group: scheduler/policy.h, ResolveGroups).
-enum class CommGroup {
-  kShard,    // the shard group (every rank without hierarchical sharding)
-  kReplica,  // the ranks holding the same shard, one per shard group
-  kHpz,      // the hpZ group (ZeRO++ secondary shards)
-};
-const char* CommGroupName(CommGroup group);  // "shard", "replica", "hpz"
 
 enum class BufferRole {
   kGathered,   // transient: a bucket's gathered parameters
@@ -150,10 +142,12 @@ struct Node {
   int unit = -1;   // compute nodes
   int bucket = -1;  // comm, copy, accumulate, optimizer, cast nodes
   int micro_step = 0;
-  // Collectives: the group they run over. A kCopy with group kHpz writes
-  // this rank's hpZ slice of the gathered bucket it reads (position in the
-  // hpZ group x the slice's numel); other copies copy whole buffers.
-  CommGroup group = CommGroup::kShard;
+  // Collectives: the mesh group they run over (scheduler/mesh.h: the
+  // data-shard group, HSDP's replica group, hpZ's group). A kCopy with
+  // group kHpzGroup writes this rank's hpZ slice of the gathered bucket it
+  // reads (position in the hpZ group x the slice's numel); other copies
+  // copy whole buffers.
+  MeshGroup group = kDataShardGroup;
   std::vector<int> reads;   // GraphBuffer indices
   std::vector<int> writes;
   // Backward: for each ParamRef of the unit, whether its gradient slice
@@ -179,7 +173,8 @@ struct GraphEdge {
 struct StepGraph {
   ModelLayout layout;
   Policy policy;
-  Groups groups;  // layout.options.world_size == groups.shard
+  // The ranks: mesh.size(kDataShardGroup) == layout.sharding.ranks.
+  DeviceMesh mesh;
   int num_streams = 3;
   std::vector<Node> nodes;  // issue order
   std::vector<GraphEdge> edges;
@@ -202,6 +197,10 @@ struct StepGraph {
     return StreamFor(c, policy.shared_comm_stream);
   }
   bool offload() const { return policy.offload != Offload::kNone; }
+  int world_size() const { return mesh.world_size(); }
+  // HSDP: replica groups of more than one rank, whose all-reduces follow
+  // each reduce-scatter.
+  bool replicated() const { return mesh.size(kReplicaGroup) > 1; }
   // Names of each stream class present, e.g. {"compute", "allgather",
   // "reducescatter"}, then "hostcopy", "host" under offload.
   std::vector<std::string> stream_names() const;
@@ -213,10 +212,10 @@ struct GraphOptions {
   bool plan_memory = true;  // false: skip the planner (plan stays empty)
 };
 
-// Builds the graph of one step for `policy` on `layout` (whose options must
-// be LayoutOptionsFor(policy, world)), derives its edges and plans memory.
-// The layout's world_size is the shard group; `world_size` (0: the same)
-// is every rank. With replicas (shard group < world) each reduce-scatter is
+// Builds the graph of one step for `policy` on `layout` (which must be
+// LayoutFor(spec, policy, ResolveMesh(policy, world))), derives its edges
+// and plans memory. The layout's Sharding::ranks is the data-shard group;
+// `world_size` (0: the same) is every rank. With replicas (shard group < world) each reduce-scatter is
 // followed by an in-place all-reduce of its output over the replica group
 // ("AR-R"), before the accumulate or the optimizer reads it; with hpZ each
 // forward gather of a bucket is followed by a kCopy of this rank's slice

@@ -236,18 +236,18 @@ TEST_P(HierarchicalTest, ReplicaAllReducesAndHpzGathersHoldTheInvariants) {
   EXPECT_TRUE(VerifyStepGraph(*g).ok()) << VerifyStepGraph(*g);
   memory::PlanInput in = g->plan_input;
   EXPECT_TRUE(memory::VerifyPlan(in, g->plan).ok());
-  EXPECT_EQ(g->groups.world, 8);
-  EXPECT_EQ(g->groups.shard, shard);
-  EXPECT_EQ(g->groups.replicas, 8 / shard);
-  EXPECT_EQ(g->groups.hpz, hpz);
-  EXPECT_EQ(g->layout.options.world_size, shard);
+  EXPECT_EQ(g->world_size(), 8);
+  EXPECT_EQ(g->mesh.size(kDataShardGroup), shard);
+  EXPECT_EQ(g->mesh.size(kReplicaGroup), 8 / shard);
+  EXPECT_EQ((UsesHpz(g->policy) ? g->mesh.size(kHpzGroup) : 0), hpz);
+  EXPECT_EQ(g->layout.sharding.ranks, shard);
   int rs = 0, ar_replica = 0, ag = 0, ag_hpz = 0, hpz_copy = 0;
   for (size_t v = 0; v < g->nodes.size(); ++v) {
     const Node& n = g->nodes[v];
     rs += n.kind == NodeKind::kReduceScatter;
-    ag += n.kind == NodeKind::kAllGather && n.group == CommGroup::kShard;
+    ag += n.kind == NodeKind::kAllGather && n.group == kDataShardGroup;
     if (n.kind == NodeKind::kAllReduce) {
-      EXPECT_EQ(n.group, CommGroup::kReplica) << n.name;
+      EXPECT_EQ(n.group, kReplicaGroup) << n.name;
       ++ar_replica;
       // In place, right after its reduce-scatter on the same stream.
       EXPECT_EQ(n.reads, n.writes) << n.name;
@@ -256,11 +256,11 @@ TEST_P(HierarchicalTest, ReplicaAllReducesAndHpzGathersHoldTheInvariants) {
       EXPECT_EQ(g->nodes[v - 1].stream, n.stream) << n.name;
       EXPECT_EQ(g->nodes[v - 1].writes, n.reads) << n.name;
     }
-    if (n.kind == NodeKind::kAllGather && n.group == CommGroup::kHpz) {
+    if (n.kind == NodeKind::kAllGather && n.group == kHpzGroup) {
       ++ag_hpz;
       EXPECT_NE(n.name.find(" bwd"), std::string::npos) << n.name;
     }
-    if (n.kind == NodeKind::kCopy && n.group == CommGroup::kHpz) {
+    if (n.kind == NodeKind::kCopy && n.group == kHpzGroup) {
       ++hpz_copy;
       const GraphBuffer& out = g->buffers[n.writes[0]];
       EXPECT_EQ(out.role, BufferRole::kHpzShard);
@@ -323,13 +323,13 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(StepGraphTest, PresetsHsdpAndZeroppUseTheirGroups) {
   auto h = BuildStepGraph(Micro(false), Preset("hsdp"), 8);
   ASSERT_TRUE(h.ok()) << h.status();
-  EXPECT_EQ(h->groups.shard, 4);
-  EXPECT_EQ(h->groups.replicas, 2);
+  EXPECT_EQ(h->mesh.size(kDataShardGroup), 4);
+  EXPECT_EQ(h->mesh.size(kReplicaGroup), 2);
   EXPECT_TRUE(VerifyStepGraph(*h).ok());
   auto z = BuildStepGraph(Micro(false), Preset("zeropp"), 8);
   ASSERT_TRUE(z.ok()) << z.status();
-  EXPECT_EQ(z->groups.shard, 8);
-  EXPECT_EQ(z->groups.hpz, 4);
+  EXPECT_EQ(z->mesh.size(kDataShardGroup), 8);
+  EXPECT_EQ((UsesHpz(z->policy) ? z->mesh.size(kHpzGroup) : 0), 4);
   EXPECT_TRUE(VerifyStepGraph(*z).ok());
 }
 
@@ -360,7 +360,7 @@ TEST(StepGraphTest, VerifyCatchesAMissingReplicaAllReduce) {
   for (Node& n : broken.nodes) {
     if (n.kind == NodeKind::kAllReduce) {
       n.kind = NodeKind::kCopy;  // the all-reduce is gone
-      n.group = CommGroup::kShard;
+      n.group = kDataShardGroup;
       break;
     }
   }
@@ -373,7 +373,7 @@ TEST(StepGraphTest, VerifyCatchesAMissingReplicaAllReduce) {
   broken = *flat;
   for (Node& n : broken.nodes) {
     if (n.kind == NodeKind::kReduceScatter) {
-      n.group = CommGroup::kReplica;
+      n.group = kReplicaGroup;
       break;
     }
   }
@@ -390,7 +390,7 @@ TEST(StepGraphTest, VerifyCatchesAnHpzGatherWithoutSecondaryShard) {
     if (broken.buffers[b].role == BufferRole::kShard) shard_buffer = b;
   }
   for (Node& n : broken.nodes) {
-    if (n.kind == NodeKind::kAllGather && n.group == CommGroup::kHpz) {
+    if (n.kind == NodeKind::kAllGather && n.group == kHpzGroup) {
       n.reads = {shard_buffer};
       break;
     }
@@ -427,8 +427,8 @@ TEST(StepGraphTest, BadGroupsAreRefusedNamingTheKnob) {
   big.hpz_group = 16;
   auto capped = BuildStepGraph(Micro(false), big, 2);
   ASSERT_TRUE(capped.ok()) << capped.status();
-  EXPECT_EQ(capped->groups.shard, 2);
-  EXPECT_EQ(capped->groups.hpz, 2);
+  EXPECT_EQ(capped->mesh.size(kDataShardGroup), 2);
+  EXPECT_EQ((UsesHpz(capped->policy) ? capped->mesh.size(kHpzGroup) : 0), 2);
   Policy ddp = Preset("ddp");
   ddp.shard_group = 4;
   EXPECT_EQ(BuildStepGraph(Micro(false), ddp, 8).status().code(),

@@ -174,7 +174,7 @@ std::string ToyModel::CompareShards(Executor& executor, const Reference& ref) {
   for (const Bucket& b : layout.buckets) {
     auto shard = executor.ReadMaster(b.id);
     if (!shard.ok()) return shard.status().ToString();
-    const int64_t begin = layout.options.shard ? rank * b.shard_numel : 0;
+    const int64_t begin = layout.sharding.shard ? rank * b.shard_numel : 0;
     for (const ParamSlot& p : b.params) {
       const std::vector<float>& want = ref.params.at(p.name);
       for (int64_t i = 0; i < p.numel; ++i) {

@@ -243,7 +243,7 @@ void Compare(const Policy& policy, int ranks, int steps) {
   const auto seen = RunExecutor(policy, ranks, steps + 1, adamw, &masters);
   ASSERT_TRUE(seen.ok()) << seen.status();
   const ZenFlowIntervals z = ResolveZenFlow(policy);
-  auto layout = BuildLayout(*ModelPreset("micro"), LayoutOptionsFor(policy, ranks));
+  auto layout = LayoutFor(*ModelPreset("micro"), policy, *ResolveMesh(policy, ranks));
   ASSERT_TRUE(layout.ok());
   int matrices = 0, vectors = 0;
   bool split_columns = false;

@@ -182,8 +182,8 @@ class Tuner {
     p.shard_group = k.shard;
     p.hpz_group = k.hpz;
     if (k.merge > 0) {
-      p.bucket_policy = scheduler::BucketPolicy::kMerge;
-      p.merge_target_bytes = k.merge;
+      p.layout.bucket_policy = scheduler::BucketPolicy::kMerge;
+      p.layout.merge_target_bytes = k.merge;
     }
     p.forward_prefetch = k.fwd;
     p.backward_prefetch = k.bwd;
@@ -198,8 +198,8 @@ class Tuner {
     Entry& e = it->second;
     if (!fresh) return &e;
     Policy p = PolicyOf(k);
-    StatusOr<scheduler::Groups> g = scheduler::ResolveGroups(p, w_.gpus);
-    if (!g.ok()) {
+    StatusOr<scheduler::DeviceMesh> mesh = scheduler::ResolveMesh(p, w_.gpus);
+    if (!mesh.ok()) {
       ++report_.refused;
       return &e;
     }
@@ -214,7 +214,7 @@ class Tuner {
     const MemoryBreakdown least = ActivationMemory(m_, w, -1);
     const double state = p.offload == scheduler::Offload::kNone ? 12.0 : 0.0;
     const double bound = state * static_cast<double>(scheduler::ParameterCount(m_)) /
-                             g->shard +
+                             mesh->size(scheduler::kDataShardGroup) +
                          c_.reserved_gib * gib + least.activations + least.logits;
     if (bound > c_.memory_gib * gib) {
       ++report_.pruned;
@@ -275,8 +275,8 @@ std::string DescribeKnobs(const TuneCandidate& c) {
   return absl::StrCat(
       "mb=", c.workload.micro_batch, " reduce=", DataTypeName(p.reduce_dtype),
       " shard=", p.shard_group, " hpz=", p.hpz_group, " buckets=",
-      p.bucket_policy == scheduler::BucketPolicy::kMerge
-          ? absl::StrCat("merge:", p.merge_target_bytes >> 20, "MiB")
+      p.layout.bucket_policy == scheduler::BucketPolicy::kMerge
+          ? absl::StrCat("merge:", p.layout.merge_target_bytes >> 20, "MiB")
           : std::string("per_unit"),
       " prefetch=", p.forward_prefetch, "/", p.backward_prefetch,
       " offload=", scheduler::OffloadName(p.offload), " recompute=",
