@@ -108,7 +108,7 @@ for f in "${changed[@]}"; do
              "kind(cc_test, rdeps($test_set, //$pkg:${f#"$pkg"/})) except //tests/..." 2>/dev/null)
 done
 {
-  echo "# CUDA sources changed since $since (the last measured run: c39d056, 2026-11-22): ${#present[@]} changed, ${#removed[@]} removed; ${#memcheck[@]} GPU unit tests link them"
+  echo "# CUDA sources changed since $since (the last measured run was of c39d056, 2026-11-22): ${#present[@]} changed, ${#removed[@]} removed; ${#memcheck[@]} GPU unit tests link them"
   echo "# rule: tests.txt's gpu tests that link a changed source (bazel rdeps), tests/ left out"
   echo "# changed: ${present[*]:-none}"
   echo "# removed: ${removed[*]:-none}"
