@@ -1,188 +1,202 @@
 #!/usr/bin/env bash
-# baton's GPU suite, run from a bundle made by tools/gpu_bundle.sh, on a GPU
-# machine without Bazel (the bundle carries its non-system libraries):
+# baton's GPU suite, run from a bundle made by tools/gpu_bundle.sh on a GPU
+# machine without Bazel (docs/gpu.md). Parts run in priority order:
+#   figure/, check/  the GPU figures still owed, one short pass each, and the
+#                    checks that are not gtest cases; first the stream test
+#                    that hung on 2026-11-22, with a 60 s per-case deadline
+#   plain/           every test binary with GPU cases (tests.txt: gpu)
+#   sanitizer/probe, memcheck/
+#                    compute-sanitizer memcheck of the GPU unit tests that
+#                    link a CUDA source changed since the last measured run
+#                    (memcheck.txt, written at bundle time)
+#   racecheck/       attention, rmsnorm, cross_entropy under racecheck
+#   bench/           the full benches, the kernel table, whole steps
+#   host/            the test binaries without GPU cases (CI runs them too)
 #
-#   ./run_gpu_suite.sh             # logs and gtest XML under ./logs
-#   ./run_gpu_suite.sh --phases=plain,memcheck --tests='^ops/'
+#   run_gpu_suite.sh [--budget=SECONDS [--call=1|2 [--plan=SECONDS]]] [--only=REGEX]
+#                    [--dry-run]
 #
-# --phases=LIST   which of plain, memcheck, racecheck, bench, wholestep run
-#                 (default all five); a GPU machine lent by the call (e.g. 10
-#                 minutes a command) takes the suite in a few such calls.
-# --tests=REGEX   only the test binaries whose path (as in tests.txt, e.g.
-#                 ops/attention_test) matches the extended regex.
+# --budget=S  stop cleanly before S seconds: a part starts only when its
+#             expected time (times.tsv) fits what is left less a reserve
+#             of 10 s for the summary, and runs under `timeout` with at
+#             most what is left (and at most max(2 x expected, expected +
+#             60 s)), so an overrun cannot eat the next call.
+# --call=N    the plan splits the parts over two calls of P seconds each
+#             (first fit, in priority order); --call=1 runs call 1's parts,
+#             --call=2 every part call 1 does not hold, in order, while
+#             they fit S. Without --call, every part that still fits runs.
+# --plan=P    the calls' length in the plan (default S): call 2 usually
+#             gets less time than call 1 (--budget=200 --plan=540 --call=2).
+# --only=RE   only the parts whose id matches the extended regex.
+# --dry-run   print the plan (each part's expected time and its source)
+#             and exit; needs no GPU.
 #
-# 1. every test binary once plainly (GPU cases skip where no GPU is seen);
-# 2. with a GPU and compute-sanitizer: every test binary under
-#    `compute-sanitizer --tool memcheck`, and the ops with shared-memory
-#    kernels (attention, rmsnorm, cross_entropy) under racecheck too;
-# 3. with a GPU: the GPU benches (runtime, inproc on device memory with
-#    2/4/8 ranks, nccl with 1 rank; //bench:ops; //bench:kernels writing
-#    logs/kernels.json, then simulate pricing a step from that table;
-#    scheduler --cuda: eager vs CUDA-graph replay);
-# 4. with a GPU and PyTorch: whole training steps of three Llama shapes in
-#    PyTorch eager (torch_step.py) against simulate --gpus=1, with the
-#    shipped kernel table and with logs/kernels.json where step 3 wrote it
-#    (whole_step.py; rows in logs/whole_step.json).
-# Ends with one line `N passed, M failed, K skipped` (test cases, from gtest's
-# XML; a binary that dies without its XML counts as one failure, named),
-# then the bench figures. Exit status 1 if anything failed.
+# Prints each part as it ends, then what was skipped for time, the FAILED
+# lines, the figures (also logs/figures.txt), and last one line
+# `N passed, M failed, K skipped` (gtest cases, plus one case per check/
+# part; a binary that dies or times out without its XML counts as one
+# failure, named). Exit status 1 if anything failed. logs/times.tsv gets
+# each part's measured time in times.tsv's format.
 #
-# Environment: BATON_TEST_DEADLINE_S (per test case, default 300; 10x under
-# the sanitizers), LOGS (default ./logs), SANITIZER (compute-sanitizer path).
+# Environment: LOGS (default ./logs beside this script), SANITIZER
+# (compute-sanitizer path), BATON_TEST_DEADLINE_S (per test case, default
+# 120; 10x under the sanitizers), NVIDIA_SMI (default nvidia-smi).
 set -uo pipefail
-phases="plain,memcheck,racecheck,bench,wholestep"
-filter=""
+prog=run_gpu_suite
+die2() { echo "$prog: $*" >&2; exit 2; }
+
+budget="" call="" plan="" dry=0 only="" seen=" "
 for arg in "$@"; do
+  key="${arg%%=*}"
+  case "$seen" in *" $key "*) die2 "$key given twice" ;; esac
+  seen+="$key "
   case "$arg" in
-    --phases=*) phases="${arg#--phases=}" ;;
-    --tests=*) filter="${arg#--tests=}" ;;
-    *) echo "run_gpu_suite: unknown argument '$arg' (--phases=LIST, --tests=REGEX)" >&2
-       exit 2 ;;
+    --budget=*) budget="${arg#--budget=}" ;;
+    --call=*) call="${arg#--call=}" ;;
+    --plan=*) plan="${arg#--plan=}" ;;
+    --only=*) only="${arg#--only=}" ;;
+    --dry-run) dry=1 ;;
+    --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die2 "unknown argument '$arg' (--budget=SECONDS, --call=1|2, --plan=SECONDS, --only=REGEX, --dry-run, --help)" ;;
   esac
 done
-for ph in ${phases//,/ }; do
-  case "$ph" in
-    plain|memcheck|racecheck|bench|wholestep) ;;
-    *) echo "run_gpu_suite: unknown phase '$ph' in --phases (plain, memcheck, racecheck, bench, wholestep)" >&2
-       exit 2 ;;
-  esac
-done
-want() { [[ ",$phases," == *",$1,"* ]]; }
+given() { [[ "$seen" == *" $1 "* ]]; }
+if given --budget; then
+  [[ "$budget" =~ ^[0-9]{1,6}$ ]] && [ $((10#$budget)) -ge 1 ] ||
+    die2 "--budget must be whole seconds in [1, 999999], got '$budget'"
+  budget=$((10#$budget))
+fi
+if given --call; then
+  [[ "$call" =~ ^[12]$ ]] || die2 "--call must be 1 or 2, got '$call'"
+  [ -n "$budget" ] || die2 "--call needs --budget (the plan it picks from splits the parts by the budget)"
+fi
+if given --plan; then
+  [[ "$plan" =~ ^[0-9]{1,6}$ ]] && [ $((10#$plan)) -ge 1 ] ||
+    die2 "--plan must be whole seconds in [1, 999999], got '$plan'"
+  [ -n "$budget" ] || die2 "--plan needs --budget"
+  plan=$((10#$plan))
+fi
+plan="${plan:-$budget}"
+if given --only; then
+  [ -n "$only" ] || die2 "--only needs a regex"
+  grep -qE -- "$only" <<< "" 2> /dev/null; [ $? -eq 2 ] && die2 "--only: '$only' is not an extended regex"
+fi
+
 here="$(cd "$(dirname "$0")" && pwd)"
-export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export UCX_MODULE_DIR="$here/lib/ucx"
-deadline="${BATON_TEST_DEADLINE_S:-300}"
-logs="${LOGS:-$here/logs}"
-mkdir -p "$logs"
-cd "$here/bin"  # tests find examples/train_tiny relative to here
+for f in tests.txt memcheck.txt times.tsv; do
+  [ -f "$here/$f" ] || die2 "no $f beside $0: run the copy in a bundle (tools/gpu_bundle.sh DIR)"
+done
+line=$(awk -F'\t' 'NF && !(NF == 2 && ($2 == "gpu" || $2 == "host")) { print NR; exit }' "$here/tests.txt")
+[ -z "$line" ] || die2 "tests.txt line $line: want PATH<TAB>gpu|host"
+reserve=10
 
-gpu=0
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  gpu=1
-fi
-san="${SANITIZER:-$(command -v compute-sanitizer || true)}"
-[ -z "$san" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] &&
-  san=/usr/local/cuda/bin/compute-sanitizer
+# --- expected times -------------------------------------------------------
+declare -A est_s est_src
+n=0
+while IFS=$'\t' read -r key secs src rest; do
+  n=$((n + 1))
+  case "$key" in ''|'#'*) continue ;; esac
+  [[ "$secs" =~ ^[0-9]+(\.[0-9]+)?$ ]] && [ -n "$src" ] && [ -z "${rest:-}" ] ||
+    die2 "times.tsv line $n: want KEY<TAB>SECONDS<TAB>SOURCE, got '$key $secs $src'"
+  whole="${secs%%.*}"; frac="${secs#"$whole"}"; frac="${frac#.}"
+  whole=$((10#$whole))
+  [[ "$frac" =~ [1-9] ]] && whole=$((whole + 1))
+  [ "$whole" -lt 1 ] && whole=1
+  est_s[$key]=$whole
+  est_src[$key]="$src"
+done < "$here/times.tsv"
 
-passed=0 failed=0 skipped=0
-failures=()
-
-# count XML -> "passed failed skipped"
-count_xml() {
-  python3 - "$1" <<'PY'
-import sys, xml.etree.ElementTree as ET
-p = f = s = 0
-for tc in ET.parse(sys.argv[1]).getroot().iter("testcase"):
-    if tc.get("result") == "skipped" or tc.find("skipped") is not None:
-        s += 1
-    elif tc.find("failure") is not None or tc.find("error") is not None:
-        f += 1
-    else:
-        p += 1
-print(p, f, s)
-PY
+# expect ID: sets E (whole seconds) and S (where the figure comes from).
+expect() {
+  local id="$1" t="${1#*/}"
+  if [ -n "${est_s[$id]+x}" ]; then E=${est_s[$id]}; S="${est_src[$id]}"; return; fi
+  case "$id" in
+    plain/*|host/*)
+      if [ -n "${est_s[test:$t]+x}" ]; then E=${est_s[test:$t]}; S="${est_src[test:$t]}"
+      else E=5; S="est: no time recorded for this test"; fi ;;
+    memcheck/*) expect "plain/$t"; S="est: 10 s + 4 x its plain $E s (no sanitizer time logged yet)"; E=$((10 + 4 * E)) ;;
+    racecheck/*) expect "plain/$t"; S="est: 15 s + 8 x its plain $E s (no sanitizer time logged yet)"; E=$((15 + 8 * E)) ;;
+    *) E=30; S="est: no time recorded" ;;
+  esac
 }
 
-# run TAG TEST [prefix...]: one test binary, counted.
-run() {
-  local tag="$1" test="$2"; shift 2
-  local name="${test//\//_}" xml="$logs/$tag/${test//\//_}.xml"
-  mkdir -p "$logs/$tag"
-  rm -f "$xml"
-  local d="$deadline"
-  [ "$tag" != plain ] && d=$((deadline * 10))
-  local start=$SECONDS
-  BATON_TEST_DEADLINE_S="$d" "$@" "./$test" --gtest_output="xml:$xml" \
-    > "$logs/$tag/$name.log" 2>&1
-  local rc=$?
-  local p=0 f=0 s=0
-  if [ -s "$xml" ]; then read -r p f s < <(count_xml "$xml"); fi
-  if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
-    f=1
-    failures+=("$tag $test: exit $rc ($(grep -m1 -E 'DEADLINE|ERROR SUMMARY|Aborted|Segmentation' "$logs/$tag/$name.log" || echo "see $logs/$tag/$name.log"))")
-  elif [ "$f" -gt 0 ]; then
-    failures+=("$tag $test: $f failed ($logs/$tag/$name.log)")
-  fi
-  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-  printf '%-9s %-40s %4d passed %3d failed %4d skipped  %4ds\n' \
-    "$tag" "$test" "$p" "$f" "$s" $((SECONDS - start))
+# --- the parts, in priority order -----------------------------------------
+# Lower floors first (the CUDA code lives there), tests/ (end to end) last.
+floor_sort() {
+  awk '{ split($0, p, "/"); r = index(" runtime memory ops comm cli scheduler optim sim examples bench tests ", " " p[1] " ");
+         printf "%04d %s\n", r == 0 ? 999 : r, $0 }' | sort | cut -d' ' -f2-
 }
+mapfile -t gpu_tests < <(awk -F'\t' '$2 == "gpu" { print $1 }' "$here/tests.txt" | floor_sort)
+mapfile -t host_tests < <(awk -F'\t' '$2 == "host" { print $1 }' "$here/tests.txt" | floor_sort)
+# memcheck: attention first (its forward read shared memory out of bounds on
+# 2026-11-22), the other ops next (most of the changed kernels), then the rest.
+mapfile -t mc_tests < <(grep -v '^#' "$here/memcheck.txt" | grep . | floor_sort |
+                        awk '{ print ($0 == "ops/attention_test" ? 0 : $0 ~ /^ops\// ? 1 : 2), NR, $0 }' |
+                        sort -k1,1n -k2,2n | cut -d' ' -f3-)
+has_test() { grep -q -x -F -- "$1" < <(cut -f1 "$here/tests.txt"); }
 
-mapfile -t tests < <(grep -E -- "${filter:-.}" "$here/tests.txt")
-if [ -n "$filter" ] && [ ${#tests[@]} -eq 0 ]; then
-  echo "run_gpu_suite: no test in tests.txt matches --tests='$filter'" >&2
-  exit 2
-fi
-if want plain; then
-  for t in "${tests[@]}"; do run plain "$t"; done
-fi
-
-if { want memcheck || want racecheck; } && { [ $gpu -eq 0 ] || [ -z "$san" ]; }; then
-  echo "memcheck/racecheck: not run ($([ $gpu -eq 1 ] && echo 'no compute-sanitizer' || echo 'no GPU'))"
-elif { want memcheck || want racecheck; }; then
-  if want memcheck; then
-    for t in "${tests[@]}"; do
-      run memcheck "$t" "$san" --tool memcheck --error-exitcode 86 --print-limit 20
-    done
-  fi
-  if want racecheck; then
-    for t in ops/attention_test ops/rmsnorm_test ops/cross_entropy_test; do
-      printf '%s\n' "${tests[@]}" | grep -qx "$t" || continue
-      [ -x "$t" ] && run racecheck "$t" "$san" --tool racecheck --error-exitcode 86 --print-limit 20
-    done
-  fi
+ids=(figure/stream_wait_hang figure/inproc_1MiB figure/event_handoff figure/graph_replay
+     figure/cudnn_attention figure/train_tiny_8block figure/torch_peer_8block
+     check/train_tiny_cuda_reference)
+for t in "${gpu_tests[@]}"; do ids+=("plain/$t"); done
+ids+=(sanitizer/probe)
+for t in "${mc_tests[@]}"; do ids+=("memcheck/$t"); done
+for t in ops/attention_test ops/rmsnorm_test ops/cross_entropy_test; do
+  has_test "$t" && ids+=("racecheck/$t")
+done
+ids+=(bench/collectives bench/ops bench/kernel_table bench/whole_steps)
+for t in "${host_tests[@]}"; do ids+=("host/$t"); done
+if [ -n "$only" ]; then
+  mapfile -t ids < <(printf '%s\n' "${ids[@]}" | grep -E -- "$only")
+  [ ${#ids[@]} -gt 0 ] || die2 "--only='$only' matches no part (see --dry-run)"
 fi
 
-bench="$logs/bench.txt"
-: > "$bench"
-if [ $gpu -eq 1 ] && want bench; then
-  ./bench/runtime --benchmark_filter=Cuda >> "$bench" 2>&1 ||
-    failures+=("bench runtime: exit $?")
-  for n in 2 4 8; do
-    for c in all_gather reduce_scatter all_reduce; do
-      ./bench/collectives --backend=inproc --device=cuda --nranks=$n \
-        --collective=$c -b 1M -e 256M -f 4 >> "$bench" 2>&1 ||
-        failures+=("bench collectives inproc $c $n ranks: exit $?")
+exp_of=() src_of=() call_of=()
+for i in "${!ids[@]}"; do expect "${ids[$i]}"; exp_of[$i]=$E; src_of[$i]="$S"; call_of[$i]=1; done
+ncalls=1
+if [ -n "$budget" ]; then
+  ncalls=2
+  for i in "${!ids[@]}"; do call_of[$i]=0; done
+  for c in 1 2; do
+    left=$((plan - reserve))
+    for i in "${!ids[@]}"; do
+      if [ "${call_of[$i]}" -eq 0 ] && [ "${exp_of[$i]}" -le "$left" ]; then
+        call_of[$i]=$c; left=$((left - exp_of[$i]))
+      fi
     done
   done
-  ./bench/collectives --backend=nccl --nranks=1 --collective=all_gather \
-    -b 1M -e 256M -f 4 >> "$bench" 2>&1 ||
-    failures+=("bench collectives nccl 1 rank: exit $?")
-  # Every op against the device's copy rate / cuBLAS (last line JSON), then
-  # the kernel table of this GPU and the simulator reading it.
-  ./bench/ops --device=cuda >> "$bench" 2>&1 || failures+=("bench ops: exit $?")
-  ./bench/kernels --device=cuda --out="$logs/kernels.json" >> "$bench" 2>&1 ||
-    failures+=("bench kernels: exit $?")
-  ./examples/simulate --model=llama3-8b --gpus=8 --global-batch=64 --policy=baton \
-    --kernel-table="$logs/kernels.json" >> "$bench" 2>&1 ||
-    failures+=("simulate --kernel-table with the measured table: exit $?")
-  ./bench/scheduler --model=tiny --ranks=8 --issue-steps=20 --cuda >> "$bench" 2>&1 ||
-    failures+=("bench scheduler --cuda: exit $?")
 fi
 
-# Whole steps on this GPU against the simulator (issue: validation).
-whole="$logs/whole_step.txt"
-: > "$whole"
-if want wholestep; then
-  if [ $gpu -eq 0 ]; then
-    echo "whole steps: not run (no GPU)" > "$whole"
-  elif ! python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
-    echo "whole steps: not run (no PyTorch with CUDA)" > "$whole"
+commit="$(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
+print_plan() {
+  local c i cnt sum
+  if [ -n "$budget" ]; then
+    echo "$prog: plan for 2 calls of $plan s (each keeps $reserve s for its summary); bundle of $commit"
+    [ "$plan" -ne "$budget" ] && echo "this call: --budget=$budget"
   else
-    table=()
-    [ -s "$logs/kernels.json" ] && table=(--kernel-table="$logs/kernels.json")
-    python3 "$here/whole_step.py" --simulate=./examples/simulate \
-      --torch-step="$here/torch_step.py" ${table[@]+"${table[@]}"} --json="$logs/whole_step.json" \
-      > "$whole" 2>&1 || failures+=("whole_step: exit $? (see $whole)")
+    echo "$prog: plan for one call without a budget; bundle of $commit"
   fi
-fi
+  grep '^# ' "$here/memcheck.txt" | head -3 | sed 's/^# /memcheck.txt: /'
+  for c in $(seq 1 $ncalls) 0; do
+    cnt=0 sum=0
+    for i in "${!ids[@]}"; do
+      [ "${call_of[$i]}" -eq "$c" ] && cnt=$((cnt + 1)) && sum=$((sum + exp_of[$i]))
+    done
+    if [ "$c" -eq 0 ]; then
+      [ "$cnt" -eq 0 ] && continue
+      echo "not planned (no room in $ncalls calls): $cnt parts, expected $sum s"
+    else
+      echo "call $c: $cnt parts, expected $sum s${budget:+ of $((plan - reserve))}"
+    fi
+    for i in "${!ids[@]}"; do
+      [ "${call_of[$i]}" -eq "$c" ] &&
+        printf '  %3d  %-42s %4d s  %s\n' $((i + 1)) "${ids[$i]}" "${exp_of[$i]}" "${src_of[$i]}"
+    done
+  done
+  echo "sources: 'log 2026-11-22' = ../shared/gpu/h100_tests_2026-11-22.log (one H100 80GB);" \
+       "'host' = the same binary on the 2-core development machine; 'est' = an estimate, its basis given"
+}
+if [ $dry -eq 1 ]; then print_plan; exit 0; fi
 
-for f in "${failures[@]}"; do echo "FAILED: $f"; done
-echo "$passed passed, $failed failed, $skipped skipped"
-if [ $gpu -eq 1 ] && want bench; then
-  grep -vE '^#  |^# (minBytes|Using|out-of-place)|^-{5}|^Run on|^CPU|^  L[0-9]|^Load Average' "$bench"
-else
-  echo "benches: not run ($([ $gpu -eq 1 ] && echo 'not in --phases' || echo 'no GPU'))"
-fi
-want wholestep && cat "$whole"
-[ "$failed" -eq 0 ] && [ ${#failures[@]} -eq 0 ]
+# shellcheck source=tools/gpu_suite_run.sh
+. "$here/gpu_suite_run.sh"
