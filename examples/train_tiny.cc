@@ -35,9 +35,9 @@
 #include "baton/comm/bootstrap/launch_env.h"
 #include "baton/comm/bootstrap/launcher.h"
 #include "baton/comm/bootstrap/store.h"
-#include "baton/examples/llama_trainer.h"
 #include "baton/cli/flags.h"
-#include "nlohmann/json.hpp"
+#include "baton/examples/llama_trainer.h"
+#include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/layout.h"
@@ -46,6 +46,7 @@
 #include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/step_graph.h"
 #include "baton/scheduler/step_trace.h"
+#include "nlohmann/json.hpp"
 
 namespace baton {
 namespace {
@@ -265,7 +266,10 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
                                                        ranks, rank));
   scheduler::ExecutorOptions options;
   options.observer = observer;
-  options.adamw = job.config.adamw;  // ZenFlow: the executor runs the optimizer
+  if (graph->policy.zenflow) {
+    // ZenFlow's optimizer runs its own nodes (optim/zenflow_driver.h).
+    options.optimizer_driver = optim::ZenFlowDriverFactory(job.config.adamw);
+  }
   BATON_ASSIGN_OR_RETURN(auto executor,
                          scheduler::Executor::Create(graph, device, comm, options));
   const uint64_t seed = job.config.seed;
