@@ -33,7 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "baton/ops/host_adamw.h"
-#include "baton/ops/zenflow_reference.h"
+#include "baton/ops/testing/zenflow_reference.h"
 #include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/dtype.h"
 #include "baton/scheduler/executor.h"
