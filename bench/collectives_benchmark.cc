@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
@@ -36,6 +35,7 @@
 #include "baton/comm/bootstrap/store.h"
 #include "nlohmann/json.hpp"
 #include "baton/runtime/device.h"
+#include "baton/runtime/output_file.h"
 #include "baton/runtime/version.h"
 
 namespace baton {
@@ -603,11 +603,10 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
       }
       j["peak_busbw_over_limit"] = ratio;
     }
-    std::ofstream f(o.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "collectives: cannot write %s\n", o.json_path.c_str());
-      return 2;
+    if (Status s = WriteOutputFile(o.json_path, j.dump(2) + "\n", "the JSON results");
+        !s.ok()) {
+      std::fprintf(stderr, "collectives: %s\n", std::string(s.message()).c_str());
+      return kOutputErrorExitCode;
     }
   }
   return wrong == 0 ? 0 : 1;
@@ -737,6 +736,7 @@ int RunProcessRank(const Options& o) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("collectives");
   baton::Options o;
   if (int rc = baton::Parse(argc, argv, &o); rc != 0) return rc;
   if (o.backend == "inproc") return baton::RunInproc(o);

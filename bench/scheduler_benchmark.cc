@@ -26,6 +26,7 @@
 #include "baton/comm/factory.h"
 #include "nlohmann/json.hpp"
 #include "baton/runtime/device.h"
+#include "baton/runtime/output_file.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/step_graph.h"
 #include "bench/cuda_graph_step.h"
@@ -230,4 +231,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton::scheduler
 
-int main(int argc, char** argv) { return baton::scheduler::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("scheduler");
+  return baton::scheduler::Main(argc, argv);
+}

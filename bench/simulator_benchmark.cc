@@ -10,12 +10,14 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "baton/runtime/output_file.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
 #include "baton/sim/cluster.h"
 #include "baton/sim/simulator.h"
 
 int main() {
+  baton::CheckStdoutAtExit("simulator");
   using Clock = std::chrono::steady_clock;
   const auto model = *baton::scheduler::ModelPreset("llama3-405b");
   const auto cluster = *baton::sim::ClusterPreset("h100");

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "baton/examples/cli.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
+#include "baton/runtime/output_file.h"
 #include "nlohmann/json.hpp"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
@@ -186,10 +186,8 @@ std::string ReadFile(const std::string& path, const char* what) {
   return *std::move(text);
 }
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) Fail(absl::StrCat("cannot write ", path));
+void WriteFile(const std::string& path, const std::string& text, const char* what) {
+  if (Status s = WriteOutputFile(path, text, what); !s.ok()) Fail(std::string(s.message()));
 }
 
 // The policy of --policy-file, with the flags given explicitly applied to
@@ -426,12 +424,13 @@ int Main(int argc, char** argv) {
                     {"recompute_blocks", r->recompute_blocks},
                     {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu}});
     if (o.timeline) {
-      if (!f.trace.empty()) WriteFile(f.trace, sim::TraceJson(graph, *r));
+      if (!f.trace.empty()) WriteFile(f.trace, sim::TraceJson(graph, *r), "the trace");
       if (!f.svg.empty()) {
         WriteFile(f.svg,
                   sim::StepSvg(graph, *r,
                                absl::StrCat(model->name, " on ", w.gpus, " x ",
-                                            cluster->name, ", policy ", name)));
+                                            cluster->name, ", policy ", name)),
+                  "the SVG");
       }
     }
     first = false;
@@ -449,4 +448,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton
 
-int main(int argc, char** argv) { return baton::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("simulate");
+  return baton::Main(argc, argv);
+}

@@ -39,6 +39,7 @@
 #include "baton/examples/cli.h"
 #include "nlohmann/json.hpp"
 #include "baton/runtime/device.h"
+#include "baton/runtime/output_file.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/layout.h"
 #include "baton/scheduler/model.h"
@@ -245,6 +246,7 @@ struct RunResult {
   size_t arena_bytes = 0, lower_bound_bytes = 0, persistent_bytes = 0;
   size_t host_bytes = 0;  // offload: master and moments in host memory
   std::string plan_strategy;
+  std::string trace_json;  // --trace: the step trace (scheduler/step_trace.h)
 };
 
 struct Job {
@@ -330,10 +332,10 @@ StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordina
 }
 
 // n ranks as threads of this process (inproc backend).
-// `trace`: a path for the ranks' step trace ("" none).
+// `trace`: record every rank's steps into RunResult::trace_json.
 StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::string& device_kind,
                               int n, const std::string& group, absl::Duration timeout,
-                              const std::string& trace = "") {
+                              bool trace = false) {
   BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
                          scheduler::BuildStepGraph(job.spec, job.policy, n));
   // One graph shared by the ranks' executors and models.
@@ -349,7 +351,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   std::vector<std::thread> threads;
   scheduler::StepTrace step_trace;
   std::vector<scheduler::NodeObserver*> observers(n, nullptr);
-  if (!trace.empty()) {
+  if (trace) {
     for (int r = 0; r < n; ++r) observers[r] = step_trace.ForRank(r, *graph);
   }
   for (int r = 0; r < n; ++r) {
@@ -363,7 +365,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
       return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
     }
   }
-  if (!trace.empty()) BATON_RETURN_IF_ERROR(step_trace.Write(trace));  // streams synced
+  if (trace) results[0].trace_json = step_trace.Json();  // streams synced
   return results[0];
 }
 
@@ -390,7 +392,7 @@ StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const F
   const bool traced = !f.trace.empty() && info.rank == 0;
   BATON_RETURN_IF_ERROR(TrainRank(job, graph, corpus, *device, *comm, &result,
                                   traced ? step_trace.ForRank(0, *graph) : nullptr));
-  if (traced) BATON_RETURN_IF_ERROR(step_trace.Write(f.trace));
+  if (traced) result.trace_json = step_trace.Json();
   BATON_RETURN_IF_ERROR(store->Barrier("train_tiny_done", timeout));
   return result;
 }
@@ -456,13 +458,20 @@ int Main(int argc, char** argv) {
     result = RunProcessRank(job, *corpus, f, *info);
   } else {
     result = RunInproc(job, *corpus, f.device, nranks, "train_tiny", absl::Seconds(f.timeout_s),
-                       f.trace);
+                       !f.trace.empty());
   }
   if (!result.ok()) {
     std::fprintf(stderr, "train_tiny: rank %d: %s\n", rank, result.status().ToString().c_str());
     return 1;
   }
   if (rank != 0) return 0;
+  if (!f.trace.empty()) {  // every rank's tracks (inproc) or rank 0's
+    if (Status s = WriteOutputFile(f.trace, result->trace_json + "\n", "the trace");
+        !s.ok()) {
+      std::fprintf(stderr, "train_tiny: %s\n", std::string(s.message()).c_str());
+      return kOutputErrorExitCode;
+    }
+  }
 
   // The unsharded reference: one rank, the whole global batch.
   double max_rel = -1;
@@ -541,4 +550,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton
 
-int main(int argc, char** argv) { return baton::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("train_tiny");
+  return baton::Main(argc, argv);
+}

@@ -3,13 +3,13 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-#include <fstream>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
+#include "baton/runtime/output_file.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::scheduler {
@@ -263,13 +263,7 @@ std::string PolicyToJson(const Policy& p) {
 
 Status WritePolicyFile(const std::string& path, const Policy& policy) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
-  std::ofstream out(path, std::ios::trunc);
-  out << PolicyToJson(policy);
-  out.close();
-  if (!out) {
-    return absl::UnavailableError(absl::StrCat("cannot write policy file ", path));
-  }
-  return absl::OkStatus();
+  return WriteOutputFile(path, PolicyToJson(policy), "policy file");
 }
 
 bool SamePolicy(const Policy& a, const Policy& b) {

@@ -200,6 +200,10 @@ TEST(PolicyFileTest, WriteThenReadAFile) {
   bad.micro_steps = 0;
   EXPECT_EQ(WritePolicyFile(path, bad).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(WritePolicyFile("/nonexistent-dir/x.json", Policy{}).ok());
+  // A full disk: the text stays in the buffer until the close, which fails.
+  const Status full = WritePolicyFile("/dev/full", Policy{});
+  EXPECT_EQ(full.code(), absl::StatusCode::kUnavailable) << full;
+  EXPECT_EQ(full.message(), "cannot write policy file /dev/full: No space left on device");
 }
 
 }  // namespace
