@@ -146,6 +146,9 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
       {R"({"zenflow_update_interval": 2, "zenflow_staleness": 2})", "zenflow_staleness"},
       {R"([1, 2])", "JSON object"},
       {R"({"micro_steps": 1)", "not valid JSON"},
+      {R"({"micro_steps": 2, "name": "x", "micro_steps": 4})",
+       "my.json: duplicate key \"micro_steps\""},
+      {R"({"preset": "baton", "preset": "ddp"})", "my.json: duplicate key \"preset\""},
   };
   for (const auto& c : cases) {
     auto p = PolicyFromJson(c.text, "my.json");
