@@ -42,6 +42,7 @@
 #include "baton/runtime/output_file.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/layout.h"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/policy_file.h"
@@ -88,16 +89,20 @@ const char kUsage[] =
     "   simulate --tune --policy-out: its knobs as written, except that\n"
     "   --dtype and --micro-steps override its param_dtype and micro_steps)\n"
     "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
-    "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
-    "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
-    "A flag may be given once.\n";
+    "Limits (scheduler/limits.h): --nranks <= 4096, --seq and --batch <= 65536,\n"
+    "--micro-steps <= 4096 (a policy file's micro_steps too), --lr <= 10,\n"
+    "--timeout <= 604800, --layers <= 16384, other model sizes <= 2^24, at\n"
+    "most 2^31 parameters; a policy file's recompute_blocks <= the model's\n"
+    "blocks. A flag may be given once.\n";
 
-// Flag bounds (stated in --help); the model sizes are bounded again by
-// ValidateModelSpec and the 2^31-parameter check below.
-constexpr int64_t kMaxRanks = 4096;
+// Flag bounds (stated in --help). Ranks, micro-steps and model sizes come
+// from scheduler/limits.h (the same bounds through a policy file or
+// config.json); the model is bounded again by ValidateModelSpec and the
+// 2^31-parameter check below.
+constexpr int64_t kMaxRanks = scheduler::kMaxLocalRanks;
 constexpr int64_t kMaxSeq = 1 << 16;
 constexpr int64_t kMaxBatch = 1 << 16;
-constexpr int64_t kMaxMicroSteps = 4096;
+constexpr int64_t kMaxMicroSteps = scheduler::kMaxMicroSteps;
 constexpr int64_t kMaxSteps = int64_t{1} << 30;
 constexpr int64_t kMaxTimeoutS = 7 * 86400;
 constexpr double kMaxLr = 10;
@@ -122,7 +127,7 @@ Flags Parse(int argc, char** argv) {
     const auto [key, v] = flags.Split(a);
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
-    else if (key == "--layers") f.layers = Positive(key, v, dim);
+    else if (key == "--layers") f.layers = Positive(key, v, scheduler::kMaxModelLayers);
     else if (key == "--hidden") f.hidden = Positive(key, v, dim);
     else if (key == "--heads") f.heads = Positive(key, v, dim);
     else if (key == "--kv-heads") f.kv_heads = Positive(key, v, dim);
@@ -256,6 +261,21 @@ struct Job {
   int64_t steps = 0;
   bool progress = false;  // rank 0 prints a line per step
 };
+
+// The model's bounds on the policy (scheduler/limits.h), named by the route
+// each knob came from, as simulate names them: --micro-steps, else the
+// policy file's fields, else the preset.
+void CheckPolicyRoutes(const Flags& f, const Job& job) {
+  if (f.micro_steps > 0) {
+    if (Status s = scheduler::CheckStepUnits(f.micro_steps, job.spec.layers); !s.ok()) {
+      Fail(absl::StrCat("--micro-steps=", f.micro_steps, ": ", s.message()));
+    }
+  }
+  const std::string file = f.file_policy ? absl::StrCat("policy file ", f.policy_file) : "";
+  if (Status s = scheduler::CheckPolicyForModel(job.policy, job.spec, file); !s.ok()) {
+    Fail(std::string(s.message()));
+  }
+}
 
 // Trains on one rank through the executor; every rank calls it. `observer`
 // (may be null): the rank's step trace recorder.
@@ -405,11 +425,15 @@ int Main(int argc, char** argv) {
   // NotFound: no launcher set this process up (contradictory variables are
   // other errors, reported below).
   const StatusOr<LaunchInfo> info = LaunchInfoFromEnv();
+  Job job;
+  job.spec = ModelFromFlags(f);
+  job.policy = PolicyFromFlags(f);
+  CheckPolicyRoutes(f, job);
   {
     // Groups that do not fit the ranks (shard_group, hpz_group): bad input.
     const int world = multi_process && info.ok() ? info->world_size
                                                  : std::max(f.nranks, 1);
-    const auto groups = scheduler::ResolveGroups(PolicyFromFlags(f), world);
+    const auto groups = scheduler::ResolveGroups(job.policy, world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
   }
   if (!f.trace.empty() && !std::ofstream(f.trace, std::ios::app)) {
@@ -428,9 +452,6 @@ int Main(int argc, char** argv) {
     return r->exit_code;
   }
 
-  Job job;
-  job.spec = ModelFromFlags(f);
-  job.policy = PolicyFromFlags(f);
   job.config.seq = f.seq;
   job.config.batch = f.batch;
   job.config.adamw.lr = static_cast<float>(f.lr);

@@ -10,18 +10,13 @@
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
 #include "baton/runtime/output_file.h"
+#include "baton/scheduler/limits.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::scheduler {
 namespace {
 
 using json = nlohmann::json;
-
-// Bounds of the integer knobs: past them no real schedule exists, and a
-// graph built from them would only burn time and memory.
-constexpr int64_t kMaxDepth = 1 << 16;        // prefetch, windows, limits
-constexpr int64_t kMaxCount = int64_t{1} << 20;  // micro-steps, ranks, blocks
-constexpr int64_t kMaxBytes = int64_t{1} << 50;  // byte and element counts
 
 // An interval knob that may be "auto" (kAutoInterval) or an integer >= lo.
 struct AutoInterval {
@@ -48,33 +43,35 @@ struct Field {
   Field(const char* k, BucketPolicy Policy::*m) : key(k), member(m) {}
   Field(const char* k, double Policy::*m) : key(k), member(m) {}
   Field(const char* k, Offload Policy::*m) : key(k), member(m) {}
-  Field(const char* k, AutoInterval m) : key(k), member(m), lo(m.lo), hi(kMaxCount) {}
+  Field(const char* k, AutoInterval m)
+      : key(k), member(m), lo(m.lo), hi(kMaxZenFlowInterval) {}
 };
 
-// Every knob of Policy, in the struct's order. The name is not a knob (it
-// is read and written separately).
+// Every knob of Policy, in the struct's order, with the bounds of
+// scheduler/limits.h (the ones ValidatePolicy checks again for every route).
+// The name is not a knob (it is read and written separately).
 const std::vector<Field>& Fields() {
   static const auto* fields = new std::vector<Field>{
-      {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxDepth},
-      {"backward_prefetch", &Policy::backward_prefetch, 0, kMaxDepth},
+      {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxPrefetchDepth},
+      {"backward_prefetch", &Policy::backward_prefetch, 0, kMaxPrefetchDepth},
       {"reshard_after_forward", &Policy::reshard_after_forward},
       {"param_dtype", &Policy::param_dtype},
       {"reduce_dtype", &Policy::reduce_dtype},
-      {"micro_steps", &Policy::micro_steps, 1, kMaxCount},
+      {"micro_steps", &Policy::micro_steps, 1, kMaxMicroSteps},
       {"reduce_every_micro_step", &Policy::reduce_every_micro_step},
-      {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxCount},
+      {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxModelLayers},
       {"shared_comm_stream", &Policy::shared_comm_stream},
-      {"reduce_window", &Policy::reduce_window, 1, kMaxDepth},
-      {"host_limit", &Policy::host_limit, 0, kMaxDepth},
+      {"reduce_window", &Policy::reduce_window, 1, kMaxPrefetchDepth},
+      {"host_limit", &Policy::host_limit, 0, kMaxPrefetchDepth},
       {"copy_in_out", &Policy::copy_in_out},
       {"all_reduce", &Policy::all_reduce},
       {"reuse_edges", &Policy::reuse_edges},
-      {"shard_group", &Policy::shard_group, 0, kMaxCount},
-      {"hpz_group", &Policy::hpz_group, 0, kMaxCount},
+      {"shard_group", &Policy::shard_group, 0, kMaxWorldSize},
+      {"hpz_group", &Policy::hpz_group, 0, kMaxWorldSize},
       {"bucket_policy", &Policy::bucket_policy},
-      {"merge_target_bytes", &Policy::merge_target_bytes, 0, kMaxBytes},
+      {"merge_target_bytes", &Policy::merge_target_bytes, 0, kMaxPolicyBytes},
       {"resident_small_params", &Policy::resident_small_params},
-      {"resident_max_numel", &Policy::resident_max_numel, 0, kMaxBytes},
+      {"resident_max_numel", &Policy::resident_max_numel, 0, kMaxPolicyBytes},
       {"offload", &Policy::offload},
       {"zenflow", &Policy::zenflow},
       {"zenflow_topk_ratio", &Policy::zenflow_topk_ratio},

@@ -162,6 +162,44 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
   }
 }
 
+// Issue 29: a file's knob has the bound the same knob has through every
+// other route (scheduler/limits.h): one past it is refused from the file
+// naming the field, and through the API (ValidatePolicy) naming the knob.
+TEST(PolicyFileTest, AFileGetsNoFurtherThanAnyOtherRoute) {
+  const struct {
+    const char* key;
+    int Policy::*member;
+    int64_t lo, hi;
+  } knobs[] = {
+      {"micro_steps", &Policy::micro_steps, 1, kMaxMicroSteps},
+      {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxPrefetchDepth},
+      {"backward_prefetch", &Policy::backward_prefetch, 0, kMaxPrefetchDepth},
+      {"reduce_window", &Policy::reduce_window, 1, kMaxPrefetchDepth},
+      {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxModelLayers},
+      {"shard_group", &Policy::shard_group, 0, kMaxWorldSize},
+      {"hpz_group", &Policy::hpz_group, 0, kMaxWorldSize},
+  };
+  for (const auto& k : knobs) {
+    const std::string at = absl::StrCat("{\"", k.key, "\": ", k.hi, "}");
+    EXPECT_TRUE(PolicyFromJson(at, "f.json").ok()) << at;
+    const std::string past = absl::StrCat("{\"", k.key, "\": ", k.hi + 1, "}");
+    EXPECT_EQ(PolicyFromJson(past, "f.json").status().message(),
+              absl::StrCat("f.json: field \"", k.key, "\" must be an integer in [", k.lo,
+                           ", ", k.hi, "], got ", k.hi + 1));
+    Policy p;
+    p.*k.member = static_cast<int>(k.hi + 1);
+    EXPECT_EQ(ValidatePolicy(p).message(),
+              absl::StrCat("policy baton: ", k.key, " = ", k.hi + 1, " is outside [", k.lo,
+                           ", ", k.hi, "]"));
+  }
+  Policy p;
+  p.merge_target_bytes = kMaxPolicyBytes + 1;
+  EXPECT_FALSE(ValidatePolicy(p).ok());
+  p = Policy{};
+  p.zenflow_update_interval = static_cast<int>(kMaxZenFlowInterval) + 1;
+  EXPECT_NE(ValidatePolicy(p).message().find("zenflow_update_interval"), std::string::npos);
+}
+
 // "auto" intervals are written and read as "auto" (kAutoInterval).
 TEST(PolicyFileTest, ZenFlowIntervalsMayBeAuto) {
   auto p = PolicyFromJson(

@@ -714,6 +714,7 @@ StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
                                    const GraphOptions& options,
                                    int world_size) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  BATON_RETURN_IF_ERROR(CheckPolicyForModel(policy, layout.spec));
   const int world = world_size > 0 ? world_size : layout.options.world_size;
   BATON_ASSIGN_OR_RETURN(Groups groups, ResolveGroups(policy, world));
   const LayoutOptions want = LayoutOptionsFor(policy, world);
@@ -740,6 +741,7 @@ StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
                                    int world_size,
                                    const GraphOptions& options) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  BATON_RETURN_IF_ERROR(CheckPolicyForModel(policy, spec));
   BATON_RETURN_IF_ERROR(ResolveGroups(policy, world_size).status());
   BATON_ASSIGN_OR_RETURN(ModelLayout layout,
                          BuildLayout(spec, LayoutOptionsFor(policy, world_size)));

@@ -137,10 +137,25 @@ TEST(ResultTest, AZeroOrNonFiniteResultIsRefused) {
 TEST(WorkloadInputTest, MicroStepsAreCapped) {
   Workload w;
   w.gpus = 1;
-  w.global_batch = kMaxMicroSteps;
+  w.global_batch = scheduler::kMaxMicroSteps;
   EXPECT_TRUE(ValidateWorkload(w).ok());
-  w.global_batch = kMaxMicroSteps + 1;
+  w.global_batch = scheduler::kMaxMicroSteps + 1;
   ExpectRefused(ValidateWorkload(w), "the limit is 4096");
+}
+
+// Issue 29: the API gets no further than simulate's flags
+// (scheduler/limits.h).
+TEST(WorkloadInputTest, SizesHaveTheFlagsBoundsThroughTheApi) {
+  Workload w;
+  w.seq = scheduler::kMaxSeq + 1;
+  ExpectRefused(ValidateWorkload(w), "--seq = 16777217 is over the limit of 16777216");
+  w = Workload{};
+  w.gpus = static_cast<int>(scheduler::kMaxWorldSize) * 2;
+  w.global_batch = w.gpus;
+  ExpectRefused(ValidateWorkload(w), "--gpus = 2097152 is over the limit of 1048576");
+  w = Workload{};
+  w.global_batch = scheduler::kMaxGlobalBatch * 2;
+  ExpectRefused(ValidateWorkload(w), "--global-batch");
 }
 
 }  // namespace

@@ -268,6 +268,16 @@ TEST(TrainTinyTest, PolicyFileRunsAsWritten) {
       {"--policy-file=" + write("p8.json", R"({"preset": "zenflow", "zenflow_staleness": 4})"),
        "zenflow_staleness = 4 must be auto or in [0, zenflow_update_interval = 4)"},
       {"--policy-file=" + good + " --policy=baton", "--policy and --policy-file"},
+      // Issue 29: a file may not pass the bounds the flags have
+      // (scheduler/limits.h), nor a model's blocks (as simulate refuses it),
+      // nor give a key twice.
+      {"--policy-file=" + write("p9.json", R"({"micro_steps": 5000})"),
+       "field \"micro_steps\" must be an integer in [1, 4096], got 5000"},
+      {"--policy-file=" + write("p10.json", R"({"recompute_blocks": 9})") + " --layers=2",
+       "policy file " + dir + "/p10.json: field \"recompute_blocks\" = 9 is more than the "
+       "model's 2 blocks"},
+      {"--policy-file=" + write("p11.json", R"({"micro_steps": 2, "micro_steps": 3})"),
+       "policy file " + dir + "/p11.json: duplicate key \"micro_steps\""},
       {"--policy-file=" + dir + "/missing.json", "cannot read policy file"},
   };
   for (const auto& [args, want] : bad) {
