@@ -37,6 +37,7 @@
 #include "baton/runtime/device.h"
 #include "baton/runtime/output_file.h"
 #include "baton/runtime/version.h"
+#include "baton/scheduler/limits.h"
 
 namespace baton {
 namespace {
@@ -190,7 +191,7 @@ int Parse(int argc, char** argv, Options* o) {
         return Usage("bad --device '" + val + "' (host, cuda)");
       }
     } else if (key == "nranks") {
-      rc = int_flag(&o->nranks, 1, 4096);
+      rc = int_flag(&o->nranks, 1, static_cast<int>(scheduler::kMaxLocalRanks));
     } else if (key == "b" || key == "minbytes") {
       rc = size_flag(&o->min_bytes);
     } else if (key == "e" || key == "maxbytes") {
@@ -248,6 +249,13 @@ int Parse(int argc, char** argv, Options* o) {
   if (o->device.empty()) o->device = o->backend == "nccl" ? "cuda" : "host";
   if (o->inproc_events && o->backend != "inproc") {
     return Usage("--inproc_events needs --backend=inproc");
+  }
+  // Ranks this process starts itself (threads, or processes launched here
+  // when no launcher set RANK) are bounded by the host (scheduler/limits.h).
+  if (o->backend == "inproc" || std::getenv("RANK") == nullptr) {
+    if (Status s = scheduler::CheckLocalRanks(o->nranks, "--nranks"); !s.ok()) {
+      return Usage(std::string(s.message()));
+    }
   }
   return 0;
 }

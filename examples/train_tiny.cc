@@ -89,7 +89,9 @@ const char kUsage[] =
     "   simulate --tune --policy-out: its knobs as written, except that\n"
     "   --dtype and --micro-steps override its param_dtype and micro_steps)\n"
     "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
-    "Limits (scheduler/limits.h): --nranks <= 4096, --seq and --batch <= 65536,\n"
+    "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
+    "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
+    "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
     "--micro-steps <= 4096 (a policy file's micro_steps too), --lr <= 10,\n"
     "--timeout <= 604800, --layers <= 16384, other model sizes <= 2^24, at\n"
     "most 2^31 parameters; a policy file's recompute_blocks <= the model's\n"
@@ -97,8 +99,9 @@ const char kUsage[] =
 
 // Flag bounds (stated in --help). Ranks, micro-steps and model sizes come
 // from scheduler/limits.h (the same bounds through a policy file or
-// config.json); the model is bounded again by ValidateModelSpec and the
-// 2^31-parameter check below.
+// config.json; the ranks this process starts are bounded again by the
+// host, MaxLocalRanks); the model is bounded again by ValidateModelSpec and
+// the 2^31-parameter check below.
 constexpr int64_t kMaxRanks = scheduler::kMaxLocalRanks;
 constexpr int64_t kMaxSeq = 1 << 16;
 constexpr int64_t kMaxBatch = 1 << 16;
@@ -246,7 +249,7 @@ scheduler::Policy PolicyFromFlags(const Flags& f) {
 // What one rank's training produced (rank 0's is reported).
 struct RunResult {
   std::vector<double> losses;  // mean loss over the global batch, per step
-  double ms_per_step = 0;      // steps after the first
+  double ms_per_step = 0;      // steps after the first (of one step: that step)
   double tokens_per_s = 0;
   size_t arena_bytes = 0, lower_bound_bytes = 0, persistent_bytes = 0;
   size_t host_bytes = 0;  // offload: master and moments in host memory
@@ -295,7 +298,9 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
                                                         float* values) {
     for (int64_t i = 0; i < slot.numel; ++i) values[i] = examples::InitialParameter(slot.name, i, seed);
   }));
-  BATON_ASSIGN_OR_RETURN(auto loss_stream, device.CreateStream({0, "loss"}));
+  // The loss all-reduce runs on the compute stream after the step: a stream
+  // of its own would be one more thread per in-process rank.
+  Stream& loss_stream = executor->compute_stream();
   BATON_ASSIGN_OR_RETURN(DeviceBuffer scalar, device.Allocate(sizeof(float)));
   const scheduler::StepCallbacks callbacks = model->Callbacks();
   const double global_tokens = static_cast<double>(model->tokens_per_step()) * ranks;
@@ -309,13 +314,13 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
     BATON_ASSIGN_OR_RETURN(double local, model->LossSum(executor->compute_stream()));
     // The global mean: sum the ranks' loss sums (a tag the step never uses).
     float sum = static_cast<float>(local);
-    BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(scalar.data(), &sum, sizeof(float)));
+    BATON_RETURN_IF_ERROR(loss_stream.MemcpyAsync(scalar.data(), &sum, sizeof(float)));
     CollectiveOptions opts;
     opts.tag = scheduler::kFirstTrainerTag;
     BATON_RETURN_IF_ERROR(comm.AllReduce(scalar.data(), scalar.data(), 1, DataType::kF32,
-                                         ReduceOp::kSum, *loss_stream, opts));
-    BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(&sum, scalar.data(), sizeof(float)));
-    BATON_RETURN_IF_ERROR(loss_stream->Synchronize());
+                                         ReduceOp::kSum, loss_stream, opts));
+    BATON_RETURN_IF_ERROR(loss_stream.MemcpyAsync(&sum, scalar.data(), sizeof(float)));
+    BATON_RETURN_IF_ERROR(loss_stream.Synchronize());
     const double loss = sum / global_tokens;
     if (!std::isfinite(loss)) {
       return absl::DataLossError(absl::StrCat("step ", step, ": the loss is ", loss));
@@ -425,6 +430,15 @@ int Main(int argc, char** argv) {
   // NotFound: no launcher set this process up (contradictory variables are
   // other errors, reported below).
   const StatusOr<LaunchInfo> info = LaunchInfoFromEnv();
+  // The ranks this process starts itself (threads, or processes launched
+  // here) are bounded by what the host runs (scheduler/limits.h); a
+  // launcher's ranks are one per process.
+  const bool starts_ranks = !multi_process || absl::IsNotFound(info.status());
+  if (starts_ranks) {
+    if (Status s = scheduler::CheckLocalRanks(std::max(f.nranks, 1), "--nranks"); !s.ok()) {
+      Fail(std::string(s.message()));
+    }
+  }
   Job job;
   job.spec = ModelFromFlags(f);
   job.policy = PolicyFromFlags(f);
@@ -439,7 +453,7 @@ int Main(int argc, char** argv) {
   if (!f.trace.empty() && !std::ofstream(f.trace, std::ios::app)) {
     Fail(absl::StrCat("--trace: cannot write ", f.trace));
   }
-  if (multi_process && absl::IsNotFound(info.status())) {
+  if (multi_process && starts_ranks) {
     // Start --nranks copies of this program as the ranks of one job.
     LaunchOptions lo;
     lo.nproc = f.nranks > 0 ? f.nranks : 1;
@@ -535,8 +549,12 @@ int Main(int argc, char** argv) {
     std::printf("offload: master shards and moments in host memory, %s\n",
                 MiB(res.host_bytes).c_str());
   }
-  std::printf("time per step: %.1f ms (steps 2..%lld), %.0f tokens/s\n", res.ms_per_step,
-              static_cast<long long>(f.steps), res.tokens_per_s);
+  // The first step (allocation, first touches) is left out of the timing
+  // when there is a second one.
+  const std::string timed = f.steps > 1 ? absl::StrCat("steps 2..", f.steps)
+                                        : std::string("the only step, set-up included");
+  std::printf("time per step: %.1f ms (%s), %.0f tokens/s\n", res.ms_per_step,
+              timed.c_str(), res.tokens_per_s);
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());

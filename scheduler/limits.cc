@@ -1,8 +1,41 @@
 #include "baton/scheduler/limits.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 
 namespace baton::scheduler {
+namespace {
+
+// The CPUs this process may run on (taskset, cgroup cpusets), at least 1.
+int64_t UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return std::max<int64_t>(1, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+int64_t MaxLocalRanks() {
+  return std::min(kMaxLocalRanks, kLocalRanksPerCpu * UsableCpus());
+}
+
+Status CheckLocalRanks(int64_t ranks, absl::string_view what) {
+  const int64_t cpus = UsableCpus();
+  const int64_t most = MaxLocalRanks();
+  if (ranks <= most) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " asks for ", ranks, " ranks on this host; it runs at most ", most,
+      " at once (", kLocalRanksPerCpu, " per CPU, ", cpus, cpus == 1 ? " CPU" : " CPUs",
+      "; scheduler/limits.h)"));
+}
 
 Status CheckRange(int64_t v, int64_t lo, int64_t hi, absl::string_view what) {
   if (v >= lo && v <= hi) return absl::OkStatus();

@@ -31,8 +31,6 @@ namespace baton::scheduler {
 
 // Ranks of one job (simulate --gpus; a policy's shard_group and hpz_group).
 inline constexpr int64_t kMaxWorldSize = int64_t{1} << 20;
-// Ranks train_tiny and bench/collectives run (--nranks).
-inline constexpr int64_t kMaxLocalRanks = 4096;
 // A simulated job's sequence length and global batch (simulate --seq,
 // --global-batch, --micro-batch).
 inline constexpr int64_t kMaxSeq = int64_t{1} << 24;
@@ -46,6 +44,28 @@ inline constexpr int64_t kMaxMicroSteps = 4096;
 // of one step graph: llama3-405b at 256 micro-steps is ~33k and takes
 // seconds per simulated policy.
 inline constexpr int64_t kMaxStepUnits = int64_t{1} << 15;
+
+// ---- Ranks on this host ---------------------------------------------------
+// A tool that runs the ranks itself, as threads (the inproc backend) or as
+// processes it launches here, runs at most MaxLocalRanks() of them. Every
+// in-process rank is 4 threads (its own and its compute, all-gather and
+// reduce-scatter streams' workers) and computes its own micro-batches, so
+// past a few ranks per CPU a step only gets longer and the host stops
+// answering: train_tiny --nranks=4096 on 2 CPUs was ~20,500 threads, a load
+// average over 1,000 and 6 minutes per step. 16 per CPU is at most 64
+// threads per CPU (2 CPUs: 32 ranks, 129 threads; the one-block tiny model
+// took 8.4 s per step on a shared, loaded 2-CPU host) and reaches the
+// absolute bound of 4096 at 256 CPUs. Ranks a launcher started (RANK and
+// WORLD_SIZE set) are not counted: each of those processes is one rank.
+inline constexpr int64_t kMaxLocalRanks = 4096;
+inline constexpr int64_t kLocalRanksPerCpu = 16;
+// min(kMaxLocalRanks, kLocalRanksPerCpu x the CPUs this process may run on
+// (its affinity mask)).
+int64_t MaxLocalRanks();
+// InvalidArgument "<what> asks for <ranks> ranks on this host; it runs at
+// most N at once (16 per CPU, C CPUs; scheduler/limits.h)" past
+// MaxLocalRanks().
+[[nodiscard]] Status CheckLocalRanks(int64_t ranks, absl::string_view what);
 
 // ---- A policy (scheduler/policy.h) ----------------------------------------
 
