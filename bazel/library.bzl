@@ -22,6 +22,7 @@ PUBLIC_HEADERS = [
     "optim/zenflow_driver.h",
     "scheduler/executor.h",
     "scheduler/layout.h",
+    "scheduler/limits.h",
     "scheduler/mesh.h",
     "scheduler/model.h",
     "scheduler/optimizer_driver.h",

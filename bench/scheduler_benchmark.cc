@@ -28,6 +28,7 @@
 #include "baton/ops/adamw.h"
 #include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
+#include "baton/runtime/output_file.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/step_graph.h"
 #include "bench/cuda_graph_step.h"
@@ -238,4 +239,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton::scheduler
 
-int main(int argc, char** argv) { return baton::scheduler::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("scheduler");
+  return baton::scheduler::Main(argc, argv);
+}

@@ -14,12 +14,14 @@
 
 #include "nlohmann/json.hpp"
 #include "baton/cli/flags.h"
+#include "baton/runtime/output_file.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
 #include "baton/sim/cluster.h"
 #include "baton/sim/simulator.h"
 
 int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("simulator");
   using Clock = std::chrono::steady_clock;
   constexpr char kProgram[] = "simulator";
   int reps = 3;

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,7 +24,9 @@
 #include "baton/cli/flags.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
+#include "baton/runtime/output_file.h"
 #include "nlohmann/json.hpp"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/policy_file.h"
@@ -85,19 +86,16 @@ const char kUsage[] =
     "   micro-batch, reduce dtype, shard and hpZ groups, with the fewest\n"
     "   recomputed layers that fit; print the best 5 and write the best as\n"
     "   a policy file that --policy-file runs)\n"
-    "Limits: --gpus <= 2^20, --seq <= 2^24, batches <= 2^30, at most 4096\n"
-    "micro-steps (global batch / gpus / micro-batch) and 32768 micro-steps x\n"
-    "(layers + 3). A flag may be given once.\n";
+    "Limits (scheduler/limits.h): --gpus <= 2^20, --seq <= 2^24, batches <=\n"
+    "2^30, at most 4096 micro-steps (global batch / gpus / micro-batch) and\n"
+    "32768 micro-steps x (layers + 3); a policy file's knobs have the same\n"
+    "bounds (recompute_blocks <= the model's blocks). A flag may be given once.\n";
 
-// Flag bounds, documented in --help: past them a run is not a plausible
-// training job and would only burn time and memory.
-constexpr int64_t kMaxGpus = int64_t{1} << 20;
-constexpr int64_t kMaxSeq = int64_t{1} << 24;
-constexpr int64_t kMaxBatch = int64_t{1} << 30;
-// Micro-steps x units (layers + 3) of one simulated step: the step graph
-// and the event loop grow with it (llama3-405b at 256 micro-steps is
-// ~33k and takes seconds per policy).
-constexpr int64_t kMaxStepUnits = int64_t{1} << 15;
+// Flag bounds, documented in --help, from scheduler/limits.h (where they
+// are explained): the same bounds whatever route a value takes.
+constexpr int64_t kMaxGpus = scheduler::kMaxWorldSize;
+constexpr int64_t kMaxSeq = scheduler::kMaxSeq;
+constexpr int64_t kMaxBatch = scheduler::kMaxGlobalBatch;
 
 int64_t Positive(const std::string& flag, const std::string& value, int64_t hi) {
   return cli::PositiveFlag("simulate", flag, value, hi);
@@ -187,10 +185,8 @@ std::string ReadFile(const std::string& path, const char* what) {
   return *std::move(text);
 }
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) Fail(absl::StrCat("cannot write ", path));
+void WriteFile(const std::string& path, const std::string& text, const char* what) {
+  if (Status s = WriteOutputFile(path, text, what); !s.ok()) Fail(std::string(s.message()));
 }
 
 // The policy of --policy-file, with the flags given explicitly applied to
@@ -212,10 +208,13 @@ scheduler::Policy PolicyFromFile(const Flags& f, const scheduler::ModelSpec& mod
   }
   if (w.shard_group >= 0) p->shard_group = w.shard_group;
   if (w.hpz_group >= 0) p->hpz_group = w.hpz_group;
-  if (!f.recompute_given && p->recompute_blocks > model.layers) {
-    Fail(absl::StrCat("policy file ", f.policy_file, ": field \"recompute_blocks\" = ",
-                      p->recompute_blocks, " is more than the model's ", model.layers,
-                      " blocks"));
+  // The model's bounds on the file's knobs (train_tiny checks the same).
+  scheduler::Policy checked = *p;
+  if (f.recompute_given) checked.recompute_blocks = 0;  // replaced by the flag
+  if (Status s = scheduler::CheckPolicyForModel(checked, model,
+                                                absl::StrCat("policy file ", f.policy_file));
+      !s.ok()) {
+    Fail(std::string(s.message()));
   }
   if (auto g = scheduler::ResolveMesh(*p, w.gpus); !g.ok()) {
     Fail(absl::StrCat("policy file ", f.policy_file, ": ", g.status().message()));
@@ -232,7 +231,7 @@ int TuneMain(const Flags& f, const scheduler::ModelSpec& model,
   if (!calibration.tables.empty()) o.sim.calibration = &calibration;
   if (calibration.kernels) o.sim.kernels = &*calibration.kernels;
   o.sim.attention = attention;
-  o.max_step_units = kMaxStepUnits;
+  o.max_step_units = scheduler::kMaxStepUnits;
   const auto start = std::chrono::steady_clock::now();
   auto t = sim::Tune(model, cluster, w, o);
   const double elapsed =
@@ -324,11 +323,8 @@ int Main(int argc, char** argv) {
   std::optional<scheduler::Policy> file_policy;
   if (!f.policy_file.empty()) file_policy = PolicyFromFile(f, *model, w);
   const int64_t micro_steps = w.global_batch / w.gpus / w.micro_batch;
-  if (micro_steps * (model->layers + 3) > kMaxStepUnits) {
-    Fail(absl::StrCat("the step would run ", micro_steps, " micro-steps of ",
-                      model->layers + 3, " units (", micro_steps * (model->layers + 3),
-                      "); the limit is ", kMaxStepUnits,
-                      " unit-micro-steps: raise --micro-batch or --gpus"));
+  if (Status s = scheduler::CheckStepUnits(micro_steps, model->layers); !s.ok()) {
+    Fail(absl::StrCat(s.message(), ": raise --micro-batch or --gpus"));
   }
   int recompute = sim::kAutoRecompute;
   if (file_policy && !f.recompute_given) {
@@ -435,12 +431,13 @@ int Main(int argc, char** argv) {
                     {"recompute_blocks", r->recompute_blocks},
                     {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu}});
     if (o.timeline) {
-      if (!f.trace.empty()) WriteFile(f.trace, sim::TraceJson(graph, *r));
+      if (!f.trace.empty()) WriteFile(f.trace, sim::TraceJson(graph, *r), "the trace");
       if (!f.svg.empty()) {
         WriteFile(f.svg,
                   sim::StepSvg(graph, *r,
                                absl::StrCat(model->name, " on ", w.gpus, " x ",
-                                            cluster->name, ", policy ", name)));
+                                            cluster->name, ", policy ", name)),
+                  "the SVG");
       }
     }
     first = false;
@@ -458,4 +455,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton
 
-int main(int argc, char** argv) { return baton::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("simulate");
+  return baton::Main(argc, argv);
+}

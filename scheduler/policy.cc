@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "baton/scheduler/limits.h"
 
 namespace baton::scheduler {
 
@@ -110,14 +111,35 @@ Status ValidatePolicy(const Policy& p) {
     return absl::InvalidArgumentError(absl::StrCat(
         "policy ", p.name, ": ", knob, " = ", value, " is out of range"));
   };
-  if (p.forward_prefetch < 0) return bad("forward_prefetch", p.forward_prefetch);
-  if (p.backward_prefetch < 0) {
-    return bad("backward_prefetch", p.backward_prefetch);
+  // The integer knobs' bounds (scheduler/limits.h): checked here, the step
+  // every route to a policy goes through (flags, files, presets, the API).
+  const std::string prefix = absl::StrCat("policy ", p.name, ": ");
+  const struct {
+    const char* knob;
+    int64_t value, lo, hi;
+  } ranged[] = {
+      {"forward_prefetch", p.forward_prefetch, 0, kMaxPrefetchDepth},
+      {"backward_prefetch", p.backward_prefetch, 0, kMaxPrefetchDepth},
+      {"micro_steps", p.micro_steps, 1, kMaxMicroSteps},
+      {"recompute_blocks", p.recompute_blocks, -1, kMaxModelLayers},
+      {"reduce_window", p.reduce_window, 1, kMaxPrefetchDepth},
+      {"host_limit", p.host_limit, 0, kMaxPrefetchDepth},
+      {"shard_group", p.shard_group, 0, kMaxWorldSize},
+      {"hpz_group", p.hpz_group, 0, kMaxWorldSize},
+      {"merge_target_bytes", p.layout.merge_target_bytes, 0, kMaxPolicyBytes},
+      {"resident_max_numel", p.layout.resident_max_numel, 0, kMaxPolicyBytes},
+  };
+  for (const auto& r : ranged) {
+    BATON_RETURN_IF_ERROR(CheckRange(r.value, r.lo, r.hi, absl::StrCat(prefix, r.knob)));
   }
-  if (p.micro_steps < 1) return bad("micro_steps", p.micro_steps);
-  if (p.recompute_blocks < -1) return bad("recompute_blocks", p.recompute_blocks);
-  if (p.reduce_window < 1) return bad("reduce_window", p.reduce_window);
-  if (p.host_limit < 0) return bad("host_limit", p.host_limit);
+  for (auto [knob, v] : {std::pair<const char*, int>{"zenflow_select_interval",
+                                                     p.zenflow_select_interval},
+                         {"zenflow_update_interval", p.zenflow_update_interval},
+                         {"zenflow_staleness", p.zenflow_staleness}}) {
+    if (v > kMaxZenFlowInterval) {
+      return CheckRange(v, kAutoInterval, kMaxZenFlowInterval, absl::StrCat(prefix, knob));
+    }
+  }
   if (p.host_limit > 0 &&
       p.host_limit <= std::max(p.forward_prefetch, p.backward_prefetch)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -125,8 +147,6 @@ Status ValidatePolicy(const Policy& p) {
         ") must exceed the prefetch depth, or the host would wait for "
         "compute it has not issued yet"));
   }
-  if (p.shard_group < 0) return bad("shard_group", p.shard_group);
-  if (p.hpz_group < 0) return bad("hpz_group", p.hpz_group);
   if (p.param_dtype == DataType::kI32) return bad("param_dtype", "int32");
   if (p.reduce_dtype == DataType::kI32) return bad("reduce_dtype", "int32");
   if (p.layout.bucket_policy == BucketPolicy::kMerge && p.layout.merge_target_bytes <= 0) {
@@ -177,6 +197,22 @@ Status ValidatePolicy(const Policy& p) {
           ") must be a multiple of update_interval (", z.update,
           "): a selection may not fall inside an accumulation window"));
     }
+  }
+  return absl::OkStatus();
+}
+
+Status CheckPolicyForModel(const Policy& p, const ModelSpec& model,
+                           absl::string_view file) {
+  // "policy NAME: knob" from the API, "<file>: field "knob"" from a file.
+  auto knob = [&](const char* name) {
+    return file.empty() ? absl::StrCat("policy ", p.name, ": ", name)
+                        : absl::StrCat(file, ": field \"", name, "\"");
+  };
+  BATON_RETURN_IF_ERROR(
+      CheckRecomputeBlocks(p.recompute_blocks, model.layers, knob("recompute_blocks")));
+  if (Status s = CheckStepUnits(p.micro_steps, model.layers); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(knob("micro_steps"), " = ", p.micro_steps, ": ", s.message()));
   }
   return absl::OkStatus();
 }

@@ -191,12 +191,26 @@ struct Policy {
 StatusOr<Policy> PolicyPreset(absl::string_view name);
 std::vector<std::string> PolicyPresetNames();
 
-// InvalidArgument naming the knob for negative depths or windows, a
-// micro_steps < 1, recompute_blocks < -1, an integer dtype, offload under
+// InvalidArgument naming the knob for an integer knob outside its bounds
+// in scheduler/limits.h (depths and windows, micro_steps in [1,
+// kMaxMicroSteps], recompute_blocks in [-1, kMaxModelLayers], groups,
+// byte counts, ZenFlow intervals), an integer dtype, offload under
 // all_reduce, zenflow without offload, a zenflow_topk_ratio outside (0, 1],
 // a ZenFlow interval that is neither >= 1 nor kAutoInterval, a
 // zenflow_staleness outside [0, update_interval) after "auto" is resolved.
-Status ValidatePolicy(const Policy& policy);
+// Every route to a policy (presets, policy files, flags, the API) ends
+// here, so no route gets past these bounds.
+[[nodiscard]] Status ValidatePolicy(const Policy& policy);
+
+// The bounds a policy has only with a model (scheduler/limits.h):
+// recompute_blocks at most the model's blocks, and micro_steps x (layers +
+// 3) at most kMaxStepUnits. InvalidArgument naming the knob: "policy NAME:
+// recompute_blocks = 9 is more than the model's 2 blocks", or, for a policy
+// read from `file` ("policy file x.json"), "<file>: field
+// "recompute_blocks" = 9 ...", the words the file's other fields use.
+// BuildStepGraph calls it; tools call it first with their file's name.
+[[nodiscard]] Status CheckPolicyForModel(const Policy& policy, const ModelSpec& model,
+                                         absl::string_view file = "");
 
 // ZenFlow's intervals with "auto" resolved (policy.h, the zenflow knob).
 struct ZenFlowIntervals {

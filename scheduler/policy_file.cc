@@ -3,25 +3,20 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-#include <fstream>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
+#include "baton/runtime/output_file.h"
+#include "baton/scheduler/limits.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::scheduler {
 namespace {
 
 using json = nlohmann::json;
-
-// Bounds of the integer knobs: past them no real schedule exists, and a
-// graph built from them would only burn time and memory.
-constexpr int64_t kMaxDepth = 1 << 16;        // prefetch, windows, limits
-constexpr int64_t kMaxCount = int64_t{1} << 20;  // micro-steps, ranks, blocks
-constexpr int64_t kMaxBytes = int64_t{1} << 50;  // byte and element counts
 
 // An interval knob that may be "auto" (kAutoInterval) or an integer >= lo.
 struct AutoInterval {
@@ -50,36 +45,38 @@ struct Field {
   Field(const char* k, M m) : key(k), member(m) {}
   template <class M>
   Field(const char* k, M m, int64_t l, int64_t h) : key(k), member(m), lo(l), hi(h) {}
-  Field(const char* k, AutoInterval m) : key(k), member(m), lo(m.lo), hi(kMaxCount) {}
+  Field(const char* k, AutoInterval m)
+      : key(k), member(m), lo(m.lo), hi(kMaxZenFlowInterval) {}
 };
 
 // Every knob of Policy, in the order policy files list them (the layout's
-// knobs among the others, as before Policy held them in `layout`). The
-// name is not a knob (it is read and written separately).
+// knobs among the others), with the bounds of scheduler/limits.h (the ones
+// ValidatePolicy checks again for every route). The name is not a knob (it
+// is read and written separately).
 const std::vector<Field>& Fields() {
   static const auto* fields = new std::vector<Field>{
-      {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxDepth},
-      {"backward_prefetch", &Policy::backward_prefetch, 0, kMaxDepth},
+      {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxPrefetchDepth},
+      {"backward_prefetch", &Policy::backward_prefetch, 0, kMaxPrefetchDepth},
       {"reshard_after_forward", &Policy::reshard_after_forward},
       {"param_dtype", &Policy::param_dtype},
       {"reduce_dtype", &Policy::reduce_dtype},
-      {"micro_steps", &Policy::micro_steps, 1, kMaxCount},
+      {"micro_steps", &Policy::micro_steps, 1, kMaxMicroSteps},
       {"reduce_every_micro_step", &Policy::reduce_every_micro_step},
-      {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxCount},
+      {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxModelLayers},
       {"shared_comm_stream", &Policy::shared_comm_stream},
-      {"reduce_window", &Policy::reduce_window, 1, kMaxDepth},
-      {"host_limit", &Policy::host_limit, 0, kMaxDepth},
+      {"reduce_window", &Policy::reduce_window, 1, kMaxPrefetchDepth},
+      {"host_limit", &Policy::host_limit, 0, kMaxPrefetchDepth},
       {"copy_in_out", &Policy::copy_in_out},
       {"all_reduce", &Policy::all_reduce},
       {"reuse_edges", &Policy::reuse_edges},
-      {"shard_group", &Policy::shard_group, 0, kMaxCount},
-      {"hpz_group", &Policy::hpz_group, 0, kMaxCount},
+      {"shard_group", &Policy::shard_group, 0, kMaxWorldSize},
+      {"hpz_group", &Policy::hpz_group, 0, kMaxWorldSize},
       {"bucket_policy", InLayout<BucketPolicy>{&LayoutOptions::bucket_policy}},
       {"merge_target_bytes", InLayout<int64_t>{&LayoutOptions::merge_target_bytes}, 0,
-       kMaxBytes},
+       kMaxPolicyBytes},
       {"resident_small_params", InLayout<bool>{&LayoutOptions::resident_small_params}},
       {"resident_max_numel", InLayout<int64_t>{&LayoutOptions::resident_max_numel}, 0,
-       kMaxBytes},
+       kMaxPolicyBytes},
       {"offload", &Policy::offload},
       {"zenflow", &Policy::zenflow},
       {"zenflow_topk_ratio", &Policy::zenflow_topk_ratio},
@@ -303,13 +300,7 @@ std::string PolicyToJson(const Policy& p) {
 
 Status WritePolicyFile(const std::string& path, const Policy& policy) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
-  std::ofstream out(path, std::ios::trunc);
-  out << PolicyToJson(policy);
-  out.close();
-  if (!out) {
-    return absl::UnavailableError(absl::StrCat("cannot write policy file ", path));
-  }
-  return absl::OkStatus();
+  return WriteOutputFile(path, PolicyToJson(policy), "policy file");
 }
 
 bool SamePolicy(const Policy& a, const Policy& b) {

@@ -146,6 +146,9 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
       {R"({"zenflow_update_interval": 2, "zenflow_staleness": 2})", "zenflow_staleness"},
       {R"([1, 2])", "JSON object"},
       {R"({"micro_steps": 1)", "not valid JSON"},
+      {R"({"micro_steps": 2, "name": "x", "micro_steps": 4})",
+       "my.json: duplicate key \"micro_steps\""},
+      {R"({"preset": "baton", "preset": "ddp"})", "my.json: duplicate key \"preset\""},
   };
   for (const auto& c : cases) {
     auto p = PolicyFromJson(c.text, "my.json");
@@ -157,6 +160,44 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
         << p.status().message();
     EXPECT_EQ(p.status().message().find('\n'), std::string::npos);
   }
+}
+
+// Issue 29: a file's knob has the bound the same knob has through every
+// other route (scheduler/limits.h): one past it is refused from the file
+// naming the field, and through the API (ValidatePolicy) naming the knob.
+TEST(PolicyFileTest, AFileGetsNoFurtherThanAnyOtherRoute) {
+  const struct {
+    const char* key;
+    int Policy::*member;
+    int64_t lo, hi;
+  } knobs[] = {
+      {"micro_steps", &Policy::micro_steps, 1, kMaxMicroSteps},
+      {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxPrefetchDepth},
+      {"backward_prefetch", &Policy::backward_prefetch, 0, kMaxPrefetchDepth},
+      {"reduce_window", &Policy::reduce_window, 1, kMaxPrefetchDepth},
+      {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxModelLayers},
+      {"shard_group", &Policy::shard_group, 0, kMaxWorldSize},
+      {"hpz_group", &Policy::hpz_group, 0, kMaxWorldSize},
+  };
+  for (const auto& k : knobs) {
+    const std::string at = absl::StrCat("{\"", k.key, "\": ", k.hi, "}");
+    EXPECT_TRUE(PolicyFromJson(at, "f.json").ok()) << at;
+    const std::string past = absl::StrCat("{\"", k.key, "\": ", k.hi + 1, "}");
+    EXPECT_EQ(PolicyFromJson(past, "f.json").status().message(),
+              absl::StrCat("f.json: field \"", k.key, "\" must be an integer in [", k.lo,
+                           ", ", k.hi, "], got ", k.hi + 1));
+    Policy p;
+    p.*k.member = static_cast<int>(k.hi + 1);
+    EXPECT_EQ(ValidatePolicy(p).message(),
+              absl::StrCat("policy baton: ", k.key, " = ", k.hi + 1, " is outside [", k.lo,
+                           ", ", k.hi, "]"));
+  }
+  Policy p;
+  p.layout.merge_target_bytes = kMaxPolicyBytes + 1;
+  EXPECT_FALSE(ValidatePolicy(p).ok());
+  p = Policy{};
+  p.zenflow_update_interval = static_cast<int>(kMaxZenFlowInterval) + 1;
+  EXPECT_NE(ValidatePolicy(p).message().find("zenflow_update_interval"), std::string::npos);
 }
 
 // "auto" intervals are written and read as "auto" (kAutoInterval).
@@ -200,6 +241,10 @@ TEST(PolicyFileTest, WriteThenReadAFile) {
   bad.micro_steps = 0;
   EXPECT_EQ(WritePolicyFile(path, bad).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(WritePolicyFile("/nonexistent-dir/x.json", Policy{}).ok());
+  // A full disk: the text stays in the buffer until the close, which fails.
+  const Status full = WritePolicyFile("/dev/full", Policy{});
+  EXPECT_EQ(full.code(), absl::StatusCode::kUnavailable) << full;
+  EXPECT_EQ(full.message(), "cannot write policy file /dev/full: No space left on device");
 }
 
 }  // namespace

@@ -705,6 +705,7 @@ StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
                                    const GraphOptions& options,
                                    int world_size) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  BATON_RETURN_IF_ERROR(CheckPolicyForModel(policy, layout.spec));
   const int world = world_size > 0 ? world_size : layout.sharding.ranks;
   BATON_ASSIGN_OR_RETURN(DeviceMesh mesh, ResolveMesh(policy, world));
   const Sharding want = ShardingFor(policy, mesh);
@@ -726,6 +727,7 @@ StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
                                    int world_size,
                                    const GraphOptions& options) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  BATON_RETURN_IF_ERROR(CheckPolicyForModel(policy, spec));
   BATON_ASSIGN_OR_RETURN(DeviceMesh mesh, ResolveMesh(policy, world_size));
   BATON_ASSIGN_OR_RETURN(ModelLayout layout, LayoutFor(spec, policy, mesh));
   return BuildStepGraph(layout, policy, options, world_size);

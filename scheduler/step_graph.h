@@ -221,8 +221,10 @@ struct GraphOptions {
 // forward gather of a bucket is followed by a kCopy of this rank's slice
 // into a kHpzShard buffer ("HPZ-COPY", on the gather stream) and the
 // backward gathers read that buffer over the hpZ group.
-// InvalidArgument for an invalid policy, invalid groups (naming the knob)
-// or a layout built for other options.
+// InvalidArgument for an invalid policy (ValidatePolicy), one the model
+// cannot run (CheckPolicyForModel: recompute_blocks past its blocks, too
+// many micro-steps x units), invalid groups (naming the knob) or a layout
+// built for other options.
 StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
                                    const Policy& policy,
                                    const GraphOptions& options = {},

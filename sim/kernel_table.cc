@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "baton/runtime/json_input.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::sim {
@@ -230,8 +231,8 @@ StatusOr<KernelTable> ParseKernelTable(absl::string_view text,
     return r.Error("JSON", absl::StrCat("nests deeper than ",
                                         kMaxKernelTableDepth, " levels"));
   }
-  Json j = Json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded()) return r.Error("JSON", "does not parse");
+  // Bounded, and a key given twice is refused (runtime/json_input.h).
+  BATON_ASSIGN_OR_RETURN(Json j, ParseJsonInput(text, absl::StrCat("kernel table ", source)));
   if (!j.is_object()) {
     return r.Error("JSON", absl::StrCat("must be an object, got ", j.type_name()));
   }

@@ -104,8 +104,11 @@ TEST(KernelTableTest, BadTablesNameTheField) {
       {R"({"gpu": 7})", "\"gpu\" must be a string"},
       {R"({"gpu": "x"})", "\"launch_overhead_us\" is missing"},
       {R"([1, 2])", "must be an object, got array"},
-      {R"({"gpu": "x",)", "does not parse"},
-      {"", "does not parse"},
+      {R"({"gpu": "x",)", "not valid JSON"},
+      {"", "not valid JSON"},
+      {R"({"gpu": "x", "gpu": "y"})", "kernel table t.json: duplicate key \"gpu\""},
+      {Table(R"({"m": 1, "n": 2, "k": 3, "s": 1e-6, "s": 1})"),
+       "kernel table t.json: duplicate key \"s\" at gemm[0]"},
       {std::string(100000, '[') + std::string(100000, ']'), "nests deeper than 8"},
       {R"({"gpu": "x", "peak_tflops": "989", "launch_overhead_us": 1})", "\"peak_tflops\" must be a number"},
   };

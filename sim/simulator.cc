@@ -158,6 +158,20 @@ Status ValidateWorkload(const Workload& w) {
     return absl::InvalidArgumentError(
         absl::StrCat("--micro-batch must be positive, got ", w.micro_batch));
   }
+  // Above (scheduler/limits.h): no real job, and no bound on the work.
+  const struct {
+    const char* flag;
+    int64_t value, hi;
+  } sizes[] = {{"--gpus", w.gpus, scheduler::kMaxWorldSize},
+               {"--seq", w.seq, scheduler::kMaxSeq},
+               {"--global-batch", w.global_batch, scheduler::kMaxGlobalBatch},
+               {"--micro-batch", w.micro_batch, scheduler::kMaxGlobalBatch}};
+  for (const auto& s : sizes) {
+    if (s.value > s.hi) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          s.flag, " = ", s.value, " is over the limit of ", s.hi, " (scheduler/limits.h)"));
+    }
+  }
   if (w.global_batch % w.gpus != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--global-batch ", w.global_batch,
@@ -170,11 +184,11 @@ Status ValidateWorkload(const Workload& w) {
                      " / ", w.gpus, " GPUs) does not divide into micro-batches of ",
                      w.micro_batch));
   }
-  if (local / w.micro_batch > kMaxMicroSteps) {
+  if (local / w.micro_batch > scheduler::kMaxMicroSteps) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the step would take ", local / w.micro_batch, " micro-steps (global batch ",
         w.global_batch, " / ", w.gpus, " GPUs / micro-batch ", w.micro_batch,
-        "); the limit is ", kMaxMicroSteps, ": raise --micro-batch or --gpus"));
+        "); the limit is ", scheduler::kMaxMicroSteps, ": raise --micro-batch or --gpus"));
   }
   return absl::OkStatus();
 }

@@ -108,13 +108,11 @@ struct Workload {
   int hpz_group = -1;
 };
 
-// The most micro-steps one simulated step may take (global_batch / gpus /
-// micro_batch): the step graph and the event loop grow with it.
-inline constexpr int64_t kMaxMicroSteps = 4096;
-
-// InvalidArgument naming the problem for non-positive sizes, a batch that
-// does not divide (global_batch over gpus, local batch over micro_batch),
-// or more than kMaxMicroSteps micro-steps.
+// InvalidArgument naming the problem for sizes outside the limits of
+// scheduler/limits.h (gpus in [1, kMaxWorldSize], seq in [1, kMaxSeq],
+// batches in [1, kMaxGlobalBatch]), a batch that does not divide
+// (global_batch over gpus, local batch over micro_batch), or more than
+// kMaxMicroSteps micro-steps (global_batch / gpus / micro_batch).
 Status ValidateWorkload(const Workload& w);
 
 struct SimOptions {

@@ -140,7 +140,7 @@ class Tuner {
     const int64_t local = w_.global_batch / w_.gpus;
     for (int64_t mb = 1; mb <= local; ++mb) {
       const int64_t steps = local / mb;
-      if (local % mb != 0 || steps > kMaxMicroSteps ||
+      if (local % mb != 0 || steps > scheduler::kMaxMicroSteps ||
           steps * (m_.layers + 3) > o_.max_step_units) {
         continue;
       }

@@ -3,7 +3,7 @@
 //
 // Knobs searched (values for a model, cluster and workload):
 //   micro_batch        every divisor of the local batch (global / gpus)
-//                      within kMaxMicroSteps and TuneOptions::max_step_units
+//                      within scheduler::kMaxMicroSteps and TuneOptions::max_step_units
 //   reduce_dtype       float, bfloat16
 //   shard_group        0 (all ranks) and gpus_per_node x 2^k dividing the world
 //   hpz_group          0, gpus_per_node and 2 x gpus_per_node, where they
@@ -54,7 +54,7 @@ struct TuneOptions {
   int max_prefetch = 3;    // deepest prefetch tried, each way
   int max_passes = 4;      // coordinate-descent passes
   // Micro-steps x (layers + 3) of one step at most (simulate's limit).
-  int64_t max_step_units = int64_t{1} << 15;
+  int64_t max_step_units = scheduler::kMaxStepUnits;
   SimOptions sim;          // calibration and kernel tables
 };
 
