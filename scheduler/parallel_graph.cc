@@ -160,31 +160,28 @@ Status ValidateParallel(const ModelSpec& spec, const Policy& p) {
     return bad("pipeline parallelism with tied embeddings (the first and last stages "
                "would share a weight) is not modelled (", spec.name, ")");
   }
+  const int64_t fixed = p.pipeline_first_layers + p.pipeline_last_layers;
+  const int given = (p.pipeline_first_layers > 0) + (p.pipeline_last_layers > 0);
   if (p.pipeline_schedule == PipelineSchedule::kInterleaved) {
-    if (spec.layers % (int64_t{pp} * v) != 0) {
+    if (given == 0 && spec.layers % (int64_t{pp} * v) != 0) {
       return bad("the interleaved schedule needs the model's ", spec.layers,
-                 " blocks to be a multiple of --pp x --vpp = ", pp * v);
+                 " blocks to be a multiple of --pp x --vpp = ", pp * v,
+                 " (or --pp-first-layers / --pp-last-layers for the rest)");
     }
     if (p.micro_steps % pp != 0) {
       return bad("the interleaved schedule needs the micro-batches per step (",
                  p.micro_steps, ") to be a multiple of --pp=", pp);
     }
-    if (p.pipeline_first_layers > 0 || p.pipeline_last_layers > 0) {
-      return bad("pipeline_first_layers / pipeline_last_layers apply to 1f1b and zb-h1 "
-                 "only");
-    }
   }
-  const int64_t fixed = p.pipeline_first_layers + p.pipeline_last_layers;
-  const int given = (p.pipeline_first_layers > 0) + (p.pipeline_last_layers > 0);
   if (given > 0) {
     const int64_t rest = spec.layers - fixed;
-    const int others = pp - given;
+    const int others = pp * v - given;  // the other virtual stages
     if (rest < others || (others == 0 && rest != 0) ||
         (others > 0 && rest % others != 0)) {
       return bad("pipeline first / last layers (", p.pipeline_first_layers, " / ",
                  p.pipeline_last_layers, ") leave ", rest, " of ", spec.layers,
                  " blocks, which do not split evenly over the other ", others,
-                 " stages");
+                 v > 1 ? " virtual stages" : " stages");
     }
   }
   return absl::OkStatus();
@@ -198,10 +195,10 @@ StatusOr<std::vector<int>> VirtualStageLayers(const ModelSpec& spec, const Polic
   if (p.pipeline_first_layers > 0 || p.pipeline_last_layers > 0) {
     const int given = (p.pipeline_first_layers > 0) + (p.pipeline_last_layers > 0);
     const int rest = layers - p.pipeline_first_layers - p.pipeline_last_layers;
-    const int each = pp > given ? rest / (pp - given) : 0;
-    for (int s = 0; s < pp; ++s) n[s] = each;
+    const int each = nv > given ? rest / (nv - given) : 0;
+    for (int s = 0; s < nv; ++s) n[s] = each;
     if (p.pipeline_first_layers > 0) n[0] = p.pipeline_first_layers;
-    if (p.pipeline_last_layers > 0) n[pp - 1] = p.pipeline_last_layers;
+    if (p.pipeline_last_layers > 0) n[nv - 1] = p.pipeline_last_layers;
     return n;
   }
   // Even, the remainder to the inner virtual stages first: from the middle
@@ -282,8 +279,9 @@ class StageBuilder {
   void Weight(int m, int c);
   int ForwardBlock(int u, int m, int c, int in);
   int BackwardBlock(int u, int m, int c, int in, bool split);
-  void Compute(NodeKind kind, int u, int m, int c, BlockSegment seg, std::vector<int> reads,
+  void Compute(NodeKind kind, int u, int m, int c, uint8_t segments, std::vector<int> reads,
                std::vector<int> writes, bool grads, const std::string& tag);
+  void AddRing(Node& n, bool backward);
   void TensorCollective(NodeKind kind, int in, int out, const std::string& name, int m);
   void GradWritten(int u);
   void Reduce(int b);
@@ -384,7 +382,7 @@ std::vector<FusedComm> StageBuilder::TensorFused(bool backward) const {
   return f;
 }
 
-void StageBuilder::Compute(NodeKind kind, int u, int m, int c, BlockSegment seg,
+void StageBuilder::Compute(NodeKind kind, int u, int m, int c, uint8_t segments,
                            std::vector<int> reads, std::vector<int> writes, bool grads,
                            const std::string& name) {
   std::vector<bool> acc;
@@ -401,7 +399,7 @@ void StageBuilder::Compute(NodeKind kind, int u, int m, int c, BlockSegment seg,
   n.unit = u;
   n.micro_step = m;
   n.chunk = c;
-  n.segment = seg;
+  n.segments = segments;
   n.grad_accumulate = std::move(acc);
 }
 
@@ -423,30 +421,26 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in) {
   };
   int cur = in;
   for (int half = 0; half < 2; ++half) {
-    const BlockSegment norm = half == 0 ? BlockSegment::kAttnNorm : BlockSegment::kMlpNorm;
-    const BlockSegment body = half == 0 ? BlockSegment::kAttention : BlockSegment::kMlp;
+    const uint8_t norm = SegmentBit(half == 0 ? BlockSegment::kAttnNorm : BlockSegment::kMlpNorm);
+    const uint8_t body = SegmentBit(half == 0 ? BlockSegment::kAttention : BlockSegment::kMlp);
     const std::string what = half == 0 ? "attn" : "mlp";
-    const int normed = Act(absl::StrCat("act.", un, ".", what, "_norm", t), sp, false);
-    Compute(NodeKind::kForward, u, m, c, norm, reads(cur), {normed}, false,
-            absl::StrCat("F ", un, ".", what, "_norm", t));
-    int input = normed;
+    uint8_t covers = norm | body;
     if (sp && !ov) {
-      input = Act(absl::StrCat("act.", un, ".", what, "_in", t), false, false);
-      TensorCollective(NodeKind::kAllGather, normed, input,
+      // The norm on sequence shards, then the gather of its output.
+      const int normed = Act(absl::StrCat("act.", un, ".", what, "_norm", t), true, false);
+      Compute(NodeKind::kForward, u, m, c, norm, reads(cur), {normed}, false,
+              absl::StrCat("F ", un, ".", what, "_norm", t));
+      cur = Act(absl::StrCat("act.", un, ".", what, "_in", t), false, false);
+      TensorCollective(NodeKind::kAllGather, normed, cur,
                        absl::StrCat("AG-TP ", un, ".", what, t), m);
+      covers = body;
     }
     const int partial = Act(absl::StrCat("act.", un, ".", what, "_partial", t), false, false);
-    Compute(NodeKind::kForward, u, m, c, body, reads(input), {partial}, false,
+    Compute(NodeKind::kForward, u, m, c, covers, reads(cur), {partial}, false,
             absl::StrCat("F ", un, ".", what, t));
     Node& bn = g_.nodes.back();
     bn.fused = TensorFused(false);
-    if (half == 0 && p_.context_parallel > 1) {
-      const int64_t kv = 2 * act_numel_ / layout_.spec.hidden * layout_.spec.kv_heads *
-                         layout_.spec.head_dim / p_.tensor_parallel;
-      bn.fused.push_back({FusedComm::Kind::kRing, kContextGroup,
-                          kv * static_cast<int64_t>(DataTypeSize(p_.param_dtype)),
-                          p_.context_parallel});
-    }
+    if (half == 0) AddRing(bn, false);
     cur = partial;
     if (!ov) {
       const int out = Act(absl::StrCat("act.", un, ".", what, "_out", t), sp, false);
@@ -462,41 +456,42 @@ int StageBuilder::BackwardBlock(int u, int m, int c, int in, bool split) {
   const std::string& un = layout_.units[u].name;
   const std::string t = Tag(m, c);
   const bool sp = p_.sequence_parallel, ov = p_.tp_comm_overlap;
-  const bool grads = !split;
-  auto reads = [&](int x) {
-    std::vector<int> r = Params(u);
-    if (x >= 0) r.push_back(x);
-    return r;
-  };
+  std::vector<int> reads = Params(u);
   int cur = in;
   for (int half = 1; half >= 0; --half) {
-    const BlockSegment norm = half == 0 ? BlockSegment::kAttnNorm : BlockSegment::kMlpNorm;
-    const BlockSegment body = half == 0 ? BlockSegment::kAttention : BlockSegment::kMlp;
+    const uint8_t covers =
+        half == 0 ? SegmentBit(BlockSegment::kAttnNorm) | SegmentBit(BlockSegment::kAttention)
+                  : SegmentBit(BlockSegment::kMlpNorm) | SegmentBit(BlockSegment::kMlp);
     const std::string what = half == 0 ? "attn" : "mlp";
-    int dy = cur;
     if (sp && !ov) {
-      dy = Act(absl::StrCat("dact.", un, ".", what, "_out", t), false, true);
+      // The output gradient's gather (the reduce-scatter's backward).
+      const int dy = Act(absl::StrCat("dact.", un, ".", what, "_out", t), false, true);
       TensorCollective(NodeKind::kAllGather, cur, dy,
                        absl::StrCat("AG-TP ", un, ".d", what, t), m);
+      cur = dy;
     }
     const int dx = Act(absl::StrCat("dact.", un, ".", what, "_in", t), sp, true);
-    Compute(NodeKind::kBackward, u, m, c, body, reads(dy), {dx}, grads,
+    std::vector<int> r = reads;
+    if (cur >= 0) r.push_back(cur);
+    Compute(NodeKind::kBackward, u, m, c, covers, std::move(r), {dx}, !split,
             absl::StrCat("B ", un, ".", what, t));
     Node& bn = g_.nodes.back();
     bn.fused = TensorFused(true);
-    if (half == 0 && p_.context_parallel > 1) {
-      // K and V forward again, and dK, dV back: twice the forward's ring.
-      const int64_t kv = 2 * act_numel_ / layout_.spec.hidden * layout_.spec.kv_heads *
-                         layout_.spec.head_dim / p_.tensor_parallel;
-      bn.fused.push_back({FusedComm::Kind::kRing, kContextGroup,
-                          2 * kv * static_cast<int64_t>(DataTypeSize(p_.param_dtype)),
-                          p_.context_parallel});
-    }
-    cur = Act(absl::StrCat("dact.", un, ".", what, "_norm", t), sp, true);
-    Compute(NodeKind::kBackward, u, m, c, norm, reads(dx), {cur}, grads,
-            absl::StrCat("B ", un, ".", what, "_norm", t));
+    if (half == 0) AddRing(bn, true);
+    cur = dx;
   }
   return cur;
+}
+
+// Context parallelism's ring on a node holding the attention: K and V
+// (and in the backward dK, dV) of this rank's tokens per step.
+void StageBuilder::AddRing(Node& n, bool backward) {
+  if (p_.context_parallel < 2) return;
+  const ModelSpec& m = layout_.spec;
+  const int64_t kv = 2 * act_numel_ / m.hidden * m.kv_heads * m.head_dim / p_.tensor_parallel;
+  n.fused.push_back({FusedComm::Kind::kRing, kContextGroup,
+                     (backward ? 2 : 1) * kv * static_cast<int64_t>(DataTypeSize(p_.param_dtype)),
+                     p_.context_parallel});
 }
 
 void StageBuilder::GradWritten(int u) {
@@ -548,15 +543,9 @@ void StageBuilder::Forward(int m, int c) {
     const int out = Act(absl::StrCat("act.", unit.name, t), sp, false);
     std::vector<int> reads = Params(u);
     if (cur >= 0) reads.push_back(cur);
-    Compute(NodeKind::kForward, u, m, c, BlockSegment::kWhole, reads, {out}, false,
+    Compute(NodeKind::kForward, u, m, c, 0, reads, {out}, false,
             absl::StrCat("F ", unit.name, t));
-    if (unit.kind == UnitKind::kBlock && p_.context_parallel > 1) {
-      const int64_t kv = 2 * act_numel_ / layout_.spec.hidden * layout_.spec.kv_heads *
-                         layout_.spec.head_dim;
-      g_.nodes.back().fused.push_back(
-          {FusedComm::Kind::kRing, kContextGroup,
-           kv * static_cast<int64_t>(DataTypeSize(p_.param_dtype)), p_.context_parallel});
-    }
+    if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), false);
     cur = out;
   }
   if (vs < nv - 1) {
@@ -588,7 +577,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
     const int u = *it;
     const UnitSpec& unit = layout_.units[u];
     if (Recomputed(u)) {
-      Compute(NodeKind::kRecompute, u, m, c, BlockSegment::kWhole, Params(u), {}, false,
+      Compute(NodeKind::kRecompute, u, m, c, 0, Params(u), {}, false,
               absl::StrCat("R ", unit.name, t));
     }
     if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
@@ -597,16 +586,9 @@ void StageBuilder::Backward(int m, int c, bool split) {
       const int out = Act(absl::StrCat("dact.", unit.name, t), sp, true);
       std::vector<int> reads = Params(u);
       if (cur >= 0) reads.push_back(cur);
-      Compute(NodeKind::kBackward, u, m, c, BlockSegment::kWhole, reads, {out}, !split,
-              absl::StrCat(split ? "B " : "B ", unit.name, t));
-      if (unit.kind == UnitKind::kBlock && p_.context_parallel > 1) {
-        const int64_t kv = 2 * act_numel_ / layout_.spec.hidden * layout_.spec.kv_heads *
-                           layout_.spec.head_dim;
-        g_.nodes.back().fused.push_back(
-            {FusedComm::Kind::kRing, kContextGroup,
-             2 * kv * static_cast<int64_t>(DataTypeSize(p_.param_dtype)),
-             p_.context_parallel});
-      }
+      Compute(NodeKind::kBackward, u, m, c, 0, reads, {out}, !split,
+              absl::StrCat("B ", unit.name, t));
+      if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), true);
       cur = out;
     }
     if (!split) GradWritten(u);
@@ -624,7 +606,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
 void StageBuilder::Weight(int m, int c) {
   const std::vector<int>& units = vs_units_[VStage(c)];
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
-    Compute(NodeKind::kBackwardWeight, *it, m, c, BlockSegment::kWhole, Params(*it), {}, true,
+    Compute(NodeKind::kBackwardWeight, *it, m, c, 0, Params(*it), {}, true,
             absl::StrCat("W ", layout_.units[*it].name, Tag(m, c)));
     GradWritten(*it);
   }
@@ -644,6 +626,14 @@ StatusOr<StepGraph> StageBuilder::Build() {
     }
   }
   Persistent();
+  {
+    // About 10 nodes and 8 buffers per unit pass with tensor parallelism.
+    size_t units = 0;
+    for (const std::vector<int>& u : g_.chunk_units) units += u.size();
+    const size_t per = p_.tensor_parallel > 1 ? 10 : 3;
+    g_.nodes.reserve(order_.size() * (units / g_.chunk_units.size() + 1) * per + 4 * buckets_.size());
+    g_.buffers.reserve(g_.buffers.size() + order_.size() * (units / g_.chunk_units.size() + 1) * per);
+  }
   if (!p_.all_reduce) {
     for (int b : buckets_) {
       Node& n = Add(NodeKind::kAllGather, g_.stream_for(StreamClass::kAllGather), {shard_[b]},

@@ -24,19 +24,21 @@
 //             the pipeline streams and pair by Node::tag (the receiving
 //             virtual stage, micro-batch and direction); Node::peer is the
 //             other stage;
-//   blocks    with tensor_parallel > 1, a block is four segments
-//             (BlockSegment) with the tensor collectives between them on
+//   blocks    with tensor_parallel > 1, a block is split where its tensor
+//             collectives sit (Node::segments, BlockSegment), which run on
 //             the tensor stream, over the tensor group, on activation
 //             buffers of s x b x h elements (s / cp under context
-//             parallelism): forward, with sequence_parallel an all-gather
-//             before the attention and the MLP and a reduce-scatter after
-//             each, without it an all-reduce after each; backward, with
-//             sequence_parallel an all-gather of the output gradient
-//             before the MLP's and the attention's backward, and (as
-//             Megatron overlaps them with the dgrad / wgrad GEMMs) the
-//             re-gather of the input and the reduce-scatter of the input
-//             gradient fused into the segment; without it the all-reduce
-//             of the input gradient fused likewise. Under tp_comm_overlap
+//             parallelism): forward, with sequence_parallel the norm, an
+//             all-gather, the attention, a reduce-scatter, then the same
+//             for the MLP (8 nodes); without it norm and attention, an
+//             all-reduce, norm and MLP, an all-reduce (4 nodes);
+//             backward, the MLP with its norm, then the attention with its
+//             norm, each after an all-gather of its output gradient with
+//             sequence_parallel, and (as Megatron overlaps them with the
+//             dgrad / wgrad GEMMs) the re-gather of the input and the
+//             reduce-scatter of the input gradient fused into the node;
+//             without it the all-reduce of the input gradient fused
+//             likewise. Under tp_comm_overlap
 //             every one of them is fused into its segment in
 //             tensor_parallel chunks (Node::fused). Context parallelism
 //             fuses the K / V ring into the attention (kRing). The
@@ -120,7 +122,8 @@ Status ValidateParallel(const ModelSpec& spec, const Policy& policy);
 
 // Blocks per virtual stage (p x v entries, virtual stage c p + s is chunk c
 // of stage s): pipeline_first_layers / pipeline_last_layers for the first
-// and last stage (1f1b and zb-h1) and the rest split evenly; without them,
+// and last virtual stage (the first and last stage's first and last
+// chunk) and the rest split evenly; without them,
 // an even split whose remainder goes to the inner stages first (the first
 // holds the embedding, the last the head: llama3-405b's 126 blocks on 16
 // stages are 7, 8 x 14, 7). With the policy's sizes validated.

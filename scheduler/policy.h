@@ -137,9 +137,9 @@
 //       p, layers a multiple of p x v), zb-h1 (zero-bubble H1, v = 1: each
 //       backward split into an input-gradient pass and a weight-gradient
 //       pass deferred into the bubbles, at 1F1B's in-flight micro-batches).
-//       first / last layers: blocks of the first / last stage (0: the
-//       simulator balances the stages by cost; Megatron's
-//       --decoder-first/last-pipeline-num-layers).
+//       first / last layers: blocks of the first / last (virtual) stage
+//       (0: an even split, the remainder to the inner stages first;
+//       Megatron's --decoder-first/last-pipeline-num-layers).
 //       recompute_blocks N in a parallel graph: the first N blocks of each
 //       virtual stage (Megatron's --recompute-num-layers per model chunk).
 //       Data parallelism inside a parallel graph is Megatron's distributed

@@ -39,7 +39,6 @@ bool IsCompute(NodeKind kind) {
 
 const char* BlockSegmentName(BlockSegment segment) {
   switch (segment) {
-    case BlockSegment::kWhole: return "whole";
     case BlockSegment::kAttnNorm: return "attn_norm";
     case BlockSegment::kAttention: return "attention";
     case BlockSegment::kMlpNorm: return "mlp_norm";

@@ -144,21 +144,25 @@ struct GraphBuffer {
   size_t bytes() const { return static_cast<size_t>(numel) * DataTypeSize(dtype); }
 };
 
-// A block split at its tensor-parallel collectives runs as four segments
-// (parallel graphs with tensor_parallel > 1), forward in this order and
-// backward in reverse: the attention's input norm (with the residual add
-// before it), the attention (QKV GEMM, RoPE, attention, output GEMM), the
-// MLP's input norm (and residual add), the MLP (gate/up GEMM, SwiGLU, down
-// GEMM). The collectives sit between them: before the attention and the
-// MLP an all-gather of the sequence shards (sequence parallelism), after
-// them a reduce-scatter (or, without it, one all-reduce after each).
+// A block split at its tensor-parallel collectives (parallel graphs with
+// tensor_parallel > 1) runs as compute nodes that each cover some of its
+// four segments, forward in this order and backward in reverse: the
+// attention's input norm (with the residual add before it), the attention
+// (QKV GEMM, RoPE, attention, output GEMM), the MLP's input norm (and
+// residual add), the MLP (gate/up GEMM, SwiGLU, down GEMM). A node ends
+// where a collective sits: with sequence parallelism an all-gather before
+// the attention and the MLP and a reduce-scatter after each, without it an
+// all-reduce after each (forward); so a node covers one segment, or a norm
+// and its body. Node::segments is the set, a bit per BlockSegment.
 enum class BlockSegment : int8_t {
-  kWhole = -1,  // an unsplit unit
   kAttnNorm = 0,
   kAttention = 1,
   kMlpNorm = 2,
   kMlp = 3,
 };
+inline constexpr uint8_t SegmentBit(BlockSegment s) {
+  return static_cast<uint8_t>(1u << static_cast<int>(s));
+}
 const char* BlockSegmentName(BlockSegment segment);
 
 // A collective run inside a compute node rather than as a node of its own:
@@ -209,7 +213,7 @@ struct Node {
   // completed before issuing this one; -1: never.
   int host_wait = -1;
   // Parallel graphs (scheduler/parallel_graph.h):
-  BlockSegment segment = BlockSegment::kWhole;  // compute: its block segment
+  uint8_t segments = 0;  // compute: the block segments it covers (0: the whole unit)
   int chunk = 0;     // the model chunk (virtual stage) of this rank it serves
   int peer = -1;     // kSend / kRecv: the pipeline stage at the other end
   int64_t tag = -1;  // kSend / kRecv: the message, equal on both ends

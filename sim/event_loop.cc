@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <queue>
+#include <utility>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -80,6 +82,27 @@ class EventLoop {
   std::vector<int64_t> host_t_;    // per stage
   std::vector<int> running_;            // per stream, -1: idle
   std::vector<int64_t> compute_end_;    // per stream, non-comm nodes
+  // Running non-comm nodes by end time, (end, stream); an entry is stale
+  // once its stream's compute_end_ differs.
+  std::priority_queue<std::pair<int64_t, int>, std::vector<std::pair<int64_t, int>>,
+                      std::greater<>> ends_;
+  // Streams whose head may start: idle, and their head issued later or its
+  // waits just finished. Only these are looked at (many stages have many
+  // streams, most of them blocked at any time).
+  std::vector<char> dirty_;
+  std::vector<int> dirty_list_;
+  std::vector<std::vector<int>> waiters_;  // per node: nodes that wait for it
+  // Node v has finished: its stream is free, its waiters may be ready.
+  void Finished(int v) {
+    MarkDirty(stream_of_[v]);
+    for (int w : waiters_[v]) MarkDirty(stream_of_[w]);
+  }
+  void MarkDirty(int s) {
+    if (!dirty_[s]) {
+      dirty_[s] = 1;
+      dirty_list_.push_back(s);
+    }
+  }
   std::vector<std::vector<Active>> comm_;  // per stage
   int done_ = 0;
   std::vector<int64_t> start_ns_, finish_ns_;
@@ -172,6 +195,12 @@ Status EventLoop::Init(double host_issue_us) {
   host_t_.assign(np_, 0);
   running_.assign(ns_, -1);
   compute_end_.assign(ns_, kNever);
+  dirty_.assign(ns_, 0);
+  for (int st = 0; st < ns_; ++st) MarkDirty(st);
+  waiters_.assign(nn_, {});
+  for (int v = 0; v < nn_; ++v) {
+    for (int w : waits_[v]) waiters_[w].push_back(v);
+  }
   comm_.resize(np_);
   r_.resize(np_);
   return absl::OkStatus();
@@ -193,18 +222,27 @@ void EventLoop::AdvanceHost(int p, int64_t t) {
     issue_[v] = at;
     host_t_[p] = std::min(at + issue_ns_, kMaxStepNs + 1);
     ++issued_[p];
+    MarkDirty(stream_of_[v]);
   }
 }
 
 // Starts, on every idle stream, its next node if it is issued and ready.
 void EventLoop::StartReady(int64_t t) {
-  for (int s = 0; s < ns_; ++s) {
+  std::sort(dirty_list_.begin(), dirty_list_.end());
+  std::vector<int> keep;
+  for (int s : dirty_list_) {
+    dirty_[s] = 0;
     if (running_[s] >= 0 || head_[s] >= queue_[s].size()) continue;
     const int v = queue_[s][head_[s]];
-    if (issue_[v] > t) continue;
+    if (issue_[v] > t) {
+      // Looked at again until its issue time has come (not yet issued: its
+      // issuing marks it).
+      if (issue_[v] < kNever) keep.push_back(s);
+      continue;
+    }
     bool ready = true;
     for (int w : waits_[v]) ready &= finish_ns_[w] <= t;
-    if (!ready) continue;
+    if (!ready) continue;  // a finishing wait marks it again
     running_[s] = v;
     start_ns_[v] = t;
     ++head_[s];
@@ -212,9 +250,12 @@ void EventLoop::StartReady(int64_t t) {
       comm_[stage_of_[v]].push_back({v, latency_ns_[v], work_units_[v]});
     } else {
       compute_end_[s] = t + latency_ns_[v];
+      ends_.push({compute_end_[s], s});
     }
     if (stream_compute_[s]) BlameGap(v, t);
   }
+  dirty_list_.clear();
+  for (int s : keep) MarkDirty(s);
 }
 
 // Charges the compute stream's idle gap before node v (starting at t) to
@@ -262,7 +303,7 @@ Status EventLoop::PastRange(int64_t t, int node_id) const {
 // node or advances time.
 StatusOr<int64_t> EventLoop::NextEvent(int64_t t, const std::vector<int64_t>& per_ns) const {
   int64_t next = kNever;
-  for (int s = 0; s < ns_; ++s) next = std::min(next, compute_end_[s]);
+  if (!ends_.empty()) next = ends_.top().first;  // stale entries are never early
   for (int p = 0; p < np_; ++p) {
     for (const Active& a : comm_[p]) {
       next = std::min(next, a.latency_left > 0
@@ -277,7 +318,7 @@ StatusOr<int64_t> EventLoop::NextEvent(int64_t t, const std::vector<int64_t>& pe
     }
   }
   int pending = -1;  // a node waiting for its issue time, for messages
-  for (int s = 0; s < ns_; ++s) {
+  for (int s : dirty_list_) {
     if (running_[s] < 0 && head_[s] < queue_[s].size()) {
       const int v = queue_[s][head_[s]];
       if (issue_[v] > t && issue_[v] < kNever && issue_[v] < next) {
@@ -301,8 +342,10 @@ StatusOr<int64_t> EventLoop::NextEvent(int64_t t, const std::vector<int64_t>& pe
 
 // Completes every node that ends at t.
 void EventLoop::Complete(int64_t t) {
-  for (int s = 0; s < ns_; ++s) {
-    if (compute_end_[s] > t) continue;
+  while (!ends_.empty() && ends_.top().first <= t) {
+    const auto [end, s] = ends_.top();
+    ends_.pop();
+    if (compute_end_[s] != end || running_[s] < 0) continue;  // stale
     const int v = running_[s];
     finish_ns_[v] = compute_end_[s];
     if (stream_compute_[s]) {
@@ -313,6 +356,7 @@ void EventLoop::Complete(int64_t t) {
     compute_end_[s] = kNever;
     running_[s] = -1;
     ++done_;
+    Finished(v);
   }
   for (int p = 0; p < np_; ++p) {
     std::vector<Active>& comm = comm_[p];
@@ -322,6 +366,7 @@ void EventLoop::Complete(int64_t t) {
         finish_ns_[a.node] = t;
         running_[stream_of_[a.node]] = -1;
         ++done_;
+        Finished(a.node);
         comm[k] = comm.back();
         comm.pop_back();
       } else {

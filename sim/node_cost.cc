@@ -199,23 +199,17 @@ double NodeCoster::ParallelCompute(const Node& n) const {
     return k.seconds + (weight ? 0 : VocabularyComm(n));
   }
   if (weight) return seg.weight.seconds;
-  const int s = static_cast<int>(n.segment);
-  if (n.kind == NodeKind::kRecompute) return RecomputeSeconds();
-  if (n.segment == BlockSegment::kWhole) {
-    double total = 0, gemm = 0;
-    for (int i = 0; i < 4; ++i) {
-      total += bwd ? (split ? seg.bwd_input[i].seconds : seg.bwd[i].seconds)
-                   : seg.fwd[i].seconds;
-      gemm += bwd ? (split ? seg.gemm_bwd_input[i] : seg.gemm_bwd[i]) : seg.gemm_fwd[i];
-    }
-    return WithFused(n, total, gemm, bwd ? seg.attn_bwd : seg.attn_fwd);
+  // The segments this node covers (all four for a whole block).
+  const uint8_t covers = n.segments == 0 ? 0xF : n.segments;
+  double total = 0, gemm = 0, attn = 0;
+  for (int i = 0; i < 4; ++i) {
+    if ((covers & (1u << i)) == 0) continue;
+    total += bwd ? (split ? seg.bwd_input[i].seconds : seg.bwd[i].seconds) : seg.fwd[i].seconds;
+    gemm += bwd ? (split ? seg.gemm_bwd_input[i] : seg.gemm_bwd[i]) : seg.gemm_fwd[i];
   }
-  const double total = bwd ? (split ? seg.bwd_input[s].seconds : seg.bwd[s].seconds)
-                           : seg.fwd[s].seconds;
-  const double gemm = bwd ? (split ? seg.gemm_bwd_input[s] : seg.gemm_bwd[s]) : seg.gemm_fwd[s];
-  const double attn = n.segment == BlockSegment::kAttention
-                          ? (bwd ? seg.attn_bwd : seg.attn_fwd)
-                          : 0;
+  if (covers & scheduler::SegmentBit(BlockSegment::kAttention)) {
+    attn = bwd ? seg.attn_bwd : seg.attn_fwd;
+  }
   return WithFused(n, total, gemm, attn);
 }
 

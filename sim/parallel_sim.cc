@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "baton/sim/compute_model.h"
@@ -166,6 +167,7 @@ StatusOr<SimResult> SimulateParallel(const scheduler::ModelSpec& model,
   pass.b = 0;
   for (const KernelSum& k : seg.bwd_input) pass.b += k.seconds;
   pass.w = std::max(seg.weight.seconds, 1e-12);
+  std::optional<ParallelStep> built;
   if (recompute_blocks == kAutoRecompute) {
     policy.recompute_blocks = 0;
     BATON_ASSIGN_OR_RETURN(ParallelStep probe,
@@ -182,6 +184,10 @@ StatusOr<SimResult> SimulateParallel(const scheduler::ModelSpec& model,
       }
     }
     policy.recompute_blocks = chosen < 0 ? -1 : chosen;
+    if (chosen == 0) {
+      for (StepGraph& g : probe.stages) g.policy.recompute_blocks = 0;
+      built = std::move(probe);
+    }
   } else {
     if (recompute_blocks < -1 || recompute_blocks > model.layers) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -190,9 +196,11 @@ StatusOr<SimResult> SimulateParallel(const scheduler::ModelSpec& model,
     }
     policy.recompute_blocks = recompute_blocks;
   }
-  BATON_ASSIGN_OR_RETURN(ParallelStep step,
-                         scheduler::BuildParallelStep(model, policy, w.gpus, w.seq,
-                                                      w.micro_batch, {}, pass));
+  if (!built) {
+    BATON_ASSIGN_OR_RETURN(built, scheduler::BuildParallelStep(model, policy, w.gpus, w.seq,
+                                                               w.micro_batch, {}, pass));
+  }
+  ParallelStep step = *std::move(built);
   std::vector<const StepGraph*> graphs;
   std::vector<std::vector<NodeCost>> costs;
   for (const StepGraph& g : step.stages) {
