@@ -120,7 +120,9 @@ TEST(TuneTest, OffloadWhereNothingElseFitsNotWhereItCostsTime) {
   c.model = *ModelPreset("llama3-70b");
   c.w.gpus = 16;
   c.w.global_batch = 16;
-  auto big = Tune(c.model, c.cluster, c.w);
+  TuneOptions data_only;
+  data_only.search_mesh = false;
+  auto big = Tune(c.model, c.cluster, c.w, data_only);
   ASSERT_TRUE(big.ok()) << big.status();
   const TuneCandidate& best = big->best[0];
   EXPECT_TRUE(best.result.fits);
@@ -132,6 +134,22 @@ TEST(TuneTest, OffloadWhereNothingElseFitsNotWhereItCostsTime) {
       EXPECT_FALSE(other.result.fits) << DescribeKnobs(other);
     }
   }
+  // With the mesh searched, tensor and pipeline parallelism also fit it
+  // without offload (the parameters split over tp x pp GPUs); the search
+  // still finds the offload configuration, which is faster here, and
+  // keeps the fastest that fits.
+  TuneOptions all;
+  all.keep = 1000;
+  auto mesh = Tune(c.model, c.cluster, c.w, all);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_TRUE(mesh->best[0].result.fits);
+  EXPECT_LE(mesh->best[0].result.step_s, best.result.step_s);
+  bool parallel_fits = false;
+  for (const TuneCandidate& other : mesh->best) {
+    parallel_fits |= scheduler::IsParallel(other.policy) && other.result.fits &&
+                     other.policy.offload == scheduler::Offload::kNone;
+  }
+  EXPECT_TRUE(parallel_fits);
 }
 
 TEST(TuneTest, BadOptionsAreRefused) {
@@ -140,7 +158,16 @@ TEST(TuneTest, BadOptionsAreRefused) {
   o.keep = 0;
   EXPECT_EQ(Tune(c.model, c.cluster, c.w, o).status().code(),
             absl::StatusCode::kInvalidArgument);
-  c.w.global_batch = 100;
+  c.w.global_batch = 100;  // not a multiple of the 32 GPUs
+  TuneOptions data_only;
+  data_only.search_mesh = false;
+  EXPECT_EQ(Tune(c.model, c.cluster, c.w, data_only).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A mesh leaves 100 / 4 per data rank with tp x pp = 8.
+  auto mesh = Tune(c.model, c.cluster, c.w);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_EQ(100 % mesh->best[0].workload.data_ranks(), 0);
+  c.w.gpus = 0;
   EXPECT_EQ(Tune(c.model, c.cluster, c.w).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
