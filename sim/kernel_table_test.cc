@@ -323,3 +323,59 @@ TEST(ComputeModelTest, AttentionKernelPresets) {
 
 }  // namespace
 }  // namespace baton::sim
+
+namespace baton::sim {
+namespace {
+
+// Kernel stacks and a rank's shard (compute_model.h KernelStack,
+// ShardShape): fp8 halves the block's GEMMs and adds its casts; compiled
+// fuses the memory-bound kernels; tensor parallelism divides the GEMMs.
+TEST(ComputeModelTest, StacksAndShards) {
+  const KernelTable& t = *H100KernelTable();
+  const ClusterSpec h100 = *ClusterPreset("h100");
+  const scheduler::ModelSpec m = *scheduler::ModelPreset("llama3-70b");
+  auto eager = ComputeModel::Create(t, h100, m, 8192, 1, 8192);
+  KernelStack fp8;
+  fp8.fp8 = true;
+  KernelStack compiled;
+  compiled.compiled = true;
+  auto f = ComputeModel::Create(t, h100, m, 8192, 1, 8192, {}, fp8);
+  auto c = ComputeModel::Create(t, h100, m, 8192, 1, 8192, {}, compiled);
+  ASSERT_TRUE(eager.ok() && f.ok() && c.ok());
+  const BlockSegments& e = eager->Segments();
+  double gemm = 0;
+  for (double g : e.gemm_fwd) gemm += g;
+  double gemm8 = 0;
+  for (double g : f->Segments().gemm_fwd) gemm8 += g;
+  EXPECT_NEAR(gemm8 / gemm, 989.0 / 1979, 1e-9);
+  EXPECT_GT(f->BlockForward().kernels, eager->BlockForward().kernels);  // the casts
+  EXPECT_LT(f->BlockForward().seconds, eager->BlockForward().seconds);
+  EXPECT_LT(c->BlockForward().kernels, eager->BlockForward().kernels);
+  EXPECT_LT(c->BlockBackward(false).seconds, eager->BlockBackward(false).seconds);
+  // The default stack's segments add up to the block (up to rounding).
+  EXPECT_NEAR(e.Forward().seconds, eager->BlockForward().seconds, 1e-9);
+  EXPECT_NEAR(e.Backward().seconds, eager->BlockBackward(false).seconds, 1e-9);
+  // Input- and weight-gradient parts make the backward.
+  double input = 0;
+  for (const KernelSum& k : e.bwd_input) input += k.seconds;
+  EXPECT_NEAR(input + e.weight.seconds, e.Backward().seconds, 1e-9);
+  // TP 8: GEMM time falls about 8-fold (smaller GEMMs run a little slower).
+  ShardShape tp8;
+  tp8.tp = 8;
+  tp8.sp = true;
+  auto s = ComputeModel::Create(t, h100, m, 8192, 1, 8192, {}, {}, tp8);
+  ASSERT_TRUE(s.ok());
+  double gemm_tp = 0;
+  for (double g : s->Segments().gemm_fwd) gemm_tp += g;
+  EXPECT_GT(gemm / gemm_tp, 6.5);
+  EXPECT_LE(gemm / gemm_tp, 8.0 + 1e-9);
+  // No FP8 on the A100: refused by name.
+  auto a = ComputeModel::Create(t, *ClusterPreset("a100"), m, 8192, 1, 8192, {}, fp8);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(KernelStackFor("eager", "fp8", *ClusterPreset("a100")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(KernelStackFor("compiled", "fp8", h100).ok());
+}
+
+}  // namespace
+}  // namespace baton::sim

@@ -150,3 +150,44 @@ TEST(ParallelSimTest, ContextParallelismDividesAttention) {
 
 }  // namespace
 }  // namespace baton::sim
+
+namespace baton::sim {
+namespace {
+
+// Megatron's activation accounting (Korthikanti et al. 2022, REFERENCE
+// section 12) per stage: 1F1B stage s holds min(m, p - s) micro-batches of
+// its blocks' 34 t h / tp bytes (TP with SP), t h (10 + 24 / tp) without
+// SP; interleaved's first stage holds 1 + (p - 1) / (p v) times 1F1B's.
+TEST(ParallelSimTest, StageMemoryIsMegatrons) {
+  const scheduler::ModelSpec m = Uniform(32);
+  Workload w = Pipeline(4, 8);
+  w.gpus = 32;
+  w.tp = 8;
+  w.sp = true;
+  w.global_batch = 8;
+  const double t = 2048, h = static_cast<double>(m.hidden);
+  const SimResult sp = Sim(m, w, false, 0);
+  ASSERT_EQ(sp.stages.size(), 4u);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_NEAR(sp.stages[s].memory.activations, (4 - s) * 8 * 34 * t * h / 8, 1) << s;
+  }
+  w.sp = false;
+  const SimResult no_sp = Sim(m, w, false, 0);
+  EXPECT_NEAR(no_sp.stages[0].memory.activations, 4 * 8 * t * h * (10 + 24.0 / 8), 1);
+  // Interleaved, v = 2: the first stage holds 4 x 8 x (1 + 3 / 8) blocks'.
+  w.sp = true;
+  w.vpp = 2;
+  w.schedule = PipelineSchedule::kInterleaved;
+  const SimResult inter = Sim(m, w, false, 0);
+  EXPECT_NEAR(inter.stages[0].memory.activations / sp.stages[0].memory.activations,
+              1 + 3.0 / 8, 1e-9);
+  // States: the gathered parameters and the fp32 gradient of this rank's
+  // slice whole, 12 bytes of optimizer state over the 1 data rank.
+  EXPECT_GT(sp.stages[0].memory.states, 0);
+  // The last stage holds the logits (bf16 and fp32) of one micro-batch.
+  EXPECT_NEAR(sp.stages[3].memory.logits, t * (256.0 / 8) * 6, 1);
+  EXPECT_EQ(sp.stages[0].memory.logits, 0);
+}
+
+}  // namespace
+}  // namespace baton::sim
