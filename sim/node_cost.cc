@@ -199,6 +199,7 @@ double NodeCoster::ParallelCompute(const Node& n) const {
     return k.seconds + (weight ? 0 : VocabularyComm(n));
   }
   if (weight) return seg.weight.seconds;
+  if (n.kind == NodeKind::kRecompute) return RecomputeSeconds();
   // The segments this node covers (all four for a whole block).
   const uint8_t covers = n.segments == 0 ? 0xF : n.segments;
   double total = 0, gemm = 0, attn = 0;

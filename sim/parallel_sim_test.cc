@@ -7,9 +7,11 @@
 // cost time that overlap by decomposition hides; memory per stage follows
 // Megatron's accounting.
 #include "baton/sim/parallel_sim.h"
+#include "baton/sim/node_cost.h"
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -187,6 +189,53 @@ TEST(ParallelSimTest, StageMemoryIsMegatrons) {
   // The last stage holds the logits (bf16 and fp32) of one micro-batch.
   EXPECT_NEAR(sp.stages[3].memory.logits, t * (256.0 / 8) * 6, 1);
   EXPECT_EQ(sp.stages[0].memory.logits, 0);
+}
+
+}  // namespace
+}  // namespace baton::sim
+
+namespace baton::sim {
+namespace {
+
+// A recomputed block costs its forward again, tensor collectives included:
+// the R node's time is the block's forward nodes' and all-reduces' (no SP,
+// no overlap) or, with SP, its gathers' and reduce-scatters'.
+TEST(ParallelSimTest, RecomputeCostsTheForwardWithItsCollectives) {
+  const scheduler::ModelSpec m = *scheduler::ModelPreset("llama3-8b");
+  const ClusterSpec h100 = *ClusterPreset("h100");
+  for (bool sp : {false, true}) {
+    Workload w;
+    w.gpus = 8;
+    w.seq = 4096;
+    w.global_batch = 1;
+    w.tp = 8;
+    w.sp = sp;
+    scheduler::Policy p = *SimPolicy("baton", w, 8);
+    p.recompute_blocks = -1;
+    auto step = scheduler::BuildParallelStep(m, p, 8, 4096, 1);
+    ASSERT_TRUE(step.ok()) << step.status();
+    const scheduler::StepGraph& g = step->stages[0];
+    ShardShape shard;
+    shard.tp = 8;
+    shard.sp = sp;
+    auto k = ComputeModel::Create(*H100KernelTable(), h100, m, 4096, 1, 4096, {}, {}, shard);
+    ASSERT_TRUE(k.ok());
+    const SimOptions o;
+    const NodeCoster coster(g, h100, o, *k);
+    const int block = 3;  // unit of block2
+    double forward = 0, recompute = -1;
+    for (const scheduler::Node& n : g.nodes) {
+      const bool tensor = n.group == scheduler::kTensorGroup && n.micro_step == 0;
+      const NodeCost c = coster.Cost(n);
+      if ((n.kind == scheduler::NodeKind::kForward && n.unit == block) ||
+          (tensor && n.name.find("block2.") != std::string::npos &&
+           n.name.find(".d") == std::string::npos)) {
+        forward += c.latency_s + c.work_s;
+      }
+      if (n.kind == scheduler::NodeKind::kRecompute && n.unit == block) recompute = c.latency_s;
+    }
+    EXPECT_NEAR(recompute, forward, 1e-9) << "sp " << sp;
+  }
 }
 
 }  // namespace
