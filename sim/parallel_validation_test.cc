@@ -151,6 +151,22 @@ SimResult Simulate(const Row& c) {
   return r.ok() ? *r : SimResult{};
 }
 
+// Under AddressSanitizer the three 530B runs (280 micro-batches on 35
+// stages: a third of a million nodes each) are left out: the smaller runs
+// exercise the same code, and the table's figures are the optimized
+// build's.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 TEST(ParallelValidationTest, PublishedRunsTable) {
   struct Sum {
     double abs = 0, worst = 0;
@@ -161,6 +177,7 @@ TEST(ParallelValidationTest, PublishedRunsTable) {
               "source", "model", "gpu", "gpus", "tp", "pp", "cp", "vpp", "sp", "seq", "batch",
               "rc", "pub_s", "sim_s", "error", "MFU", "bubble", "fits");
   for (const Row& c : Rows()) {
+    if (kSanitized && c.model.layers == 105) continue;
     const SimResult r = Simulate(c);
     ASSERT_GT(r.step_s, 0);
     const double err = c.published / r.step_s - 1;  // throughput ratio
@@ -187,7 +204,7 @@ TEST(ParallelValidationTest, PublishedRunsTable) {
   }
   std::printf("all: %d runs, mean |error| %.1f%%, worst %.1f%%\n", all.n, 100 * all.abs / all.n,
               100 * all.worst);
-  EXPECT_GE(all.n, 12);
+  EXPECT_GE(all.n, kSanitized ? 9 : 12);
   EXPECT_LE(all.abs / all.n, 0.10);
 }
 
