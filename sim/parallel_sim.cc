@@ -126,6 +126,88 @@ int MaxVirtualLayers(const std::vector<int>& v) {
   return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
 }
 
+// The figures of SimResult from the stages' runs (parallel_sim.h).
+SimResult Summarize(const scheduler::ModelSpec& model, const ClusterSpec& cluster,
+                    const Workload& w, const Policy& policy, const ParallelStep& step,
+                    const std::vector<EventLoopResult>& runs, bool timeline) {
+  const double limit = cluster.memory_gib * kGiB;
+  std::vector<const StepGraph*> graphs;
+  for (const StepGraph& g : step.stages) graphs.push_back(&g);
+  SimResult r;
+  r.policy = policy.name;
+  r.recompute_blocks = policy.recompute_blocks < 0 ? MaxVirtualLayers(step.virtual_layers)
+                                                   : policy.recompute_blocks;
+  // The pipeline's span: first forward to last backward or weight pass.
+  int64_t first = INT64_MAX, last = 0, end = 0;
+  for (size_t s = 0; s < graphs.size(); ++s) {
+    const StepGraph& g = *graphs[s];
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      end = std::max(end, runs[s].finish_ns[i]);
+      if (!scheduler::IsCompute(g.nodes[i].kind)) continue;
+      first = std::min(first, runs[s].start_ns[i]);
+      last = std::max(last, runs[s].finish_ns[i]);
+    }
+  }
+  const double span = std::max<int64_t>(last - first, 1) * 1e-9;
+  std::vector<int> in_flight;
+  const std::vector<MemoryBreakdown> mem = Memory(step, cluster, w, &in_flight);
+  int busiest = 0;
+  double bubble_sum = 0;
+  r.fits = true;
+  for (size_t s = 0; s < graphs.size(); ++s) {
+    const StepGraph& g = *graphs[s];
+    double pipeline_busy = 0;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (scheduler::IsCompute(g.nodes[i].kind)) {
+        pipeline_busy += (runs[s].finish_ns[i] - runs[s].start_ns[i]) * 1e-9;
+      }
+    }
+    SimResult::Stage st;
+    st.layers = 0;
+    for (int c = 0; c < policy.virtual_stages; ++c) {
+      st.layers += step.virtual_layers[c * policy.pipeline_parallel + static_cast<int>(s)];
+    }
+    st.busy_s = runs[s].compute_busy_ns * 1e-9;
+    // Idle in the span, less what waited on tensor collectives (not the
+    // pipeline's doing).
+    st.bubble = std::max(0.0, 1 - (pipeline_busy + runs[s].exposed_tp_ns * 1e-9) / span);
+    st.in_flight = in_flight[s];
+    st.memory = mem[s];
+    st.fits = mem[s].peak() <= limit;
+    r.fits &= st.fits;
+    bubble_sum += st.bubble;
+    if (runs[s].compute_busy_ns > runs[busiest].compute_busy_ns) busiest = static_cast<int>(s);
+    if (mem[s].peak() > r.memory.peak()) r.memory = mem[s];
+    r.stages.push_back(st);
+  }
+  r.bubble = bubble_sum / static_cast<double>(graphs.size());
+  r.pipeline_span_s = span;
+  const EventLoopResult& b = runs[busiest];
+  r.step_s = end * 1e-9;
+  r.compute_s = b.compute_busy_ns * 1e-9;
+  r.exposed_ag_s = b.exposed_ag_ns * 1e-9;
+  r.exposed_rs_s = b.exposed_rs_ns * 1e-9;
+  r.exposed_host_s = b.exposed_host_ns * 1e-9;
+  r.exposed_tp_s = b.exposed_tp_ns * 1e-9;
+  r.exposed_pp_s = b.exposed_pp_ns * 1e-9;
+  r.straggler_s = cluster.straggler_cv * r.compute_s * ExpectedMaxOfNormals(w.gpus);
+  r.step_s += r.straggler_s;
+  const double local = static_cast<double>(w.global_batch) / w.gpus;
+  r.mfu = scheduler::TrainingFlopsPerSequence(model, w.seq) * local /
+          (r.step_s * cluster.peak_tflops * 1e12);
+  r.tokens_per_s_per_gpu = local * w.seq / r.step_s;
+  if (timeline) {
+    for (size_t s = 0; s < graphs.size(); ++s) {
+      for (size_t i = 0; i < graphs[s]->nodes.size(); ++i) {
+        r.timeline.push_back({static_cast<int>(i), graphs[s]->nodes[i].stream,
+                              runs[s].start_ns[i] * 1e-9, runs[s].finish_ns[i] * 1e-9,
+                              static_cast<int>(s)});
+      }
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 std::vector<MemoryBreakdown> StageMemory(const ParallelStep& step, const ClusterSpec& cluster,
@@ -213,78 +295,7 @@ StatusOr<SimResult> SimulateParallel(const scheduler::ModelSpec& model,
   }
   BATON_ASSIGN_OR_RETURN(const std::vector<EventLoopResult> runs,
                          RunStagesEventLoop(graphs, costs, cluster.host_issue_us));
-  SimResult r;
-  r.policy = policy.name;
-  r.recompute_blocks = policy.recompute_blocks < 0 ? MaxVirtualLayers(step.virtual_layers)
-                                                   : policy.recompute_blocks;
-  // The pipeline's span: first forward to last backward or weight pass.
-  int64_t first = INT64_MAX, last = 0, end = 0;
-  for (size_t s = 0; s < graphs.size(); ++s) {
-    const StepGraph& g = *graphs[s];
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      end = std::max(end, runs[s].finish_ns[i]);
-      if (!scheduler::IsCompute(g.nodes[i].kind)) continue;
-      first = std::min(first, runs[s].start_ns[i]);
-      last = std::max(last, runs[s].finish_ns[i]);
-    }
-  }
-  const double span = std::max<int64_t>(last - first, 1) * 1e-9;
-  std::vector<int> in_flight;
-  const std::vector<MemoryBreakdown> mem = Memory(step, cluster, w, &in_flight);
-  int busiest = 0;
-  double bubble_sum = 0;
-  r.fits = true;
-  for (size_t s = 0; s < graphs.size(); ++s) {
-    const StepGraph& g = *graphs[s];
-    double pipeline_busy = 0;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      if (scheduler::IsCompute(g.nodes[i].kind)) {
-        pipeline_busy += (runs[s].finish_ns[i] - runs[s].start_ns[i]) * 1e-9;
-      }
-    }
-    SimResult::Stage st;
-    st.layers = 0;
-    for (int c = 0; c < policy.virtual_stages; ++c) {
-      st.layers += step.virtual_layers[c * policy.pipeline_parallel + static_cast<int>(s)];
-    }
-    st.busy_s = runs[s].compute_busy_ns * 1e-9;
-    // Idle in the span, less what waited on tensor collectives (not the
-    // pipeline's doing).
-    st.bubble = std::max(0.0, 1 - (pipeline_busy + runs[s].exposed_tp_ns * 1e-9) / span);
-    st.in_flight = in_flight[s];
-    st.memory = mem[s];
-    st.fits = mem[s].peak() <= limit;
-    r.fits &= st.fits;
-    bubble_sum += st.bubble;
-    if (runs[s].compute_busy_ns > runs[busiest].compute_busy_ns) busiest = static_cast<int>(s);
-    if (mem[s].peak() > r.memory.peak()) r.memory = mem[s];
-    r.stages.push_back(st);
-  }
-  r.bubble = bubble_sum / static_cast<double>(graphs.size());
-  r.pipeline_span_s = span;
-  const EventLoopResult& b = runs[busiest];
-  r.step_s = end * 1e-9;
-  r.compute_s = b.compute_busy_ns * 1e-9;
-  r.exposed_ag_s = b.exposed_ag_ns * 1e-9;
-  r.exposed_rs_s = b.exposed_rs_ns * 1e-9;
-  r.exposed_host_s = b.exposed_host_ns * 1e-9;
-  r.exposed_tp_s = b.exposed_tp_ns * 1e-9;
-  r.exposed_pp_s = b.exposed_pp_ns * 1e-9;
-  r.straggler_s = cluster.straggler_cv * r.compute_s * ExpectedMaxOfNormals(w.gpus);
-  r.step_s += r.straggler_s;
-  const double local = static_cast<double>(w.global_batch) / w.gpus;
-  r.mfu = scheduler::TrainingFlopsPerSequence(model, w.seq) * local /
-          (r.step_s * cluster.peak_tflops * 1e12);
-  r.tokens_per_s_per_gpu = local * w.seq / r.step_s;
-  if (options.timeline) {
-    for (size_t s = 0; s < graphs.size(); ++s) {
-      for (size_t i = 0; i < graphs[s]->nodes.size(); ++i) {
-        r.timeline.push_back({static_cast<int>(i), graphs[s]->nodes[i].stream,
-                              runs[s].start_ns[i] * 1e-9, runs[s].finish_ns[i] * 1e-9,
-                              static_cast<int>(s)});
-      }
-    }
-  }
+  SimResult r = Summarize(model, cluster, w, policy, step, runs, options.timeline);
   if (graph_out != nullptr) *graph_out = step.stages[0];
   if (step_out != nullptr) *step_out = std::move(step);
   return r;
