@@ -20,6 +20,7 @@ PUBLIC_HEADERS = [
     "runtime/version.h",
     "scheduler/executor.h",
     "scheduler/layout.h",
+    "scheduler/mesh.h",
     "scheduler/model.h",
     "scheduler/policy.h",
     "scheduler/policy_file.h",
