@@ -79,6 +79,10 @@ inline constexpr int64_t kMaxPolicyBytes = int64_t{1} << 50;
 // (CheckRecomputeBlocks); without a model, up to kMaxModelLayers.
 // micro_steps: [1, kMaxMicroSteps]; shard_group, hpz_group: [0,
 // kMaxWorldSize] and dividing the world size (ResolveMesh).
+// tensor_parallel, context_parallel, pipeline_parallel: [1, kMaxWorldSize]
+// and dividing the world size; virtual_stages, pipeline_first_layers,
+// pipeline_last_layers: up to kMaxModelLayers and the model's layers
+// (scheduler/parallel_graph.h).
 
 // ---- A model (scheduler/model.h) ------------------------------------------
 // So that every size product and the parameter count fit in int64 with

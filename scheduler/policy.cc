@@ -28,6 +28,24 @@ StatusOr<Offload> ParseOffload(absl::string_view name) {
       "offload must be none or optimizer, got \"", name, "\""));
 }
 
+const char* PipelineScheduleName(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::k1F1B: return "1f1b";
+    case PipelineSchedule::kInterleaved: return "interleaved";
+    case PipelineSchedule::kZbH1: return "zb-h1";
+  }
+  return "?";
+}
+
+StatusOr<PipelineSchedule> ParsePipelineSchedule(absl::string_view name) {
+  for (PipelineSchedule s : {PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved,
+                             PipelineSchedule::kZbH1}) {
+    if (name == PipelineScheduleName(s)) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "pipeline schedule must be 1f1b, interleaved or zb-h1, got \"", name, "\""));
+}
+
 ZenFlowIntervals ResolveZenFlow(const Policy& p) {
   ZenFlowIntervals z;
   z.update = p.zenflow_update_interval == kAutoInterval ? kAutoUpdateInterval
@@ -105,6 +123,52 @@ StatusOr<Policy> PolicyPreset(absl::string_view name) {
   }
   return p;
 }
+
+namespace {
+
+// The tensor / context / pipeline knobs of ValidatePolicy.
+Status ValidateParallelKnobs(const Policy& p) {
+  auto bad = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("policy ", p.name, ": ", parts...));
+  };
+  for (auto [knob, v] : {std::pair<const char*, int>{"tensor_parallel", p.tensor_parallel},
+                         {"context_parallel", p.context_parallel},
+                         {"pipeline_parallel", p.pipeline_parallel},
+                         {"virtual_stages", p.virtual_stages}}) {
+    if (v < 1) return bad(knob, " = ", v, " must be >= 1");
+  }
+  if (p.sequence_parallel && p.tensor_parallel < 2) {
+    return bad("sequence_parallel needs tensor_parallel > 1 (it shards over the "
+               "tensor-parallel ranks)");
+  }
+  if (p.tp_comm_overlap && p.tensor_parallel < 2) {
+    return bad("tp_comm_overlap needs tensor_parallel > 1");
+  }
+  const bool interleaved = p.pipeline_schedule == PipelineSchedule::kInterleaved;
+  if (interleaved != (p.virtual_stages > 1)) {
+    return bad("virtual_stages = ", p.virtual_stages, " with pipeline_schedule ",
+               PipelineScheduleName(p.pipeline_schedule),
+               ": the interleaved schedule takes virtual_stages >= 2, the others 1");
+  }
+  if (p.pipeline_schedule != PipelineSchedule::k1F1B && p.pipeline_parallel < 2) {
+    return bad("pipeline_schedule ", PipelineScheduleName(p.pipeline_schedule),
+               " needs pipeline_parallel > 1");
+  }
+  if (p.pipeline_first_layers < 0 || p.pipeline_last_layers < 0) {
+    return bad("pipeline_first_layers / pipeline_last_layers must be >= 0");
+  }
+  if ((p.pipeline_first_layers > 0 || p.pipeline_last_layers > 0) &&
+      p.pipeline_parallel < 2) {
+    return bad("pipeline_first_layers / pipeline_last_layers need pipeline_parallel > 1");
+  }
+  if (IsParallel(p) && (p.offload != Offload::kNone || p.zenflow || p.hpz_group > 0)) {
+    return bad("tensor, context and pipeline parallelism are not modelled with ",
+               p.offload != Offload::kNone ? "offload" : "hpz_group");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 Status ValidatePolicy(const Policy& p) {
   auto bad = [&](const char* knob, auto value) {
@@ -198,7 +262,7 @@ Status ValidatePolicy(const Policy& p) {
           "): a selection may not fall inside an accumulation window"));
     }
   }
-  return absl::OkStatus();
+  return ValidateParallelKnobs(p);
 }
 
 Status CheckPolicyForModel(const Policy& p, const ModelSpec& model,
@@ -222,6 +286,16 @@ StatusOr<DeviceMesh> ResolveMesh(const Policy& p, int world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("world size ", world_size, " must be >= 1"));
   }
+  const int64_t model_ranks = int64_t{std::max(p.tensor_parallel, 1)} *
+                              std::max(p.context_parallel, 1) *
+                              std::max(p.pipeline_parallel, 1);
+  if (world_size % model_ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": the mesh does not fill the ", world_size,
+        " GPUs: tp ", p.tensor_parallel, " x cp ", p.context_parallel, " x pp ",
+        p.pipeline_parallel, " = ", model_ranks, " does not divide them"));
+  }
+  world_size = static_cast<int>(world_size / model_ranks);  // the data ranks
   auto bad = [&](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("policy ", p.name, ": ", parts...));
   };
@@ -260,6 +334,9 @@ StatusOr<DeviceMesh> ResolveMesh(const Policy& p, int world_size) {
     // shards again; still valid (the backward gathers read them).
   }
   MeshSizes sizes;
+  sizes[MeshDim::kPipeline] = std::max(p.pipeline_parallel, 1);
+  sizes[MeshDim::kContext] = std::max(p.context_parallel, 1);
+  sizes[MeshDim::kTensor] = std::max(p.tensor_parallel, 1);
   sizes[MeshDim::kReplicate] = world_size / shard;
   sizes[MeshDim::kHpz] = std::max(hpz, 1);
   sizes[MeshDim::kShard] = shard / sizes[MeshDim::kHpz];

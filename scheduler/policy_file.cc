@@ -35,6 +35,7 @@ struct InLayout {
 struct Field {
   using Member = std::variant<int Policy::*, int64_t Policy::*, bool Policy::*,
                               DataType Policy::*, double Policy::*, Offload Policy::*,
+                              PipelineSchedule Policy::*,
                               AutoInterval, InLayout<int64_t>, InLayout<bool>,
                               InLayout<BucketPolicy>>;
   const char* key;
@@ -83,6 +84,15 @@ const std::vector<Field>& Fields() {
       {"zenflow_select_interval", AutoInterval{&Policy::zenflow_select_interval}},
       {"zenflow_update_interval", AutoInterval{&Policy::zenflow_update_interval}},
       {"zenflow_staleness", AutoInterval{&Policy::zenflow_staleness, 0}},
+      {"tensor_parallel", &Policy::tensor_parallel, 1, kMaxWorldSize},
+      {"sequence_parallel", &Policy::sequence_parallel},
+      {"tp_comm_overlap", &Policy::tp_comm_overlap},
+      {"context_parallel", &Policy::context_parallel, 1, kMaxWorldSize},
+      {"pipeline_parallel", &Policy::pipeline_parallel, 1, kMaxWorldSize},
+      {"virtual_stages", &Policy::virtual_stages, 1, kMaxModelLayers},
+      {"pipeline_schedule", &Policy::pipeline_schedule},
+      {"pipeline_first_layers", &Policy::pipeline_first_layers, 0, kMaxModelLayers},
+      {"pipeline_last_layers", &Policy::pipeline_last_layers, 0, kMaxModelLayers},
   };
   return *fields;
 }
@@ -164,6 +174,18 @@ Status ReadValue(const json& v, const std::string& what, const Field&, Offload& 
   out = *off;
   return absl::OkStatus();
 }
+Status ReadValue(const json& v, const std::string& what, const Field&,
+                 PipelineSchedule& out) {
+  StatusOr<PipelineSchedule> s =
+      v.is_string() ? ParsePipelineSchedule(v.get<std::string>())
+                    : StatusOr<PipelineSchedule>(absl::InvalidArgumentError(""));
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"1f1b\", \"interleaved\" or \"zb-h1\", got ", JsonBrief(v)));
+  }
+  out = *s;
+  return absl::OkStatus();
+}
 // An AutoInterval: "auto" or an integer in [lo, hi].
 Status ReadInterval(const json& v, const std::string& what, const Field& field,
                     int& out) {
@@ -204,6 +226,7 @@ json WriteValue(double x) { return x; }
 json WriteValue(DataType d) { return DataTypeName(d); }
 json WriteValue(BucketPolicy b) { return BucketPolicyName(b); }
 json WriteValue(Offload o) { return OffloadName(o); }
+json WriteValue(PipelineSchedule s) { return PipelineScheduleName(s); }
 
 json WriteField(const Field& field, const Policy& p) {
   return std::visit(

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,24 @@ Policy Unusual() {
   return p;
 }
 
+// Every tensor / context / pipeline knob away from its default (they
+// exclude offload and hpZ, so Unusual() cannot hold them).
+Policy UnusualParallel() {
+  Policy p;
+  p.name = "parallel";
+  p.micro_steps = 8;
+  p.tensor_parallel = 4;
+  p.sequence_parallel = true;
+  p.tp_comm_overlap = true;
+  p.context_parallel = 2;
+  p.pipeline_parallel = 4;
+  p.virtual_stages = 3;
+  p.pipeline_schedule = PipelineSchedule::kInterleaved;
+  p.pipeline_first_layers = 5;
+  p.pipeline_last_layers = 6;
+  return p;
+}
+
 TEST(PolicyFileTest, RoundTripIsExactForPresetsAndEveryKnob) {
   for (const std::string& name : PolicyPresetNames()) {
     const Policy p = *PolicyPreset(name);
@@ -50,6 +69,11 @@ TEST(PolicyFileTest, RoundTripIsExactForPresetsAndEveryKnob) {
     ASSERT_TRUE(back.ok()) << name << ": " << back.status();
     EXPECT_TRUE(SamePolicy(p, *back)) << name << "\n" << PolicyToJson(p);
   }
+  const Policy up = UnusualParallel();
+  ASSERT_TRUE(ValidatePolicy(up).ok()) << ValidatePolicy(up);
+  auto upb = PolicyFromJson(PolicyToJson(up));
+  ASSERT_TRUE(upb.ok()) << upb.status();
+  EXPECT_TRUE(SamePolicy(up, *upb)) << PolicyToJson(up);
   const Policy u = Unusual();
   ASSERT_TRUE(ValidatePolicy(u).ok());
   auto back = PolicyFromJson(PolicyToJson(u));
@@ -64,17 +88,29 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
   for (const std::string& key : PolicyFileFields()) {
     EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
   }
-  EXPECT_EQ(PolicyFileFields().size(), 26u);
+  EXPECT_EQ(PolicyFileFields().size(), 35u);
   // Each knob of Unusual() differs from the default, and SamePolicy sees
   // each one: set them one at a time through the file.
   const std::string unusual = PolicyToJson(Unusual());
+  const std::string parallel = PolicyToJson(UnusualParallel());
+  const std::map<std::string, std::string> needs = {
+      {"sequence_parallel", ", \"tensor_parallel\": 2"},
+      {"tp_comm_overlap", ", \"tensor_parallel\": 2"},
+      {"virtual_stages", ", \"pipeline_parallel\": 2, \"pipeline_schedule\": \"interleaved\""},
+      {"pipeline_schedule", ", \"pipeline_parallel\": 2, \"virtual_stages\": 2"},
+      {"pipeline_first_layers", ", \"pipeline_parallel\": 2"},
+      {"pipeline_last_layers", ", \"pipeline_parallel\": 2"},
+  };
   for (const std::string& key : PolicyFileFields()) {
     // false / true in both
     if (key == "all_reduce" || key == "reshard_after_forward") continue;
-    const size_t at = unusual.find(absl::StrCat("\"", key, "\":"));
-    const size_t end = unusual.find_first_of(",\n", at);
+    const bool par = needs.count(key) > 0 || key == "tensor_parallel" ||
+                     key == "context_parallel" || key == "pipeline_parallel";
+    const std::string& from = par ? parallel : unusual;
+    const size_t at = from.find(absl::StrCat("\"", key, "\":"));
+    const size_t end = from.find_first_of(",\n", at);
     const std::string one =
-        absl::StrCat("{", unusual.substr(at, end - at),
+        absl::StrCat("{", from.substr(at, end - at), needs.count(key) ? needs.at(key) : "",
                      key == "host_limit" ? ", \"forward_prefetch\": 3" : "",
                      key == "merge_target_bytes" ? ", \"bucket_policy\": \"merge\"" : "",
                      key == "bucket_policy" ? ", \"merge_target_bytes\": 1" : "",
