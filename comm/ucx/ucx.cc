@@ -17,6 +17,8 @@
 #include "baton/comm/backend_util.h"
 #include "baton/comm/bootstrap/sealed_value.h"
 #include "baton/comm/bootstrap/store.h"
+#include "baton/comm/flight_recorder.h"
+#include "baton/comm/hang_reporting.h"
 #include "baton/comm/ucx/blame.h"
 #include "baton/comm/ucx/ring.h"
 #include "baton/runtime/ucx_check.h"
@@ -104,6 +106,8 @@ class UcxCommunicator : public CommunicatorBase {
 
   Status health() override { return health_.Get(); }
 
+  FlightRecorder* recorder() override { return rec_.recorder.get(); }
+
   // Every rank's colour and key travel in an all-gather on the private tag;
   // each child is a new communicator (its own UCP context and worker, so
   // its tag matching is its own) made through the store under a group name
@@ -131,12 +135,15 @@ class UcxCommunicator : public CommunicatorBase {
     child.size = place.size;
     child.group =
         absl::StrCat(group_, "/split", number, "/", all[2 * rank_]);
+    child.recorder = rec_.recorder;
+    child.world_ranks = ChildWorldRanks(pairs, rank_, WorldRanks(config_));
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> c,
                            UcxCommunicator::Create(child));
     return std::unique_ptr<Communicator>(std::move(c));
   }
 
   void Abort() override {
+    rec_.recorder->MarkAborted();
     health_.Fail(absl::UnavailableError(
         absl::StrCat("ucx rank ", rank_, " aborted")));
     // Closing the endpoints makes the peers' transfers fail (or time out).
@@ -152,9 +159,11 @@ class UcxCommunicator : public CommunicatorBase {
         store_(config.store),
         group_(config.group),
         timeout_(config.timeout),
-        chunk_bytes_(config.chunk_bytes) {}
+        chunk_bytes_(config.chunk_bytes),
+        rec_(StartRecording(config, "ucx")) {}
 
   Status Init(const CommConfig& config) {
+    BATON_RETURN_IF_ERROR(ValidateWorldRanks(config));
     if (config.store == nullptr && size_ > 1) {
       return absl::InvalidArgumentError("ucx: CommConfig::store is null");
     }
@@ -295,10 +304,15 @@ class UcxCommunicator : public CommunicatorBase {
     BATON_RETURN_IF_ERROR(health_.Get());
     const CollectiveHeader h = MakeHeader(kind, count, type, op, root, options,
                                           seqs_.Next(options.tag));
+    const uint64_t ri = rec_.Issue(h, options.position);
     const absl::Duration timeout = EffectiveTimeout(options, timeout_);
-    return stream.Enqueue([this, h, send, recv, timeout]() -> Status {
-      BATON_RETURN_IF_ERROR(health_.Get());
-      return Run(h, send, recv, timeout, false);
+    return stream.Enqueue([this, h, ri, send, recv, timeout]() -> Status {
+      FlightRecorder& rec = *rec_.recorder;
+      rec.Start(ri);
+      Status s = health_.Get();
+      if (s.ok()) s = Run(h, send, recv, timeout, false);
+      rec.Complete(ri, s.ok());
+      return s;
     });
   }
 
@@ -331,6 +345,17 @@ class UcxCommunicator : public CommunicatorBase {
     sub->done.WaitForNotification();
     Status s = sub->status;
     if (!s.ok()) {
+      // The hang report (hang_reporting.h): this rank's flight record goes
+      // to the store first, so the reporting rank has it while the ranks
+      // attribute the failure.
+      HangStoreOptions ho;
+      ho.collect = std::clamp(timeout / 4, absl::Milliseconds(100),
+                              absl::Seconds(5));
+      ho.store_timeout =
+          std::clamp(timeout / 2, absl::Milliseconds(500), absl::Seconds(5));
+      ho.sink = config_.on_hang_report;
+      StoreHangReport report(store_, ho, *rec_.recorder);
+      report.Publish();
       // Name the rank that failed as the first rank to see it did (this
       // happens before the caller can react, e.g. by closing connections).
       ucx_internal::BlameOptions bo;
@@ -338,9 +363,9 @@ class UcxCommunicator : public CommunicatorBase {
       bo.rank = rank_;
       bo.size = size_;
       bo.grace = std::min(timeout / 4, absl::Seconds(5));
-      bo.store_timeout =
-          std::clamp(timeout / 2, absl::Milliseconds(500), absl::Seconds(5));
+      bo.store_timeout = ho.store_timeout;
       s = ucx_internal::AttributeFailure(store_, bo, s, sub->suspect);
+      s = report.Conclude(s);
       health_.Fail(s);
     }
     return s;
@@ -480,6 +505,7 @@ class UcxCommunicator : public CommunicatorBase {
   uint64_t probe_seq_ = 0;  // private tag 255: MeasureLimit and Split
   uint64_t split_calls_ = 0;
   bool connected_ = false;  // creation completed
+  const Recording rec_;
 
   absl::Mutex peers_mu_;
   std::map<int, Status> peer_errors_ ABSL_GUARDED_BY(peers_mu_);
