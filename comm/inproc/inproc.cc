@@ -173,6 +173,10 @@ class World {
           slot->status = reports_->Report(absl::InvalidArgumentError(
               absl::StrCat("inproc ", CollectiveLabel(a.header),
                            ": mismatched calls: ", diff)));
+          // The ranks disagree on the schedule: fail the group, so the
+          // ranks waiting in other collectives end now, not at their
+          // timeout (the event protocol fails its group likewise).
+          if (aborted_.ok()) aborted_ = slot->status;
           break;
         }
       }
@@ -307,6 +311,9 @@ class World {
       entry->timeout = timeout;
       used_words_.push_back({*word, entry->target});
       StartWatchdogLocked();
+      // The watchdog may sleep with no deadline (every earlier slot was
+      // matched): wake it to see this one's.
+      cv_.Signal();
     }
     std::shared_ptr<StreamSlot> slot = entry;
     if (slot->present[rank]) {
