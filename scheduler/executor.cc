@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "baton/runtime/stream_ops.h"
 #include "baton/scheduler/offload.h"
+#include "baton/scheduler/schedule_check.h"
 #include "baton/scheduler/zenflow_exec.h"
 #ifdef BATON_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -59,6 +60,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
       device.kind() != DeviceKind::kHost) {
     return absl::InvalidArgumentError(
         "executor: poison, trace and delay injection need the host device");
+  }
+  // Check mode (scheduler/schedule_check.h): every rank's schedule is the
+  // same before the first collective, or every rank fails naming how not.
+  if (options.check_schedule) {
+    BATON_RETURN_IF_ERROR(CheckSchedule(graph, comm, device));
   }
   std::unique_ptr<Executor> e(
       new Executor(std::move(shared), device, comm, options));
@@ -532,6 +538,7 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
   const Policy& p = graph_.policy;
   CollectiveOptions co;
   co.tag = CollectiveTag(n.stream);
+  co.position = NodePosition(graph_, i, step_, options_.check_schedule);
   if (p.zenflow) {
     bool handled = false;
     Status st = RunZenFlowWork(i, &handled);
@@ -783,6 +790,7 @@ Status Executor::RunZenFlowWork(int i, bool* handled) {
       if (!zf->select_step(step)) return absl::OkStatus();
       CollectiveOptions co;
       co.tag = CollectiveTag(n.stream);
+      co.position = NodePosition(graph_, i, step, options_.check_schedule);
       return CommFor(n.group).AllReduce(data(n.reads[0]), data(n.writes[0]),
                                         graph_.buffers[n.writes[0]].numel,
                                         DataType::kF32, ReduceOp::kSum, s, co);
