@@ -351,8 +351,9 @@ class UcxCommunicator : public CommunicatorBase {
       HangStoreOptions ho;
       ho.collect = std::clamp(timeout / 4, absl::Milliseconds(100),
                               absl::Seconds(5));
-      ho.store_timeout =
-          std::clamp(timeout / 2, absl::Milliseconds(500), absl::Seconds(5));
+      // One store call that times out leaves the connection unusable, so
+      // give it a whole timeout (a busy rank 0 answers late, not never).
+      ho.store_timeout = std::clamp(timeout, absl::Seconds(1), absl::Seconds(5));
       ho.sink = config_.on_hang_report;
       StoreHangReport report(store_, ho, *rec_.recorder);
       report.Publish();
