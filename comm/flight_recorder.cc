@@ -247,6 +247,23 @@ RankState FlightRecorder::Snapshot(size_t max_records) const {
   return st;
 }
 
+bool FlightRecorder::StartReport(absl::Duration wait, std::string* verdict) {
+  absl::MutexLock lock(&report_mu_);
+  if (!report_started_) {
+    report_started_ = true;
+    return true;
+  }
+  report_mu_.AwaitWithTimeout(absl::Condition(&report_done_), wait);
+  *verdict = verdict_;
+  return false;
+}
+
+void FlightRecorder::FinishReport(const std::string& verdict) {
+  absl::MutexLock lock(&report_mu_);
+  verdict_ = verdict;
+  report_done_ = true;
+}
+
 // ---- Text form ----
 //
 //   baton-flight 1

@@ -36,6 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "baton/comm/communicator.h"
 #include "baton/runtime/status.h"
 
@@ -147,6 +148,15 @@ class FlightRecorder {
   std::vector<CollectiveRecord> Records() const { return Snapshot(capacity_).records; }
   size_t capacity() const { return capacity_; }
 
+  // The hang report of this rank (comm/hang_reporting.h), once for all the
+  // communicators that share this recorder: several streams may fail at
+  // once, and their store calls share one connection, so one thread
+  // reports and the others wait for its verdict. The first caller gets
+  // true and must call FinishReport; later callers wait up to `wait` for
+  // it, get false and the verdict in *verdict (empty if it did not come).
+  bool StartReport(absl::Duration wait, std::string* verdict);
+  void FinishReport(const std::string& verdict);
+
  private:
   static constexpr int kWords = 8;
   struct Slot {
@@ -175,6 +185,10 @@ class FlightRecorder {
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<CommSlot>> owned_ ABSL_GUARDED_BY(mu_);
   std::string backend_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex report_mu_;
+  bool report_started_ ABSL_GUARDED_BY(report_mu_) = false;
+  bool report_done_ ABSL_GUARDED_BY(report_mu_) = false;
+  std::string verdict_ ABSL_GUARDED_BY(report_mu_);
 };
 
 // RankState as text and back (for the store). Parse checks every field

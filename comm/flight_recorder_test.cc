@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace baton {
@@ -213,6 +214,27 @@ TEST(FlightRecorderTest, TextRoundTripsAndBadTextIsRefusedNamingTheLine) {
     EXPECT_TRUE(absl::StrContains(s.status().message(), b.why))
         << s.status() << " for:\n" << b.text;
   }
+}
+
+TEST(FlightRecorderTest, OneThreadReportsAndTheOthersWaitForItsVerdict) {
+  FlightRecorder rec;
+  std::string verdict = "unset";
+  ASSERT_TRUE(rec.StartReport(absl::Seconds(1), &verdict));
+  EXPECT_EQ(verdict, "unset");  // the reporter gets nothing
+  std::string seen;
+  bool second = true;
+  std::thread waiter([&] { second = rec.StartReport(absl::Seconds(30), &seen); });
+  absl::SleepFor(absl::Milliseconds(20));
+  rec.FinishReport("rank 2 lags");
+  waiter.join();
+  EXPECT_FALSE(second);
+  EXPECT_EQ(seen, "rank 2 lags");
+  // A report that never finishes: waiters give up empty-handed.
+  FlightRecorder stuck;
+  ASSERT_TRUE(stuck.StartReport(absl::Seconds(1), &verdict));
+  std::string none = "unset";
+  EXPECT_FALSE(stuck.StartReport(absl::Milliseconds(10), &none));
+  EXPECT_EQ(none, "");
 }
 
 TEST(FlightRecorderTest, MeshGroupBitsAreNamedInMeshOrder) {

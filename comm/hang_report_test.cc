@@ -296,11 +296,24 @@ TEST(HangReportTest, FailingRanksAgreeOnOneVerdictThroughTheStore) {
         << got[r];
   }
 
+  // A rank reports once: a later failure gets the first verdict.
+  const Status again = ReportHangThroughStore(
+      stores.store(2), o, job.rec(2), absl::UnavailableError("again"));
+  EXPECT_EQ(again.message(),
+            absl::StrCat("again; hang report: ",
+                         got[2].message().substr(got[2].message().find(
+                                                     "; hang report: ") +
+                                                 15)));
+  EXPECT_EQ(reports.size(), 1u);
+
   // Without the store, a rank writes its own records to its log.
   stores.KillStore();
   reports.clear();
+  Job later(n);
+  Prefix(later, n, 2);
+  later.Issue(2, 0, 2, false);
   const Status alone = ReportHangThroughStore(
-      stores.store(2), o, job.rec(2), absl::UnavailableError("lost rank 0"));
+      stores.store(2), o, later.rec(2), absl::UnavailableError("lost rank 0"));
   EXPECT_TRUE(absl::StrContains(alone.message(),
                                 "the store is unreachable; rank 2's records "
                                 "are in its log"))

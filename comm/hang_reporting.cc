@@ -60,8 +60,9 @@ Status StoreHangReport::Alone(const Status& why, const Status& own) {
                                                why.message(),
                                                "; only this rank's records): ",
                                                own.message())));
-  return WithHangVerdict(own, absl::StrCat("the store is unreachable; rank ",
-                                           me, "'s records are in its log"));
+  verdict_ = absl::StrCat("the store is unreachable; rank ", me,
+                          "'s records are in its log");
+  return WithHangVerdict(own, verdict_);
 }
 
 Status StoreHangReport::Conclude(const Status& own) {
@@ -77,12 +78,10 @@ Status StoreHangReport::Conclude(const Status& own) {
   if (*claim != 1) {
     StatusOr<std::string> v =
         store_->Get(verdict_key, o.collect + 2 * o.store_timeout);
-    if (!v.ok()) {
-      return WithHangVerdict(
-          own, absl::StrCat("no verdict from the reporting rank (",
-                            v.status().message(), ")"));
-    }
-    return WithHangVerdict(own, *v);
+    verdict_ = v.ok() ? *v
+                      : absl::StrCat("no verdict from the reporting rank (",
+                                     v.status().message(), ")");
+    return WithHangVerdict(own, verdict_);
   }
   // The reporter: every rank's snapshot, waiting up to `collect` in all.
   std::vector<std::optional<RankState>> states(mine_.world_size);
@@ -112,15 +111,25 @@ Status StoreHangReport::Conclude(const Status& own) {
   }
   EmitHangReport(o.sink, report);
   (void)store_->Set(verdict_key, v.summary, o.store_timeout);
-  return WithHangVerdict(own, v.summary);
+  verdict_ = v.summary;
+  return WithHangVerdict(own, verdict_);
 }
 
 Status ReportHangThroughStore(Store* store, const HangStoreOptions& options,
-                              const FlightRecorder& recorder, const Status& own) {
+                              FlightRecorder& recorder, const Status& own) {
   if (own.ok()) return own;
+  std::string verdict;
+  if (!recorder.StartReport(options.collect + 6 * options.store_timeout,
+                            &verdict)) {
+    return WithHangVerdict(
+        own, verdict.empty() ? "this rank's first failure is still reporting"
+                             : verdict);
+  }
   StoreHangReport r(store, options, recorder);
   r.Publish();
-  return r.Conclude(own);
+  Status s = r.Conclude(own);
+  recorder.FinishReport(r.verdict());
+  return s;
 }
 
 void InProcessHangReports::Register(int world_rank,

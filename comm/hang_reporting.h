@@ -52,7 +52,8 @@ struct HangStoreOptions {
   HangSink sink;
 };
 
-// One failing rank's part (see above), in two steps so that a backend can
+// One failing rank's part (see above; one per rank at a time: see
+// FlightRecorder::StartReport), in two steps so that a backend can
 // publish its snapshot first (fast), then do slower work of its own (ucx's
 // failure attribution) while the other ranks publish theirs, then conclude.
 // Not thread-safe; one per failure.
@@ -68,6 +69,8 @@ class StoreHangReport {
   // failure; returned unchanged when OK) with the verdict appended.
   // Publishes first if Publish was not called.
   Status Conclude(const Status& own);
+  // The verdict Conclude appended (empty before).
+  const std::string& verdict() const { return verdict_; }
 
  private:
   Status Alone(const Status& why, const Status& own);
@@ -78,11 +81,13 @@ class StoreHangReport {
   Status publish_status_;
   RankState mine_;
   std::string prefix_;
+  std::string verdict_;
 };
 
-// Publish and Conclude at once.
+// Publish and Conclude at once, once per rank (FlightRecorder::
+// StartReport): a later failure waits for the first one's verdict.
 Status ReportHangThroughStore(Store* store, const HangStoreOptions& options,
-                              const FlightRecorder& recorder, const Status& own);
+                              FlightRecorder& recorder, const Status& own);
 
 class InProcessHangReports {
  public:

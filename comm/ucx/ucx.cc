@@ -347,7 +347,8 @@ class UcxCommunicator : public CommunicatorBase {
     if (!s.ok()) {
       // The hang report (hang_reporting.h): this rank's flight record goes
       // to the store first, so the reporting rank has it while the ranks
-      // attribute the failure.
+      // attribute the failure. One failing stream of this rank reports;
+      // the others wait for it (their store calls share one connection).
       HangStoreOptions ho;
       ho.collect = std::clamp(timeout / 4, absl::Milliseconds(100),
                               absl::Seconds(5));
@@ -355,18 +356,30 @@ class UcxCommunicator : public CommunicatorBase {
       // give it a whole timeout (a busy rank 0 answers late, not never).
       ho.store_timeout = std::clamp(timeout, absl::Seconds(1), absl::Seconds(5));
       ho.sink = config_.on_hang_report;
-      StoreHangReport report(store_, ho, *rec_.recorder);
-      report.Publish();
-      // Name the rank that failed as the first rank to see it did (this
-      // happens before the caller can react, e.g. by closing connections).
       ucx_internal::BlameOptions bo;
       bo.prefix = absl::StrCat(group_, "/ucx/");
       bo.rank = rank_;
       bo.size = size_;
       bo.grace = std::min(timeout / 4, absl::Seconds(5));
       bo.store_timeout = ho.store_timeout;
+      FlightRecorder& rec = *rec_.recorder;
+      std::string verdict;
+      const bool reporter = rec.StartReport(
+          ho.collect + 2 * bo.grace + 8 * ho.store_timeout, &verdict);
+      StoreHangReport report(store_, ho, rec);
+      if (reporter) report.Publish();
+      // Name the rank that failed as the first rank to see it did (this
+      // happens before the caller can react, e.g. by closing connections).
       s = ucx_internal::AttributeFailure(store_, bo, s, sub->suspect);
-      s = report.Conclude(s);
+      if (reporter) {
+        s = report.Conclude(s);
+        rec.FinishReport(report.verdict());
+      } else {
+        s = WithHangVerdict(s, verdict.empty()
+                                   ? "this rank's first failure is still "
+                                     "reporting"
+                                   : verdict);
+      }
       health_.Fail(s);
     }
     return s;
