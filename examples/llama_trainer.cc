@@ -9,12 +9,11 @@
 #include "baton/ops/attention.h"
 #include "baton/ops/cross_entropy.h"
 #include "baton/ops/embedding.h"
-#include "baton/ops/host_adamw.h"
-#include "baton/ops/host_pool.h"
 #include "baton/ops/linear.h"
 #include "baton/ops/rmsnorm.h"
 #include "baton/ops/rotary.h"
 #include "baton/ops/swiglu.h"
+#include "baton/optim/adamw_hook.h"
 #include "baton/runtime/input_file.h"
 
 namespace baton::examples {
@@ -363,37 +362,8 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
                               ga.data, ga.dtype, ga.acc);
 }
 
-namespace {
-
-// The host optimizer step of an offload policy (Policy::offload): the
-// arguments are host memory and `stream` a host view of the executor's host
-// stream. ops::HostAdamWOnStream (threads + AVX2, the bf16 cast fused,
-// bit-identical to AdamWStep's CPU path) runs it as host work on one
-// process-wide pool: the ranks of an inproc run share the machine's cores,
-// and their calls take the pool one after another (its workers never wait
-// for other host work, so this keeps runtime/device.h's rule 7).
-Status HostAdamWStep(Stream& stream, const ops::AdamWConfig& config,
-                     const ops::AdamWArgs& args) {
-  static ops::HostPool* const pool = new ops::HostPool(ops::HostPool::HardwareThreads());
-  return ops::HostAdamWOnStream(stream, config, args, pool);
-}
-
-}  // namespace
-
 Status LlamaRank::Optimizer(const scheduler::OptimizerContext& ctx) {
-  ops::AdamWArgs a;
-  a.n = ctx.shard_numel;
-  a.step = ctx.step + 1;
-  a.grad_scale = static_cast<float>(ctx.grad_scale);
-  a.master = ctx.master;
-  a.grad = ctx.grad;
-  a.grad_dtype = ctx.grad_dtype;
-  a.moment1 = ctx.moment1;
-  a.moment2 = ctx.moment2;
-  a.param = ctx.shard;  // fused cast (null: the executor casts)
-  a.param_dtype = ctx.shard_dtype;
-  if (ctx.on_host) return HostAdamWStep(*ctx.stream, config_.adamw, a);
-  return ops::AdamWStep(*ctx.stream, config_.adamw, a);
+  return optim::AdamWOptimizerStep(config_.adamw, ctx);
 }
 
 }  // namespace baton::examples

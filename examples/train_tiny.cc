@@ -43,9 +43,9 @@
 #include "baton/comm/bootstrap/launch_env.h"
 #include "baton/comm/bootstrap/launcher.h"
 #include "baton/comm/bootstrap/store.h"
-#include "baton/examples/llama_trainer.h"
 #include "baton/cli/flags.h"
-#include "nlohmann/json.hpp"
+#include "baton/examples/llama_trainer.h"
+#include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
 #include "baton/scheduler/arrivals.h"
 #include "baton/scheduler/executor.h"
@@ -56,6 +56,7 @@
 #include "baton/scheduler/step_graph.h"
 #include "baton/scheduler/step_trace.h"
 #include "baton/sim/simulator.h"
+#include "nlohmann/json.hpp"
 
 namespace baton {
 namespace {
@@ -294,8 +295,11 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
                                                        ranks, rank));
   scheduler::ExecutorOptions options;
   options.observer = observer;
-  options.adamw = job.config.adamw;  // ZenFlow: the executor runs the optimizer
   options.check_schedule = job.check_schedule;
+  if (graph->policy.zenflow) {
+    // ZenFlow's optimizer runs its own nodes (optim/zenflow_driver.h).
+    options.optimizer_driver = optim::ZenFlowDriverFactory(job.config.adamw);
+  }
   BATON_ASSIGN_OR_RETURN(auto executor,
                          scheduler::Executor::Create(graph, device, comm, options));
   std::optional<scheduler::ArrivalMonitor> monitor;

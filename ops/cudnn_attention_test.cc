@@ -6,8 +6,8 @@
 
 #include "gtest/gtest.h"
 #include "baton/ops/attention.h"
-#include "baton/ops/attention_testing.h"
-#include "baton/ops/test_util.h"
+#include "baton/ops/testing/attention_reference.h"
+#include "baton/ops/testing/test_util.h"
 
 namespace baton::ops {
 namespace {

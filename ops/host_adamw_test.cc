@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "baton/ops/test_util.h"
+#include "baton/ops/testing/test_util.h"
 
 namespace baton::ops {
 namespace {

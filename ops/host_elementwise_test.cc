@@ -14,7 +14,7 @@
 #include "baton/ops/rmsnorm.h"
 #include "baton/ops/rotary.h"
 #include "baton/ops/swiglu.h"
-#include "baton/ops/test_util.h"
+#include "baton/ops/testing/test_util.h"
 
 namespace baton::ops {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "baton/ops/test_util.h"
+#include "baton/ops/testing/test_util.h"
 
 namespace baton::ops {
 namespace {

@@ -3,7 +3,7 @@
 // layout and ColumnBlock are explained there), enqueued on a Stream. On a
 // CUDA stream they are CUDA kernels (ops/zenflow_cuda.cu); on a host stream
 // the same ops run as host work, with the results of ops/zenflow.h's host
-// ops. An executor (scheduler/zenflow_exec.h) issues one sequence of calls
+// ops. The ZenFlow driver (optim/zenflow_driver.h) issues one sequence of calls
 // for either kind of device, so the host runtime's tests check the order of
 // the work the GPU runs.
 //

@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "baton/ops/host_convert.h"
-#include "baton/ops/test_util.h"
+#include "baton/ops/testing/test_util.h"
 #include "baton/ops/zenflow.h"
 #include "baton/ops/zenflow_kernels.h"
 #include "baton/runtime/device.h"

@@ -9,7 +9,6 @@
 #include "baton/runtime/stream_ops.h"
 #include "baton/scheduler/offload.h"
 #include "baton/scheduler/schedule_check.h"
-#include "baton/scheduler/zenflow_exec.h"
 #ifdef BATON_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -49,12 +48,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return absl::InvalidArgumentError(
         "executor: the graph has no memory plan (GraphOptions::plan_memory)");
   }
-  if (graph.policy.zenflow) {
-    BATON_RETURN_IF_ERROR(ValidatePolicy(graph.policy));
-    if (!graph.layout.sharding.shard) {
-      return absl::InvalidArgumentError(
-          "executor: zenflow needs a sharded layout");
-    }
+  if (graph.policy.zenflow && !options.optimizer_driver) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "executor: policy ", graph.policy.name, " uses zenflow, whose optimizer "
+        "runs its own nodes: pass ExecutorOptions::optimizer_driver "
+        "(optim::ZenFlowDriverFactory, //optim:zenflow)"));
   }
   if ((options.poison || options.trace || options.max_delay_us > 0) &&
       device.kind() != DeviceKind::kHost) {
@@ -85,8 +83,8 @@ Executor::Executor(std::shared_ptr<const StepGraph> graph, Device& device,
       trace_mu_(std::make_shared<std::mutex>()) {}
 
 Executor::~Executor() {
-  if (zf_stream_) (void)zf_stream_->Synchronize();
-  zf_thread_.reset();  // runs the updates posted, then joins
+  if (driver_) (void)driver_->Synchronize();
+  driver_.reset();  // it may run work of its own that uses our streams
   for (auto& s : streams_) {
     if (s) (void)s->Synchronize();
   }
@@ -148,6 +146,16 @@ Status Executor::BindGroups() {
 
 Communicator& Executor::CommFor(MeshGroup group) {
   return *group_comm_[group.bits()];
+}
+
+std::vector<Stream*> Executor::streams() {
+  std::vector<Stream*> out;
+  for (auto& s : streams_) out.push_back(s.get());
+  return out;
+}
+
+double Executor::grad_scale() const {
+  return 1.0 / (static_cast<double>(comm_.size()) * graph_.policy.micro_steps);
 }
 
 Status Executor::Init() {
@@ -213,58 +221,12 @@ Status Executor::Init() {
     std::memset(host_state_.data(), 0, host_total);
   }
   BATON_RETURN_IF_ERROR(compute_stream().Synchronize());
-  if (graph_.policy.zenflow) {
-    const ZenFlowIntervals z = ResolveZenFlow(graph_.policy);
-    ops::ZenFlowConfig zc;
-    zc.topk_ratio = graph_.policy.zenflow_topk_ratio;
-    zc.select_interval = z.select;
-    zc.update_interval = z.update;
-    for (const Bucket& bk : graph_.layout.buckets) {
-      BATON_ASSIGN_OR_RETURN(
-          auto zf, ZenFlowState::Create(device_, bk, shard_rank(),
-                                        graph_.layout.sharding.ranks, zc,
-                                        z.staleness, options_.adamw));
-      zenflow_.push_back(std::move(zf));
+  if (options_.optimizer_driver) {
+    driver_ = options_.optimizer_driver();
+    if (driver_ == nullptr) {
+      return absl::InvalidArgumentError("executor: optimizer_driver made no driver");
     }
-    StreamOptions so;
-    so.name = absl::StrCat("host_update.r", comm_.rank());
-    BATON_ASSIGN_OR_RETURN(zf_stream_, device_.CreateStream(so));
-    const size_t nb = graph_.layout.buckets.size();
-    BATON_ASSIGN_OR_RETURN(zf_values_, device_.AllocateValues(2 * nb));
-    zf_inputs_ok_.reset(new std::atomic<int64_t>[nb]);
-    for (size_t b = 0; b < nb; ++b) zf_inputs_ok_[b].store(0);
-    zf_work_ = std::make_unique<DeferredWork>(so.name);
-    zf_thread_ = std::make_unique<ZenFlowUpdateThread>();
-    // The updates are ordered by stream values (rule 8): a device or driver
-    // without them (CUDA: 64-bit stream memory operations) fails here, not
-    // at the first window's end. Both no-ops: the words hold 0.
-    for (Status st : {zf_stream_->WriteValue(ZfStart(0), 0),
-                      compute_stream().WaitValue(ZfDone(0), 0)}) {
-      if (!st.ok()) {
-        return absl::Status(st.code(), absl::StrCat(
-            "executor: ZenFlow orders its host updates with stream values, "
-            "which this device cannot use: ", st.message()));
-      }
-    }
-    // InitParameters' cast is host work on host memory: on a CUDA stream,
-    // through the driver's host-function thread (the updates run on the
-    // update thread).
-    if (device_.kind() != DeviceKind::kHost) {
-      zf_host_view_ = std::make_unique<HostWorkView>(*zf_stream_);
-    }
-    for (size_t b = 0; b < nb; ++b) {
-      for (auto* v : {&zf_ready_, &zf_uploaded_}) {
-        BATON_ASSIGN_OR_RETURN(auto ev, device_.CreateEvent());
-        v->push_back(std::move(ev));
-      }
-    }
-    for (int i = 0; i < nn; ++i) {
-      if (graph_.nodes[i].kind == NodeKind::kCast && needs[i]) {
-        return absl::InternalError(absl::StrCat(
-            "executor: node ", graph_.nodes[i].name, " waits on ZenFlow's cast, whose "
-            "update finishes on the update thread after its node event"));
-      }
-    }
+    BATON_RETURN_IF_ERROR(driver_->Init(*this));
   }
   // Gradient gaps per bucket.
   for (const Bucket& bk : graph_.layout.buckets) {
@@ -323,16 +285,16 @@ Status Executor::InitParameters(
   }
   // Cast every master into its shard (under offload: the host shard, which
   // the first step's H2D copies to the device).
-  zenflow_init_cast_ = true;
+  init_cast_ = true;
   for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
     if (graph_.nodes[i].kind != NodeKind::kCast) continue;
     Status st = RunWork(i, StepCallbacks{});
     if (!st.ok()) {
-      zenflow_init_cast_ = false;
+      init_cast_ = false;
       return st;
     }
   }
-  zenflow_init_cast_ = false;
+  init_cast_ = false;
   return Synchronize();
 }
 
@@ -398,22 +360,16 @@ Status Executor::PreNode(int i) {
   const Node& n = graph_.nodes[i];
   Stream& s = NodeStream(i);
   // Where the node's work and its observer / trace / delay points go: the
-  // update thread's deferred work for ZenFlow's update, else the stream.
-  const bool update = ZenFlowUpdateNode(i);
-  if (update) zf_open_ = i;  // IssueNode posts it, whatever happens now
-  Stream& ws = update ? static_cast<Stream&>(*zf_work_) : s;
+  // driver's (e.g. ZenFlow's update thread), else the stream.
+  work_stream_ = driver_ ? driver_->BeginNode(i, step_) : nullptr;
+  Stream& ws = work_stream_ != nullptr ? *work_stream_ : s;
   if (n.host_wait >= 0) {
     BATON_RETURN_IF_ERROR(node_events_[n.host_wait]->Synchronize());
   }
   BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWaits, s));
-  if (&s != &stream(n.stream)) {
-    // ZenFlow's CAST off its graph stream: first where its graph stream
-    // stands (its OPT), then the graph's waits (pruned against that).
-    BATON_RETURN_IF_ERROR(s.Wait(*zf_ready_[n.bucket]));
-  }
+  if (driver_) BATON_RETURN_IF_ERROR(driver_->BeforeWaits(i, step_, s));
   for (int w : n.waits) BATON_RETURN_IF_ERROR(s.Wait(*node_events_[w]));
-  if (graph_.policy.zenflow) BATON_RETURN_IF_ERROR(ZenFlowWaits(i, s));
-  if (update) BATON_RETURN_IF_ERROR(StartZenFlowUpdate(i, s));
+  if (driver_) BATON_RETURN_IF_ERROR(driver_->AfterWaits(i, step_, s));
   BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWork, ws));
   if (options_.max_delay_us > 0) {
     const int us = static_cast<int>(rng_() % (options_.max_delay_us + 1));
@@ -455,7 +411,7 @@ Status Executor::Observe(int i, NodeObserver::Point point, Stream& s) {
 Status Executor::PostNode(int i) {
   const Node& n = graph_.nodes[i];
   Stream& s = NodeStream(i);
-  Stream& ws = zf_open_ == i ? static_cast<Stream&>(*zf_work_) : s;
+  Stream& ws = work_stream_ != nullptr ? *work_stream_ : s;
   BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kAfterWork, ws));
   for (int w : n.writes) {
     if (!graph_.buffers[w].persistent) {
@@ -478,19 +434,15 @@ Status Executor::PostNode(int i) {
   }
   BATON_RETURN_IF_ERROR(Trace(i, false, ws));
   if (node_events_[i]) BATON_RETURN_IF_ERROR(node_events_[i]->Record(s));
-  if (graph_.policy.zenflow && n.kind == NodeKind::kOptimizer && n.bucket >= 0 &&
-      graph_.buffers[n.reads.back()].role != BufferRole::kTopkState) {
-    // After the observer's and the trace's end: the update waits for all of
-    // OPT, not only its work.
-    BATON_RETURN_IF_ERROR(zf_ready_[n.bucket]->Record(s));
-  }
+  if (driver_) BATON_RETURN_IF_ERROR(driver_->AfterNode(i, step_, s));
   return absl::OkStatus();
 }
 
 Stream& Executor::NodeStream(int i) {
-  const Node& n = graph_.nodes[i];
-  if (zf_stream_ && n.kind == NodeKind::kCast) return *zf_stream_;
-  return stream(n.stream);
+  if (driver_) {
+    if (Stream* s = driver_->NodeStream(i, step_)) return *s;
+  }
+  return stream(graph_.nodes[i].stream);
 }
 
 ComputeContext Executor::MakeComputeContext(int i) {
@@ -539,10 +491,10 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
   CollectiveOptions co;
   co.tag = CollectiveTag(n.stream);
   co.position = NodePosition(graph_, i, step_, options_.check_schedule);
-  if (p.zenflow) {
-    bool handled = false;
-    Status st = RunZenFlowWork(i, &handled);
-    if (handled || !st.ok()) return st;
+  if (driver_) {
+    BATON_ASSIGN_OR_RETURN(const bool handled,
+                           driver_->Run(i, step_, init_cast_, NodeStream(i)));
+    if (handled) return absl::OkStatus();
   }
   switch (n.kind) {
     case NodeKind::kForward:
@@ -632,233 +584,10 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
   ctx.shard_numel = bk.shard_numel;
   ctx.shard_offset = layout.sharding.shard ? shard_rank() * bk.shard_numel : 0;
-  ctx.grad_scale =
-      1.0 / (static_cast<double>(comm_.size()) * graph_.policy.micro_steps);
+  ctx.grad_scale = grad_scale();
   ctx.shard = shard;
   ctx.shard_dtype = shard_dtype;
   return cb.optimizer(ctx);
-}
-
-// ZenFlow's waits on the host updates' done values (scheduler/zenflow_exec.h),
-// issued in PreNode with the graph's waits, before the observer's "before
-// work" point and the trace's start: a node's traced start follows every
-// wait it has.
-Status Executor::ZenFlowWaits(int i, Stream& s) {
-  const Node& n = graph_.nodes[i];
-  if (n.bucket < 0) return absl::OkStatus();
-  const ZenFlowState* zf = zenflow_[n.bucket].get();
-  if (zf == nullptr) return absl::OkStatus();
-  const int64_t step = step_;
-  const int64_t w = zf->window(step);
-  // The host update of `window` has finished (the update thread counts the
-  // bucket's windows in its done value).
-  auto done = [&](int64_t window) -> Status {
-    if (window < 0) return absl::OkStatus();
-    return s.WaitValue(ZfDone(n.bucket), static_cast<uint64_t>(window + 1));
-  };
-  auto role = [&](int b) { return graph_.buffers[b].role; };
-  if (n.kind == NodeKind::kOptimizer && role(n.reads.back()) == BufferRole::kTopkState) {
-    // TOPK reads the host master (not declared in the graph) on a selection
-    // step only, for the newly selected columns: after the host update of
-    // the window that just ended.
-    if (zf->select_step(step) && w >= 1) return done(w - 1);
-    return absl::OkStatus();
-  }
-  if (n.kind == NodeKind::kOptimizer) {
-    // OPT, the first step of a window: two windows back used this
-    // accumulator, its update is done. A selection step hands values back
-    // into the master the last window's update reads.
-    if (step % zf->update_interval() != 0 || w < 1) return absl::OkStatus();
-    BATON_RETURN_IF_ERROR(done(w - 2));
-    if (zf->select_step(step)) return done(w - 1);
-    return absl::OkStatus();
-  }
-  if (n.kind == NodeKind::kH2D) {
-    // The host shard the window's cast wrote.
-    const int64_t up = zf->upload_window(step);
-    if (up >= 0) return done(up);
-  }
-  return absl::OkStatus();
-}
-
-bool Executor::ZenFlowUpdateNode(int i) const {
-  const Node& n = graph_.nodes[i];
-  return graph_.policy.zenflow && !zenflow_init_cast_ && n.kind == NodeKind::kCast &&
-         n.bucket >= 0 && zenflow_[n.bucket] != nullptr &&
-         zenflow_[n.bucket]->update_step(step_);
-}
-
-// The host-update stream's part of a window's update (after the node's
-// waits, in PreNode): the last upload read the host shard the update's
-// cast writes (issued before: it came at the previous window's end + 1 + d
-// <= this step); then the flag that the inputs are good (host work: skipped
-// when the stream failed) and the start value (written even then), which
-// the update thread waits for.
-Status Executor::StartZenFlowUpdate(int i, Stream& s) {
-  const Node& n = graph_.nodes[i];
-  const int64_t w = zenflow_[n.bucket]->window(step_);
-  BATON_RETURN_IF_ERROR(s.Wait(*zf_uploaded_[n.bucket]));
-  BATON_RETURN_IF_ERROR(s.Enqueue([ok = &zf_inputs_ok_[n.bucket], w]() {
-    ok->store(w + 1, std::memory_order_release);
-    return absl::OkStatus();
-  }));
-  BATON_RETURN_IF_ERROR(s.WriteValue(ZfStart(n.bucket), static_cast<uint64_t>(w + 1)));
-  zf_started_ = true;  // only now may the update thread wait for it
-  return absl::OkStatus();
-}
-
-// Posts node i's update to the update thread: once the host-update stream
-// wrote the start value, the deferred work in order (observer, trace,
-// delay, the update), then the done value its consumers wait for. Posted
-// whether or not the node's issue succeeded (`issue`): a failed one, or
-// one whose inputs failed, fails every stream of the executor through its
-// error sink and still writes the done value (runtime/device.h rule 8), so
-// no consumer waits forever.
-void Executor::PostZenFlowUpdate(int i, const Status& issue) {
-  const Node& n = graph_.nodes[i];
-  const int64_t w = zenflow_[n.bucket]->window(step_);
-  std::vector<HostWork> work = zf_work_->Take();
-  std::vector<std::shared_ptr<StreamErrorSink>> sinks;
-  std::vector<Stream*> all = {zf_stream_.get()};
-  for (auto& st : streams_) all.push_back(st.get());
-  for (Stream* st : all) {
-    if (auto sink = st->error_sink()) sinks.push_back(std::move(sink));
-  }
-  const bool started = zf_started_;
-  zf_open_ = -1;
-  zf_started_ = false;
-  zf_thread_->Post([this, b = n.bucket, w, work = std::move(work), sinks = std::move(sinks),
-                    issue, started]() mutable {
-    Status st = issue;
-    if (st.ok() && !started) {
-      st = absl::InternalError("executor: ZenFlow's update was posted without its start");
-    }
-    if (st.ok()) {
-      // The start value (enqueued, so it comes): the host-update stream got
-      // past the update's waits. The update is long; a short spin, then
-      // naps growing to 200 us.
-      int64_t nap_us = 10;
-      for (int k = 0; !ValueReached(HostReadValue(ZfStart(b)), w + 1); ++k) {
-        if (k < 64) {
-          std::this_thread::yield();
-        } else {
-          std::this_thread::sleep_for(std::chrono::microseconds(nap_us));
-          nap_us = std::min<int64_t>(2 * nap_us, 200);
-        }
-      }
-    }
-    if (st.ok() && zf_inputs_ok_[b].load(std::memory_order_acquire) < w + 1) {
-      st = absl::AbortedError(absl::StrCat(
-          "executor: ZenFlow's host update of bucket ", b, ", window ", w,
-          " did not run: the work it waits for failed"));
-    }
-    for (HostWork& item : work) {
-      if (!st.ok()) break;
-      st = item();
-    }
-    if (!st.ok()) {
-      for (auto& sink : sinks) sink->Fail(st);
-      std::lock_guard<std::mutex> lock(zf_error_mu_);
-      if (zf_error_.ok()) zf_error_ = st;
-    }
-    device_.HostWriteValue(ZfDone(b), static_cast<uint64_t>(w + 1));
-  });
-}
-
-// ZenFlow's nodes (scheduler/zenflow_exec.h); the D2H and compute nodes are
-// the plain ones (*handled = false); the first cast runs here too
-// (zenflow_init_cast_).
-Status Executor::RunZenFlowWork(int i, bool* handled) {
-  const Node& n = graph_.nodes[i];
-  *handled = false;
-  if (n.bucket < 0) return absl::OkStatus();  // compute nodes
-  Stream& s = NodeStream(i);
-  ZenFlowState* zf = zenflow_[n.bucket].get();
-  const int64_t step = step_;
-  const float scale = static_cast<float>(
-      1.0 / (static_cast<double>(comm_.size()) * graph_.policy.micro_steps));
-  auto data = [&](int b) { return BufferData(b); };
-  auto role = [&](int b) { return graph_.buffers[b].role; };
-  *handled = true;
-  switch (n.kind) {
-    case NodeKind::kAccumulate:
-      if (role(n.writes[0]) != BufferRole::kColumnNorms) break;
-      return zf->Norms(s, data(n.reads[0]), graph_.buffers[n.reads[0]].dtype, scale,
-                       static_cast<float*>(data(n.writes[0])));
-    case NodeKind::kAllReduce: {
-      if (role(n.writes[0]) != BufferRole::kColumnNorms) break;
-      if (!zf->select_step(step)) return absl::OkStatus();
-      CollectiveOptions co;
-      co.tag = CollectiveTag(n.stream);
-      co.position = NodePosition(graph_, i, step, options_.check_schedule);
-      return CommFor(n.group).AllReduce(data(n.reads[0]), data(n.writes[0]),
-                                        graph_.buffers[n.writes[0]].numel,
-                                        DataType::kF32, ReduceOp::kSum, s, co);
-    }
-    case NodeKind::kOptimizer: {
-      const int64_t w = zf->window(step);
-      if (role(n.reads.back()) == BufferRole::kTopkState) {
-        const int master = BucketBuffer(n.bucket, BufferRole::kMaster);
-        return zf->Topk(s, step, data(n.reads[0]), graph_.buffers[n.reads[0]].dtype,
-                        scale, static_cast<float*>(data(n.reads[1])),
-                        graph_.buffers[n.reads[1]].numel,
-                        static_cast<float*>(data(n.reads[2])),
-                        graph_.buffers[n.reads[2]].numel,
-                        static_cast<const float*>(data(master)), data(n.writes[1]),
-                        graph_.buffers[n.writes[1]].dtype);
-      }
-      // OPT on the host stream: this window's accumulator.
-      const int64_t numel = graph_.layout.buckets[n.bucket].shard_numel;
-      BATON_RETURN_IF_ERROR(s.Enqueue(
-          [zf, step, scale, g = data(n.reads[0]), t = graph_.buffers[n.reads[0]].dtype,
-           master = static_cast<float*>(data(n.writes[0])),
-           accum = static_cast<float*>(data(n.writes[3])) + (w % 2) * numel]() {
-            return zf->Accumulate(step, g, t, scale, master, accum);
-          }));
-      return absl::OkStatus();  // PostNode records zf_ready_
-    }
-    case NodeKind::kCast: {
-      // InitParameters' cast: host work on host memory on the host-update
-      // stream (a host view of it on CUDA). A window's update: deferred
-      // work for the update thread.
-      Stream& hs = zf_host_view_ ? *zf_host_view_ : s;
-      void* dst = data(n.writes[0]);
-      const GraphBuffer& buf = graph_.buffers[n.writes[0]];
-      if (zenflow_init_cast_) {
-        const float* src = static_cast<const float*>(data(n.reads[0]));
-        if (buf.dtype == DataType::kF32) return hs.MemcpyAsync(dst, src, buf.bytes());
-        return CastFromF32(hs, dst, src, buf.dtype, static_cast<size_t>(buf.numel));
-      }
-      if (!zf->update_step(step)) return absl::OkStatus();
-      const int64_t w = zf->window(step);
-      const int m1 = BucketBuffer(n.bucket, BufferRole::kMoment1);
-      const int m2 = BucketBuffer(n.bucket, BufferRole::kMoment2);
-      const int accum = BucketBuffer(n.bucket, BufferRole::kHostAccum);
-      const int64_t numel = graph_.layout.buckets[n.bucket].shard_numel;
-      // On the update thread, after the host-update stream's waits
-      // (StartZenFlowUpdate); IssueNode posts it.
-      return zf_work_->Enqueue([zf, w, master = static_cast<float*>(data(n.reads[0])),
-                         m1 = static_cast<float*>(data(m1)),
-                         m2 = static_cast<float*>(data(m2)),
-                         acc = static_cast<float*>(data(accum)) + (w % 2) * numel, dst,
-                         pt = buf.dtype]() {
-        return zf->Update(w, master, m1, m2, acc, dst, pt);
-      });
-    }
-    case NodeKind::kH2D: {
-      const int64_t w = zf->upload_window(step);
-      if (w == ZenFlowState::kNone) return absl::OkStatus();
-      const int shard = n.writes[0], stage = n.writes[1];
-      BATON_RETURN_IF_ERROR(s.MemcpyAsync(data(stage), data(n.reads[0]),
-                                          graph_.buffers[stage].bytes()));
-      BATON_RETURN_IF_ERROR(zf_uploaded_[n.bucket]->Record(s));
-      return zf->Apply(s, w, data(stage), data(shard), graph_.buffers[shard].dtype);
-    }
-    default:
-      break;
-  }
-  *handled = false;
-  return absl::OkStatus();
 }
 
 Stream& Executor::WorkStream(StreamId s) {
@@ -870,12 +599,13 @@ Status Executor::IssueNode(int i, const StepCallbacks& callbacks) {
   Status st = PreNode(i);
   if (st.ok()) st = RunWork(i, callbacks);
   if (st.ok()) st = PostNode(i);
-  if (zf_open_ == i) PostZenFlowUpdate(i, st);
+  if (driver_) driver_->EndNode(i, step_, st);
+  work_stream_ = nullptr;
   return st;
 }
 
 Status Executor::CheckCallbacks(const StepCallbacks& callbacks) const {
-  if (callbacks.optimizer_writes_shard && !fusable_cast_ && !graph_.policy.zenflow) {
+  if (callbacks.optimizer_writes_shard && !fusable_cast_ && driver_ == nullptr) {
     return absl::InvalidArgumentError(
         "executor: optimizer_writes_shard needs every optimizer node followed "
         "by its cast on the same stream and no node waiting on an optimizer");
@@ -897,15 +627,9 @@ Status Executor::Step(const StepCallbacks& callbacks) {
 }
 
 Status Executor::Synchronize() {
-  Status first = absl::OkStatus();
-  if (zf_stream_) {
-    // The host-update stream, then the updates it started (every posted
-    // update's start value is written by then, even on a failure).
-    first = zf_stream_->Synchronize();
-    zf_thread_->Drain();
-    std::lock_guard<std::mutex> lock(zf_error_mu_);
-    if (first.ok()) first = zf_error_;
-  }
+  // The driver's own work first (ZenFlow: its host-update stream, then the
+  // updates that stream started).
+  Status first = driver_ ? driver_->Synchronize() : absl::OkStatus();
   for (auto& s : streams_) {
     Status st = s->Synchronize();
     if (first.ok() && !st.ok()) first = st;
@@ -942,12 +666,7 @@ Status Executor::CaptureStep(const StepCallbacks& callbacks) {
   if (device_.kind() != DeviceKind::kCuda) {
     return absl::UnimplementedError("CUDA graph capture needs CUDA streams");
   }
-  if (graph_.policy.zenflow) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "policy ", graph_.policy.name, " uses zenflow, whose work differs from "
-        "step to step (selection, update and upload steps); it cannot be "
-        "captured once and replayed"));
-  }
+  if (driver_) BATON_RETURN_IF_ERROR(driver_->CanCapture());
   if (!comm_.caps().graph_capture) {
     return absl::UnimplementedError(absl::StrCat(
         "CUDA graph capture needs a communicator that can be captured (",

@@ -10,8 +10,8 @@
 //     After a node that some later node waits on, an event is recorded.
 //   - Between steps every stream waits on every other stream's last event,
 //     so step k+1 never touches bytes step k still uses. No host blocking.
-//     (ZenFlow's host-update stream is the one exception: explicit events
-//     order it, scheduler/zenflow_exec.h.)
+//     (An optimizer driver's own streams are the exception: its events
+//     order them, e.g. ZenFlow's host-update stream, optim/zenflow_state.h.)
 //   - The host blocks only for Node::host_wait (peer emulation of FSDP1's
 //     and DeepSpeed's limiters; baton's own presets never set it).
 //   - Collectives use CollectiveTag(their stream) (scheduler/streams.h: one
@@ -56,16 +56,12 @@
 
 #include "baton/comm/communicator.h"
 #include "baton/memory/arena.h"
-#include "baton/ops/adamw.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
+#include "baton/scheduler/optimizer_driver.h"
 #include "baton/scheduler/step_graph.h"
 
 namespace baton::scheduler {
-
-class ZenFlowState;         // scheduler/zenflow_exec.h
-class ZenFlowUpdateThread;  // scheduler/zenflow_exec.h
-class DeferredWork;         // scheduler/zenflow_exec.h
 
 struct TensorView {
   const ParamSlot* param = nullptr;  // name, shape, numel
@@ -168,21 +164,11 @@ struct ExecutorOptions {
   // collective carries its position (step, node, bucket, mesh group)
   // either way.
   bool check_schedule = false;
-  // ZenFlow (Policy::zenflow): the executor runs the optimizer itself (its
-  // device path on the selected columns and its host path on the rest,
-  // scheduler/zenflow_exec.h) with this AdamW; StepCallbacks::optimizer is
-  // not called. Its window-end updates (CAST nodes) run on an update
-  // thread of the executor's own, released by a host-update stream outside
-  // the step barrier (Policy::zenflow_staleness). On an update step the
-  // observer's "before waits" point sees that stream; its "before work"
-  // and "after work" points, the trace and the delay injection see the
-  // update thread's work (a Stream that only takes host work and
-  // host-memory copies, scheduler/zenflow_exec.h DeferredWork). CAST on
-  // other steps sees the host-update stream at every point. The same calls on either
-  // kind of device (ops/zenflow_stream.h): CUDA kernels and pinned staging
-  // on a GPU, host work on the host runtime; CaptureStep refuses it (the
-  // work differs from step to step).
-  ops::AdamWConfig adamw;
+  // An optimizer that runs graph nodes itself (scheduler/optimizer_driver.h):
+  // one driver per executor, made during Create. Required by a policy that
+  // uses zenflow (optim::ZenFlowDriverFactory, optim/zenflow_driver.h);
+  // then StepCallbacks::optimizer is not called. Empty: none.
+  OptimizerDriverFactory optimizer_driver;
 };
 
 struct TraceRecord {
@@ -192,7 +178,7 @@ struct TraceRecord {
   uint64_t end = 0;
 };
 
-class Executor {
+class Executor final : private ExecutorParts {
  public:
   // The executor owns (a share of) its graph: pass a StepGraph by value
   // (moved or copied in) or a shared_ptr to one that several executors share
@@ -229,8 +215,9 @@ class Executor {
   // during capture), then each ReplayStep launches it. Unimplemented on
   // host streams and with a communicator that cannot be captured (inproc);
   // FailedPrecondition before one eager Step (libraries set themselves up
-  // on first use, which a capture cannot record), for ZenFlow (its work
-  // differs from step to step) and for ReplayStep before CaptureStep.
+  // on first use, which a capture cannot record), for a driver that
+  // refuses it (ZenFlow: its work differs from step to step) and for
+  // ReplayStep before CaptureStep.
   // Every replay repeats the captured kernels with their
   // captured arguments: a callback must not bake per-step values into its
   // launches (the step number of ComputeContext / OptimizerContext is the
@@ -239,15 +226,15 @@ class Executor {
   Status CaptureStep(const StepCallbacks& callbacks);
   Status ReplayStep();
 
-  const StepGraph& graph() const { return graph_; }
-  Stream& stream(StreamId s) { return *streams_[s.index()]; }
+  const StepGraph& graph() const override { return graph_; }
+  Stream& stream(StreamId s) override { return *streams_[s.index()]; }
   Stream& compute_stream() { return stream(kComputeStream); }
   memory::Arena& arena() { return *arena_; }
   int64_t steps_issued() const { return step_; }
-  int rank() const { return comm_.rank(); }
+  int rank() const override { return comm_.rank(); }
   // This rank's position in its shard group: its shards are elements
   // [shard_rank() * shard_numel, ...) of every bucket.
-  int shard_rank() const { return group_comm_[kDataShardGroup.bits()]->rank(); }
+  int shard_rank() const override { return group_comm_[kDataShardGroup.bits()]->rank(); }
   // The records of every traced node since the last call.
   std::vector<TraceRecord> TakeTrace();
 
@@ -267,8 +254,13 @@ class Executor {
            Communicator& comm, const ExecutorOptions& options);
   Status Init();
   Status BindGroups();
-  Communicator& CommFor(MeshGroup group);
-  void* BufferData(int buffer);
+  // ExecutorParts, for the driver.
+  Communicator& CommFor(MeshGroup group) override;
+  void* BufferData(int buffer) override;
+  Device& device() override { return device_; }
+  std::vector<Stream*> streams() override;
+  double grad_scale() const override;
+
   Status RunWork(int i, const StepCallbacks& callbacks);
   Status Trace(int i, bool start, Stream& s);
   Status Observe(int i, NodeObserver::Point point, Stream& s);
@@ -296,39 +288,16 @@ class Executor {
   // Per bucket: [begin, end) element ranges of its flat buffer that hold no
   // parameter (gaps and tail padding); zeroed before a gradient's first write.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;
-  // ZenFlow: per bucket (null for a bucket no node updates).
-  std::vector<std::unique_ptr<ZenFlowState>> zenflow_;
-  bool zenflow_init_cast_ = false;  // InitParameters' cast: always cast
-  Status RunZenFlowWork(int i, bool* handled);
   // The graph's buffer of `role` for `bucket` (one per bucket for the
   // per-bucket roles), or -1.
-  int BucketBuffer(int bucket, BufferRole role) const;
-  Status ZenFlowWaits(int i, Stream& s);
-  // ZenFlow (zenflow_exec.h "Staleness"): the host-update stream, outside
-  // BeginStep's barrier, waits for each update's inputs and writes its
-  // start value; the update thread then runs the update (the node's
-  // deferred work) and writes its done value, which the consumers wait
-  // for. Per bucket b: events ready and uploaded; values start (word 2b)
-  // and done (2b + 1), counting the bucket's windows; the inputs-good flag.
-  std::unique_ptr<Stream> zf_stream_;
-  std::unique_ptr<Stream> zf_host_view_;  // its host work view on CUDA
-  std::vector<std::unique_ptr<Event>> zf_ready_, zf_uploaded_;
-  DeviceBuffer zf_values_;
-  uint64_t* ZfStart(int b) { return static_cast<uint64_t*>(zf_values_.data()) + 2 * b; }
-  uint64_t* ZfDone(int b) { return static_cast<uint64_t*>(zf_values_.data()) + 2 * b + 1; }
-  std::unique_ptr<std::atomic<int64_t>[]> zf_inputs_ok_;
-  std::unique_ptr<DeferredWork> zf_work_;  // the open update's work
-  int zf_open_ = -1;          // the update node being issued, or -1
-  bool zf_started_ = false;   // its start value was enqueued
-  std::mutex zf_error_mu_;
-  Status zf_error_;           // the update thread's first error
-  bool ZenFlowUpdateNode(int i) const;
-  Status StartZenFlowUpdate(int i, Stream& s);
-  void PostZenFlowUpdate(int i, const Status& issue);
-  // Joined first thing in ~Executor (it uses the members above).
-  std::unique_ptr<ZenFlowUpdateThread> zf_thread_;
-  // The stream node i is issued on: the host-update stream for ZenFlow's
-  // CAST (whose update then runs on the update thread), else the node's own.
+  int BucketBuffer(int bucket, BufferRole role) const override;
+  // The optimizer driver (ExecutorOptions::optimizer_driver), if any; the
+  // stream the open node's work goes to when its BeginNode chose one; and
+  // whether InitParameters' casts are running.
+  std::unique_ptr<OptimizerDriver> driver_;
+  Stream* work_stream_ = nullptr;
+  bool init_cast_ = false;
+  // The stream node i is issued on: the driver's choice, else the node's.
   Stream& NodeStream(int i);
   bool accumulate_fp32_ = false;  // CollectiveOptions of the reductions
   // Whether every optimizer node is followed by its bucket's cast on the

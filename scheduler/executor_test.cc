@@ -5,102 +5,17 @@
 #include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
-#include "baton/scheduler/testing.h"
+#include "baton/scheduler/testing/toy_model.h"
 
 namespace baton::scheduler {
 namespace {
 
 using testing::CreateInprocGroup;
 using testing::RunRanks;
+using testing::CastBy;
 using testing::ToyModel;
-
-struct RunResult {
-  std::string error;  // "" when every rank matched the reference
-  std::vector<std::vector<TraceRecord>> traces;  // per rank
-  std::vector<std::string> orders;               // per rank: ToText()
-};
-
-// Trains the toy model for `steps` steps on `ranks` inproc ranks with
-// `policy` and compares every rank's shards with the unsharded reference.
-// Cast modes: the executor casts (kExecutor); the optimizer writes the
-// shard itself (kOptimizer, StepCallbacks::optimizer_writes_shard); or the
-// flag is set but the optimizer does not write it (kNobody: must fail).
-enum class CastBy { kExecutor, kOptimizer, kNobody };
-
-// `compare` false: only run (ZenFlow runs its own optimizer, not the toy
-// model's; scheduler/zenflow_exec_test.cc compares it with its reference).
-RunResult Train(const ModelSpec& spec, const Policy& policy, int ranks, int steps,
-              const ExecutorOptions& options = {}, CastBy cast = CastBy::kExecutor,
-              bool compare = true) {
-  RunResult result;
-  auto group = CreateInprocGroup(ranks);
-  if (!group.ok()) {
-    result.error = group.status().ToString();
-    return result;
-  }
-  ToyModel toy(ranks);
-  std::vector<std::string> errors(ranks);
-  result.traces.resize(ranks);
-  result.orders.resize(ranks);
-  auto layout = LayoutFor(spec, policy, *ResolveMesh(policy, ranks));
-  if (!layout.ok()) {
-    result.error = layout.status().ToString();
-    return result;
-  }
-  ToyModel::Reference ref = ToyModel::InitialReference(*layout);
-  for (int s = 0; s < steps; ++s) {
-    ToyModel::ReferenceStep(*layout, ranks, policy.micro_steps,
-                            policy.param_dtype, ref);
-  }
-  RunRanks(ranks, [&](int r) {
-    // Every rank builds its own graph, as a real job does.
-    auto graph = BuildStepGraph(spec, policy, ranks);
-    if (!graph.ok()) {
-      errors[r] = graph.status().ToString();
-      return;
-    }
-    result.orders[r] = graph->ToText();
-    auto exec = Executor::Create(*graph, *group->device, *group->comms[r], options);
-    if (!exec.ok()) {
-      errors[r] = exec.status().ToString();
-      return;
-    }
-    Status st = (*exec)->InitParameters(
-        [](const ParamSlot& p, float* out) {
-          for (int64_t i = 0; i < p.numel; ++i) out[i] = testing::InitialValue(p, i);
-        });
-    StepCallbacks cb = toy.Callbacks(r);
-    if (cast != CastBy::kExecutor) {
-      cb.optimizer_writes_shard = true;
-      auto update = cb.optimizer;
-      const bool write = cast == CastBy::kOptimizer;
-      cb.optimizer = [update, write](const OptimizerContext& ctx) -> Status {
-        if (ctx.shard == nullptr) return absl::InternalError("no shard pointer");
-        BATON_RETURN_IF_ERROR(update(ctx));
-        if (!write) return absl::OkStatus();
-        return ctx.stream->Enqueue([ctx]() {
-          NarrowFromF32(ctx.shard, ctx.master, ctx.shard_dtype, ctx.shard_numel);
-          return absl::OkStatus();
-        });
-      };
-    }
-    for (int s = 0; st.ok() && s < steps; ++s) st = (*exec)->Step(cb);
-    if (st.ok()) st = (*exec)->Synchronize();
-    if (!st.ok()) {
-      errors[r] = st.ToString();
-      group->comms[r]->Abort();
-      return;
-    }
-    if (compare) errors[r] = ToyModel::CompareShards(**exec, ref);
-    result.traces[r] = (*exec)->TakeTrace();
-  });
-  for (int r = 0; r < ranks; ++r) {
-    if (!errors[r].empty() && result.error.empty()) {
-      result.error = "rank " + std::to_string(r) + ": " + errors[r];
-    }
-  }
-  return result;
-}
+using testing::ToyRun;
+using testing::TrainToy;
 
 ModelSpec Micro(bool tied = false) {
   ModelSpec s = *ModelPreset("micro");
@@ -119,7 +34,7 @@ TEST_P(DataFlowTest, ShardedStepsMatchTheUnshardedReferenceBitForBit) {
   p.micro_steps = mode == 0 ? 1 : 2;
   p.reduce_every_micro_step = mode == 1;
   p.recompute_blocks = 1;
-  const RunResult r = Train(Micro(), p, ranks, 3);
+  const ToyRun r = TrainToy(Micro(), p, ranks, 3);
   EXPECT_EQ(r.error, "");
   for (int k = 1; k < ranks; ++k) EXPECT_EQ(r.orders[k], r.orders[0]);
 }
@@ -134,7 +49,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ExecutorTest, TiedEmbeddingsAndBf16ParametersMatchTheReference) {
   for (const char* name : {"baton", "yafsdp", "fsdp2", "ddp"}) {
     Policy p = *PolicyPreset(name);  // bf16 parameters, fp32 reduce
-    const RunResult r = Train(Micro(/*tied=*/true), p, 3, 3);
+    const ToyRun r = TrainToy(Micro(/*tied=*/true), p, 3, 3);
     EXPECT_EQ(r.error, "") << name;
   }
 }
@@ -149,9 +64,9 @@ TEST(ExecutorTest, OptimizerMayWriteTheShardItself) {
       Policy p = *PolicyPreset(name);
       p.param_dtype = t;
       p.micro_steps = 2;
-      const RunResult fused = Train(Micro(/*tied=*/true), p, 3, 3, {}, CastBy::kOptimizer);
+      const ToyRun fused = TrainToy(Micro(/*tied=*/true), p, 3, 3, {}, CastBy::kOptimizer);
       EXPECT_EQ(fused.error, "") << name << " " << DataTypeName(t);
-      const RunResult stale = Train(Micro(/*tied=*/true), p, 3, 3, {}, CastBy::kNobody);
+      const ToyRun stale = TrainToy(Micro(/*tied=*/true), p, 3, 3, {}, CastBy::kNobody);
       EXPECT_NE(stale.error, "") << name << " " << DataTypeName(t);
     }
   }
@@ -167,7 +82,7 @@ TEST(ExecutorTest, ExecutedOrderRespectsEveryEdge) {
     ExecutorOptions o;
     o.trace = true;
     o.max_delay_us = 200;
-    const RunResult r = Train(Micro(), p, 2, 3, o);
+    const ToyRun r = TrainToy(Micro(), p, 2, 3, o);
     ASSERT_EQ(r.error, "") << name;
     auto graph = BuildStepGraph(Micro(), p, 2);
     ASSERT_TRUE(graph.ok());
@@ -204,96 +119,6 @@ TEST(ExecutorTest, ExecutedOrderRespectsEveryEdge) {
   }
 }
 
-// The same for the zenflow preset, staleness 0 and auto (3, update 4), with
-// one exception: each bucket's CAST (the window's host update and cast)
-// runs on the host-update stream, outside the step barrier. It is left out
-// of its graph stream's FIFO and of the steps' no-overlap check; instead
-// the CASTs run in issue order, every graph edge (OPT -> CAST included)
-// holds, and an update's CAST ends before the H2D of step e + 1 + d that
-// uploads what it wrote starts.
-TEST(ExecutorTest, ZenFlowExecutedOrderRespectsEveryEdge) {
-  constexpr int kRanks = 2, kSteps = 12;  // windows end at 3, 7, 11
-  for (int staleness : {0, kAutoInterval}) {
-    Policy p = *PolicyPreset("zenflow");
-    p.param_dtype = DataType::kF32;
-    p.micro_steps = 2;
-    p.zenflow_staleness = staleness;
-    const ZenFlowIntervals z = ResolveZenFlow(p);
-    const std::string name = absl::StrCat("zenflow, staleness ", z.staleness);
-    ExecutorOptions o;
-    o.trace = true;
-    o.max_delay_us = 200;
-    const RunResult r = Train(Micro(), p, kRanks, kSteps, o, CastBy::kExecutor,
-                              /*compare=*/false);
-    ASSERT_EQ(r.error, "") << name;
-    auto graph = BuildStepGraph(Micro(), p, kRanks);
-    ASSERT_TRUE(graph.ok());
-    const int nn = static_cast<int>(graph->nodes.size());
-    auto is_cast = [&](int i) { return graph->nodes[i].kind == NodeKind::kCast; };
-    int uploads_checked = 0;
-    for (int rank = 0; rank < kRanks; ++rank) {
-      const auto& trace = r.traces[rank];
-      ASSERT_EQ(trace.size(), static_cast<size_t>(nn) * kSteps) << name;
-      std::vector<std::vector<TraceRecord>> at(kSteps, std::vector<TraceRecord>(nn));
-      for (const TraceRecord& t : trace) at[t.step][t.node] = t;
-      const TraceRecord* last_cast = nullptr;
-      for (int s = 0; s < kSteps; ++s) {
-        for (const GraphEdge& e : graph->edges) {
-          EXPECT_LT(at[s][e.from].end, at[s][e.to].start)
-              << name << " step " << s << ": " << graph->nodes[e.from].name
-              << " -> " << graph->nodes[e.to].name;
-        }
-        std::vector<int> last(graph->num_streams, -1);
-        for (int i = 0; i < nn; ++i) {
-          const Node& n = graph->nodes[i];
-          if (is_cast(i)) {
-            // The host-update stream: issue order, across steps too.
-            if (last_cast != nullptr) {
-              EXPECT_LT(last_cast->end, at[s][i].start) << name << " " << n.name;
-            }
-            last_cast = &at[s][i];
-            // After its OPT (the host stream's node before it).
-            ASSERT_GT(i, 0);
-            const Node& opt = graph->nodes[i - 1];
-            ASSERT_EQ(opt.kind, NodeKind::kOptimizer) << n.name;
-            ASSERT_EQ(opt.bucket, n.bucket) << n.name;
-            EXPECT_LT(at[s][i - 1].end, at[s][i].start) << name << " step " << s;
-            // Before the H2D that uploads the window's update.
-            const int64_t u = s + 1 + z.staleness;
-            if ((s + 1) % z.update != 0 || u >= kSteps) continue;
-            for (int h = 0; h < nn; ++h) {
-              const Node& h2d = graph->nodes[h];
-              if (h2d.kind != NodeKind::kH2D || h2d.bucket != n.bucket) continue;
-              EXPECT_LT(at[s][i].end, at[u][h].start)
-                  << name << ": " << n.name << " of step " << s << ", H2D of step " << u;
-              ++uploads_checked;
-            }
-            continue;
-          }
-          int& l = last[n.stream.index()];
-          if (l >= 0) {
-            EXPECT_LT(at[s][l].end, at[s][i].start) << name << " " << n.name;
-          }
-          l = i;
-        }
-        // Steps do not overlap (the CASTs aside).
-        if (s > 0) {
-          uint64_t prev_end = 0, start = ~uint64_t{0};
-          for (int i = 0; i < nn; ++i) {
-            if (is_cast(i)) continue;
-            prev_end = std::max(prev_end, at[s - 1][i].end);
-            start = std::min(start, at[s][i].start);
-          }
-          EXPECT_LT(prev_end, start) << name << " step " << s;
-        }
-      }
-    }
-    // Two ranks, at least two buckets, windows ending at 3 and 7 (and 11
-    // with staleness 0).
-    EXPECT_GE(uploads_checked, kRanks * 2 * 2) << name;
-  }
-}
-
 // Random delays on every stream, the arena in poison mode, 1,000 steps over
 // every preset and prefetch depth: no read ever sees bytes another buffer
 // wrote (the arena fails the stream with DataLoss), and the result still
@@ -302,7 +127,7 @@ TEST(ExecutorTest, PoisonStressOverEveryPresetAndDepth) {
   int steps_run = 0;
   for (const std::string& name : PolicyPresetNames()) {
     // ZenFlow runs its own optimizer, not the toy model's: compared with
-    // its reference (poisoned, delayed) in scheduler/zenflow_exec_test.cc.
+    // its reference (poisoned, delayed) in optim/zenflow_exec_test.cc.
     if (name == "zenflow") continue;
     for (int depth = 0; depth <= 3; ++depth) {
       Policy p = *PolicyPreset(name);
@@ -318,7 +143,7 @@ TEST(ExecutorTest, PoisonStressOverEveryPresetAndDepth) {
       o.max_delay_us = 40;
       o.seed = 17 + depth;
       const int steps = name == "ddp" && depth > 0 ? 30 : 40;
-      const RunResult r = Train(Micro(depth == 1), p, 2, steps, o);
+      const ToyRun r = TrainToy(Micro(depth == 1), p, 2, steps, o);
       EXPECT_EQ(r.error, "") << name << " depth " << depth;
       steps_run += steps;
     }
@@ -331,7 +156,7 @@ TEST(ExecutorTest, PoisonStressOverEveryPresetAndDepth) {
     ExecutorOptions o;
     o.poison = true;
     o.max_delay_us = 40;
-    const RunResult r = Train(Micro(), p, 3, 40, o);
+    const ToyRun r = TrainToy(Micro(), p, 3, 40, o);
     EXPECT_EQ(r.error, "") << name;
     steps_run += 40;
   }
@@ -407,7 +232,7 @@ TEST_P(GroupDataFlowTest, ShardsMatchTheUnshardedReferenceBitForBit) {
   p.micro_steps = mode == 0 ? 1 : 2;
   p.reduce_every_micro_step = mode == 1;
   p.recompute_blocks = 1;
-  const RunResult r = Train(Micro(/*tied=*/true), p, 8, 2);
+  const ToyRun r = TrainToy(Micro(/*tied=*/true), p, 8, 2);
   EXPECT_EQ(r.error, "");
   for (int k = 1; k < 8; ++k) EXPECT_EQ(r.orders[k], r.orders[0]);
   // The graph really is hierarchical.

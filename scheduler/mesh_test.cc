@@ -8,7 +8,7 @@
 #include "baton/comm/factory.h"
 #include "baton/runtime/device.h"
 #include "baton/scheduler/policy.h"
-#include "baton/scheduler/testing.h"
+#include "baton/scheduler/testing/toy_model.h"
 #include "gtest/gtest.h"
 
 namespace baton::scheduler {

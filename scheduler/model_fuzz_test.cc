@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "baton/runtime/fuzz_testing.h"
+#include "baton/runtime/testing/fuzz.h"
 #include "baton/scheduler/model.h"
 #include "gtest/gtest.h"
 

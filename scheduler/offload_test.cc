@@ -1,6 +1,7 @@
 // Optimizer offload (Policy::offload, ZeRO-Offload): the policy knobs'
-// validation, the graph's host-link copies and host work, and the executed
-// step on inproc ranks, bit-identical to the same step on the device.
+// validation, the graph's host-link copies and host work, and an executed
+// step whose host cast is missing (the AdamW step bit-identical to the
+// device step: optim/adamw_hook_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,10 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "baton/ops/adamw.h"
 #include "baton/scheduler/executor.h"
-#include "baton/scheduler/testing.h"
-#include "baton/scheduler/zenflow_exec.h"
+#include "baton/scheduler/testing/toy_model.h"
+#include "baton/scheduler/zenflow_buffers.h"
 
 namespace baton::scheduler {
 namespace {
@@ -178,12 +178,16 @@ TEST(OffloadGraphTest, ZenFlowGraphHasTheDeviceTopkPath) {
   EXPECT_EQ(topk, static_cast<int>(g->layout.buckets.size()));
   EXPECT_EQ(g->persistent_bytes, off->persistent_bytes + device);
   EXPECT_EQ(g->host_bytes, off->host_bytes + host);
-  // The host runtime runs it (scheduler/zenflow_exec_test.cc).
+  // Its optimizer runs its own nodes: without a driver the executor says
+  // which to pass (the host runtime runs it: optim/zenflow_exec_test.cc).
   auto group = CreateInprocGroup(1);
   ASSERT_TRUE(group.ok());
   auto one = BuildStepGraph(Micro(), p, 1);
   ASSERT_TRUE(one.ok());
-  EXPECT_TRUE(Executor::Create(*one, *group->device, *group->comms[0]).ok());
+  const auto refused = Executor::Create(*one, *group->device, *group->comms[0]);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("optimizer_driver"), std::string::npos)
+      << refused.status();
 }
 
 TEST(OffloadGraphTest, VerifyCatchesMisplacedOffloadWork) {
@@ -219,97 +223,6 @@ TEST(OffloadGraphTest, VerifyCatchesMisplacedOffloadWork) {
     const int d = first(bad, NodeKind::kD2H);
     bad.nodes[d].kind = NodeKind::kCopy;
     EXPECT_FALSE(VerifyStepGraph(bad).ok());
-  }
-}
-
-// Trains the toy model with AdamW (fused with the cast, as examples/
-// llama_trainer.cc does) and returns every rank's master shards.
-StatusOr<std::vector<std::vector<std::vector<float>>>> TrainAdamW(
-    const Policy& policy, int ranks, int steps, const ExecutorOptions& o) {
-  BATON_ASSIGN_OR_RETURN(testing::InprocGroup group, CreateInprocGroup(ranks));
-  ToyModel toy(ranks);
-  std::vector<Status> errors(ranks);
-  std::vector<std::vector<std::vector<float>>> masters(ranks);
-  RunRanks(ranks, [&](int r) {
-    errors[r] = [&]() -> Status {
-      BATON_ASSIGN_OR_RETURN(StepGraph graph, BuildStepGraph(Micro(), policy, ranks));
-      BATON_RETURN_IF_ERROR(VerifyStepGraph(graph));
-      BATON_ASSIGN_OR_RETURN(
-          auto exec, Executor::Create(std::move(graph), *group.device,
-                                      *group.comms[r], o));
-      BATON_RETURN_IF_ERROR(exec->InitParameters([](const ParamSlot& p, float* out) {
-        for (int64_t i = 0; i < p.numel; ++i) out[i] = testing::InitialValue(p, i);
-      }));
-      StepCallbacks cb = toy.Callbacks(r);
-      const bool offload = policy.offload != Offload::kNone;
-      cb.optimizer = [offload](const OptimizerContext& ctx) -> Status {
-        if (ctx.on_host != offload) return absl::InternalError("on_host is wrong");
-        ops::AdamWConfig c;
-        c.lr = 0.01f;
-        c.weight_decay = 0.1f;
-        ops::AdamWArgs a;
-        a.n = ctx.shard_numel;
-        a.step = ctx.step + 1;
-        a.grad_scale = static_cast<float>(ctx.grad_scale);
-        a.master = ctx.master;
-        a.grad = ctx.grad;
-        a.grad_dtype = ctx.grad_dtype;
-        a.moment1 = ctx.moment1;
-        a.moment2 = ctx.moment2;
-        a.param = ctx.shard;
-        a.param_dtype = ctx.shard_dtype;
-        return ops::AdamWStep(*ctx.stream, c, a);
-      };
-      cb.optimizer_writes_shard = true;
-      for (int s = 0; s < steps; ++s) BATON_RETURN_IF_ERROR(exec->Step(cb));
-      BATON_RETURN_IF_ERROR(exec->Synchronize());
-      for (int b = 0; b < static_cast<int>(exec->graph().layout.buckets.size()); ++b) {
-        BATON_ASSIGN_OR_RETURN(std::vector<float> m, exec->ReadMaster(b));
-        masters[r].push_back(std::move(m));
-      }
-      return absl::OkStatus();
-    }();
-    if (!errors[r].ok()) group.comms[r]->Abort();
-  });
-  for (const Status& st : errors) BATON_RETURN_IF_ERROR(st);
-  return masters;
-}
-
-// zero_offload's step is the device step moved: bit for bit the same master
-// shards after several AdamW steps, with random delays on every stream and
-// the arena poisoned, for fp32 and bf16 parameters and accumulation.
-TEST(OffloadExecutorTest, ZeroOffloadIsBitIdenticalToTheDeviceStep) {
-  for (DataType t : {DataType::kF32, DataType::kBF16}) {
-    for (int micro : {1, 2}) {
-      Policy off = *PolicyPreset("zero_offload");
-      off.param_dtype = t;
-      off.micro_steps = micro;
-      off.reduce_every_micro_step = micro == 2;
-      Policy dev = off;
-      dev.offload = Offload::kNone;
-      ExecutorOptions o;
-      o.poison = true;
-      o.max_delay_us = 30;
-      const auto a = TrainAdamW(off, 2, 6, o);
-      const auto b = TrainAdamW(dev, 2, 6, o);
-      ASSERT_TRUE(a.ok()) << a.status();
-      ASSERT_TRUE(b.ok()) << b.status();
-      ASSERT_EQ(a->size(), b->size());
-      bool moved = false;
-      for (size_t r = 0; r < a->size(); ++r) {
-        ASSERT_EQ((*a)[r].size(), (*b)[r].size());
-        for (size_t k = 0; k < (*a)[r].size(); ++k) {
-          const std::vector<float>& x = (*a)[r][k];
-          const std::vector<float>& y = (*b)[r][k];
-          ASSERT_EQ(x.size(), y.size());
-          EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * 4), 0)
-              << DataTypeName(t) << " micro " << micro << " rank " << r
-              << " bucket " << k;
-          moved |= !x.empty() && x[0] != 0;
-        }
-      }
-      EXPECT_TRUE(moved);
-    }
   }
 }
 

@@ -90,7 +90,7 @@
 //       the host optimizer applies them every update_interval steps (as
 //       DeepSpeed does). Parameters that are not 2-D take the host path.
 //       The executor runs it on either kind of device
-//       (scheduler/zenflow_exec.h); CaptureStep refuses it. select_interval must be a multiple of
+//       (optim/zenflow_driver.h, the executor's optimizer driver); CaptureStep refuses it. select_interval must be a multiple of
 //       update_interval (after "auto" is resolved; ops/zenflow.h).
 //       Intervals may be kAutoInterval ("auto", as in DeepSpeed's config):
 //       update_interval auto = kAutoUpdateInterval (4, the value of

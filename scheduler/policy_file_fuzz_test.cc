@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "baton/runtime/fuzz_testing.h"
+#include "baton/runtime/testing/fuzz.h"
 #include "baton/scheduler/policy_file.h"
 #include "gtest/gtest.h"
 

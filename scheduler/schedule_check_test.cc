@@ -17,7 +17,7 @@
 #include "baton/scheduler/arrivals.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/schedule_check.h"
-#include "baton/scheduler/testing.h"
+#include "baton/scheduler/testing/toy_model.h"
 #include "gtest/gtest.h"
 
 namespace baton::scheduler {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "baton/scheduler/policy_file.h"
 #include "gtest/gtest.h"
-#include "baton/scheduler/testing.h"
+#include "baton/scheduler/testing/toy_model.h"
 
 namespace baton::scheduler {
 namespace {
@@ -75,7 +75,7 @@ std::string TrainAndCompare(Session& s, ToyModel& toy, int rank, int steps,
 TEST(SessionTest, HooksReproduceTheReference) {
   for (const std::string& name : PolicyPresetNames()) {
     // ZenFlow runs its own optimizer, not the toy model's: compared with
-    // its reference (poisoned, delayed) in scheduler/zenflow_exec_test.cc.
+    // its reference (poisoned, delayed) in optim/zenflow_exec_test.cc.
     if (name == "zenflow") continue;
     const int ranks = 2;
     Policy p = *PolicyPreset(name);

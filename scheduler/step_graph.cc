@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/memory/step_dag.h"
-#include "baton/scheduler/zenflow_exec.h"
+#include "baton/scheduler/zenflow_buffers.h"
 
 namespace baton::scheduler {
 

@@ -60,7 +60,7 @@
 // simulator prices them 1/update_interval; sim/offload_cost.h). With
 // staleness d (Policy::zenflow_staleness) that H2D comes d steps later and
 // the executor runs the update and CAST on a stream outside the step
-// barrier, ordered by events the graph does not hold (zenflow_exec.h), on
+// barrier, ordered by events the graph does not hold (optim/zenflow_state.h), on
 // either kind of device.
 //
 // Plain data; immutable once built; safe to share between threads.
@@ -115,7 +115,7 @@ enum class BufferRole {
                // cast writes and H2D copies to the device
   kTopkState,  // persistent, device (zenflow): fp32 master and moments of
                // the selected elements, packed (3 x 4 bytes each; sized by
-               // ZenFlowTopkStateNumel, scheduler/zenflow_exec.h)
+               // ZenFlowTopkStateNumel, scheduler/zenflow_buffers.h)
   kColumnNorms,  // persistent, device (zenflow): per-column squared gradient
                  // sums of the bucket's matrices (all-reduced at a selection)
   kHostAccum,    // persistent, host (zenflow): unselected gradient sums,

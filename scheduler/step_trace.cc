@@ -31,7 +31,7 @@ const char* Category(NodeKind kind) {
 }
 
 // The tracks of a rank: the graph's streams, then (ZenFlow) the
-// executor's host-update stream, where CAST runs (scheduler/zenflow_exec.h).
+// executor's host-update stream, where CAST runs (optim/zenflow_state.h).
 std::vector<std::string> TrackNames(const StepGraph& g) {
   std::vector<std::string> names = g.stream_names();
   for (std::string& n : names) {

@@ -3,7 +3,7 @@
 // trace-event format, one process per rank, one track (thread) per stream
 // (compute, all-gather, reduce-scatter, or one comm stream; under offload
 // host-copy and host; under ZenFlow also host-update, where its CAST runs,
-// scheduler/zenflow_exec.h), with slices
+// optim/zenflow_state.h), with slices
 //   wait     a stream blocked on another stream's event before a node
 //   compute  forward / recompute / backward / optimizer / cast / accumulate
 //   copy     the collectives, device copies and host-link copies (D2H,

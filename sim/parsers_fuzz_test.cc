@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "baton/runtime/fuzz_testing.h"
+#include "baton/runtime/testing/fuzz.h"
 #include "baton/sim/calibration.h"
 #include "baton/sim/cluster.h"
 #include "gtest/gtest.h"

@@ -25,10 +25,10 @@ B="$T/bundle"
 make_bundle "$B"
 gpu_tests="runtime/device_test runtime/pinned_host_test runtime/stream_ops_test ops/adamw_test
   ops/attention_test ops/cross_entropy_test ops/cudnn_attention_test ops/embedding_test
-  ops/linear_test ops/rmsnorm_test ops/rotary_test ops/swiglu_test ops/test_util_test
+  ops/linear_test ops/rmsnorm_test ops/rotary_test ops/swiglu_test ops/testing/test_util_test
   ops/zenflow_stream_test comm/inproc_test comm/nccl_test tests/train_tiny_test"
 host_tests="runtime/status_test memory/arena_test ops/host_adamw_test comm/split_test
-  scheduler/executor_test scheduler/zenflow_exec_test sim/parsers_fuzz_test sim/tune_test
+  scheduler/executor_test optim/zenflow_exec_test sim/parsers_fuzz_test sim/tune_test
   examples/llama_trainer_test tests/ucx_faults_test"
 { for t in $gpu_tests; do printf '%s\tgpu\n' "$t"; done
   for t in $host_tests; do printf '%s\thost\n' "$t"; done; } > "$B/tests.txt"

@@ -1,6 +1,6 @@
 // The ops tests' guard bands (testing::Shifted) see a write on either side
 // of the buffer, and only such a write.
-#include "baton/ops/test_util.h"
+#include "baton/ops/testing/test_util.h"
 
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "baton/scheduler/zenflow_exec.h"
+#include "baton/optim/zenflow_state.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,44 +8,14 @@
 #include "baton/ops/op_util.h"
 #include "baton/runtime/dtype.h"
 #include "baton/scheduler/offload.h"
+#include "baton/scheduler/zenflow_buffers.h"
 
-namespace baton::scheduler {
+namespace baton::optim::zenflow_internal {
 namespace {
 
 bool IsMatrix(const ParamSlot& p) { return p.shape.size() == 2 && p.numel > 0; }
 
-// Elements of the selected-state bound of `p` in the shard [lo, hi).
-int64_t Bound(const ParamSlot& p, int64_t lo, int64_t hi, double ratio) {
-  const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-  if (a >= b) return 0;
-  const int64_t cols = p.shape[1];
-  const int64_t rows = (b - 1 - p.offset) / cols - (a - p.offset) / cols + 1;
-  const int64_t k = *ops::ZenFlowSelectCount(ratio, cols);
-  return std::min(b - a, k * rows);
-}
-
 }  // namespace
-
-int64_t ZenFlowTopkStateNumel(const Bucket& bk, int shards, double ratio) {
-  int64_t most = 0;
-  for (int r = 0; r < shards; ++r) {
-    const int64_t lo = r * bk.shard_numel, hi = lo + bk.shard_numel;
-    int64_t sum = 0;
-    for (const ParamSlot& p : bk.params) {
-      if (IsMatrix(p)) sum += Bound(p, lo, hi, ratio);
-    }
-    most = std::max(most, sum);
-  }
-  return 3 * std::max<int64_t>(most, 1);
-}
-
-int64_t ZenFlowNormsNumel(const Bucket& bk) {
-  int64_t n = 0;
-  for (const ParamSlot& p : bk.params) {
-    if (IsMatrix(p)) n += p.shape[1];
-  }
-  return std::max<int64_t>(n, 1);
-}
 
 ZenFlowState::ZenFlowState(const Bucket& bk, int shard_rank,
                            const ops::ZenFlowConfig& config, int64_t staleness,
@@ -97,7 +67,10 @@ StatusOr<std::unique_ptr<ZenFlowState>> ZenFlowState::Create(
     const ops::AdamWConfig& adamw) {
   std::unique_ptr<ZenFlowState> z(
       new ZenFlowState(bucket, shard_rank, config, staleness, adamw));
-  if (3 * z->packed_total_ > ZenFlowTopkStateNumel(bucket, shards, config.topk_ratio)) {
+  // The graph sized the topk state (scheduler/zenflow_buffers.h): the
+  // packing must fit it.
+  if (3 * z->packed_total_ >
+      scheduler::ZenFlowTopkStateNumel(bucket, shards, config.topk_ratio)) {
     return absl::InternalError(absl::StrCat(
         "zenflow: ", z->packed_total_, " packed elements exceed the topk state"));
   }
@@ -116,7 +89,7 @@ StatusOr<std::unique_ptr<ZenFlowState>> ZenFlowState::Create(
   z->upload_tables_ = reinterpret_cast<int32_t*>(d + packed + tables);
   if (part > 0) z->squares_scratch_ = reinterpret_cast<float*>(d + packed + 2 * tables);
   BATON_ASSIGN_OR_RETURN(z->host_scratch_,
-                         AllocateHostState(device, norms + packed + 2 * tables));
+                         scheduler::AllocateHostState(device, norms + packed + 2 * tables));
   char* h = static_cast<char*>(z->host_scratch_.data());
   std::memset(h, 0, norms + packed + 2 * tables);
   z->staged_norms_ = reinterpret_cast<float*>(h);
@@ -402,4 +375,4 @@ std::vector<HostWork> DeferredWork::Take() {
   return out;
 }
 
-}  // namespace baton::scheduler
+}  // namespace baton::optim::zenflow_internal

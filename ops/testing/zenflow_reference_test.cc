@@ -1,4 +1,4 @@
-#include "baton/ops/zenflow_reference.h"
+#include "baton/ops/testing/zenflow_reference.h"
 
 #include <cstring>
 #include <optional>
@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "baton/ops/adamw.h"
 #include "baton/ops/host_adamw.h"
-#include "baton/ops/test_util.h"
+#include "baton/ops/testing/test_util.h"
 #include "baton/ops/zenflow.h"
 #include "baton/runtime/device.h"
 

@@ -1,4 +1,5 @@
-// ZenFlow in the executor (host runtime, inproc ranks) against the plain
+// ZenFlow in the executor through its driver (optim/zenflow_driver.h; host
+// runtime, inproc ranks) against the plain
 // reference of its algorithm (ops::ZenFlowReference), step by step: the
 // weights every forward sees equal the reference's, bit for bit, and so
 // does every rank's host master after the last step. With bf16
@@ -32,14 +33,18 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "baton/ops/host_adamw.h"
-#include "baton/ops/zenflow_reference.h"
+#include "baton/ops/testing/zenflow_reference.h"
+#include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/dtype.h"
 #include "baton/scheduler/executor.h"
-#include "baton/scheduler/testing.h"
+#include "baton/scheduler/testing/step_trace_check.h"
+#include "baton/scheduler/testing/toy_model.h"
 
-namespace baton::scheduler {
+namespace baton::optim {
 namespace {
 
+using namespace ::baton::scheduler;  // the executor's types, throughout
+namespace testing = ::baton::scheduler::testing;
 using testing::CreateInprocGroup;
 using testing::RunRanks;
 
@@ -152,7 +157,7 @@ StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
       BATON_RETURN_IF_ERROR(VerifyStepGraph(graph));
       SlowUpdate slow(graph, steps, ResolveZenFlow(policy).staleness > 0, 7 + r, 12);
       ExecutorOptions o;
-      o.adamw = adamw;
+      o.optimizer_driver = ZenFlowDriverFactory(adamw);
       o.max_delay_us = 20;  // reorders the streams' work where edges allow
       o.poison = true;
       o.observer = &slow;
@@ -228,7 +233,7 @@ StatusOr<Seen> RunExecutor(const Policy& policy, int ranks, int steps,
   return seen;
 }
 
-// 1-D parameters take the host path whole (scheduler/zenflow_exec.h).
+// 1-D parameters take the host path whole (optim/zenflow_state.h).
 struct HostOnly {
   std::vector<float> device, master, m1, m2, accum, pending;
   int64_t updates = 0;
@@ -513,6 +518,7 @@ TEST(ZenFlowExecTest, HostUpdateOverlapsTheNextForwardOnlyWithStaleness) {
       OverlapProbe probe(*graph, kUpdate, /*gate=*/d > 0);
       ExecutorOptions o;
       o.observer = &probe;
+      o.optimizer_driver = ZenFlowDriverFactory(ops::AdamWConfig{});
       auto exec = Executor::Create(*graph, *group->device, *group->comms[0], o);
       ASSERT_TRUE(exec.ok()) << exec.status();
       ASSERT_TRUE((*exec)->InitParameters([](const ParamSlot& p, float* out) {
@@ -595,6 +601,7 @@ TEST(ZenFlowExecTest, AFailingUpdateFailsTheStepsWithoutAHang) {
         FailingUpdate fail(*graph, kUpdate, at_issue);
         ExecutorOptions o;
         o.observer = &fail;
+        o.optimizer_driver = ZenFlowDriverFactory(ops::AdamWConfig{});
         auto exec = Executor::Create(*graph, *group->device, *group->comms[r], o);
         ASSERT_TRUE(exec.ok()) << exec.status();
         ASSERT_TRUE((*exec)->InitParameters([](const ParamSlot& p, float* out) {
@@ -663,5 +670,109 @@ TEST(ZenFlowExecTest, BadKnobsAreRefused) {
   EXPECT_EQ(ResolveZenFlow(p).staleness, 1);
 }
 
+// The executed order of the zenflow preset (as ExecutorTest checks it for
+// the others), staleness 0 and auto (3, update 4), with
+// one exception: each bucket's CAST (the window's host update and cast)
+// runs on the host-update stream, outside the step barrier. It is left out
+// of its graph stream's FIFO and of the steps' no-overlap check; instead
+// the CASTs run in issue order, every graph edge (OPT -> CAST included)
+// holds, and an update's CAST ends before the H2D of step e + 1 + d that
+// uploads what it wrote starts.
+TEST(ZenFlowExecTest, ExecutedOrderRespectsEveryEdge) {
+  const ModelSpec micro = *ModelPreset("micro");
+  auto Micro = [&micro]() { return micro; };
+  constexpr int kRanks = 2, kSteps = 12;  // windows end at 3, 7, 11
+  for (int staleness : {0, kAutoInterval}) {
+    Policy p = *PolicyPreset("zenflow");
+    p.param_dtype = DataType::kF32;
+    p.micro_steps = 2;
+    p.zenflow_staleness = staleness;
+    const ZenFlowIntervals z = ResolveZenFlow(p);
+    const std::string name = absl::StrCat("zenflow, staleness ", z.staleness);
+    ExecutorOptions o;
+    o.trace = true;
+    o.max_delay_us = 200;
+    o.optimizer_driver = ZenFlowDriverFactory(ops::AdamWConfig{});
+    const testing::ToyRun r = testing::TrainToy(Micro(), p, kRanks, kSteps, o,
+                                                testing::CastBy::kExecutor,
+                              /*compare=*/false);
+    ASSERT_EQ(r.error, "") << name;
+    auto graph = BuildStepGraph(Micro(), p, kRanks);
+    ASSERT_TRUE(graph.ok());
+    const int nn = static_cast<int>(graph->nodes.size());
+    auto is_cast = [&](int i) { return graph->nodes[i].kind == NodeKind::kCast; };
+    int uploads_checked = 0;
+    for (int rank = 0; rank < kRanks; ++rank) {
+      const auto& trace = r.traces[rank];
+      ASSERT_EQ(trace.size(), static_cast<size_t>(nn) * kSteps) << name;
+      std::vector<std::vector<TraceRecord>> at(kSteps, std::vector<TraceRecord>(nn));
+      for (const TraceRecord& t : trace) at[t.step][t.node] = t;
+      const TraceRecord* last_cast = nullptr;
+      for (int s = 0; s < kSteps; ++s) {
+        for (const GraphEdge& e : graph->edges) {
+          EXPECT_LT(at[s][e.from].end, at[s][e.to].start)
+              << name << " step " << s << ": " << graph->nodes[e.from].name
+              << " -> " << graph->nodes[e.to].name;
+        }
+        std::vector<int> last(graph->num_streams, -1);
+        for (int i = 0; i < nn; ++i) {
+          const Node& n = graph->nodes[i];
+          if (is_cast(i)) {
+            // The host-update stream: issue order, across steps too.
+            if (last_cast != nullptr) {
+              EXPECT_LT(last_cast->end, at[s][i].start) << name << " " << n.name;
+            }
+            last_cast = &at[s][i];
+            // After its OPT (the host stream's node before it).
+            ASSERT_GT(i, 0);
+            const Node& opt = graph->nodes[i - 1];
+            ASSERT_EQ(opt.kind, NodeKind::kOptimizer) << n.name;
+            ASSERT_EQ(opt.bucket, n.bucket) << n.name;
+            EXPECT_LT(at[s][i - 1].end, at[s][i].start) << name << " step " << s;
+            // Before the H2D that uploads the window's update.
+            const int64_t u = s + 1 + z.staleness;
+            if ((s + 1) % z.update != 0 || u >= kSteps) continue;
+            for (int h = 0; h < nn; ++h) {
+              const Node& h2d = graph->nodes[h];
+              if (h2d.kind != NodeKind::kH2D || h2d.bucket != n.bucket) continue;
+              EXPECT_LT(at[s][i].end, at[u][h].start)
+                  << name << ": " << n.name << " of step " << s << ", H2D of step " << u;
+              ++uploads_checked;
+            }
+            continue;
+          }
+          int& l = last[n.stream.index()];
+          if (l >= 0) {
+            EXPECT_LT(at[s][l].end, at[s][i].start) << name << " " << n.name;
+          }
+          l = i;
+        }
+        // Steps do not overlap (the CASTs aside).
+        if (s > 0) {
+          uint64_t prev_end = 0, start = ~uint64_t{0};
+          for (int i = 0; i < nn; ++i) {
+            if (is_cast(i)) continue;
+            prev_end = std::max(prev_end, at[s - 1][i].end);
+            start = std::min(start, at[s][i].start);
+          }
+          EXPECT_LT(prev_end, start) << name << " step " << s;
+        }
+      }
+    }
+    // Two ranks, at least two buckets, windows ending at 3 and 7 (and 11
+    // with staleness 0).
+    EXPECT_GE(uploads_checked, kRanks * 2 * 2) << name;
+  }
+}
+
+// The step trace of a zenflow run: its CAST on the host-update track
+// (testing::CheckStepTraceOfToyRun, as //scheduler:step_trace_test checks
+// the other presets).
+TEST(ZenFlowExecTest, StepTraceRecordsTheHostUpdateTrack) {
+  ExecutorOptions o;
+  o.optimizer_driver = ZenFlowDriverFactory(ops::AdamWConfig{});
+  testing::CheckStepTraceOfToyRun("zenflow", o);
+}
+
 }  // namespace
-}  // namespace baton::scheduler
+}  // namespace baton::optim

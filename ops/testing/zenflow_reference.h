@@ -14,8 +14,8 @@
 // changes only between columns whose norms tie to rounding).
 //
 // Not thread-safe; copyable.
-#ifndef BATON_OPS_ZENFLOW_REFERENCE_H_
-#define BATON_OPS_ZENFLOW_REFERENCE_H_
+#ifndef BATON_OPS_TESTING_ZENFLOW_REFERENCE_H_
+#define BATON_OPS_TESTING_ZENFLOW_REFERENCE_H_
 
 #include <cstdint>
 #include <vector>
@@ -84,4 +84,4 @@ class ZenFlowReference {
 
 }  // namespace baton::ops
 
-#endif  // BATON_OPS_ZENFLOW_REFERENCE_H_
+#endif  // BATON_OPS_TESTING_ZENFLOW_REFERENCE_H_

@@ -1,4 +1,4 @@
-#include "baton/scheduler/testing.h"
+#include "baton/scheduler/testing/toy_model.h"
 
 #include <cmath>
 #include <cstring>
@@ -189,6 +189,78 @@ std::string ToyModel::CompareShards(Executor& executor, const Reference& ref) {
     }
   }
   return "";
+}
+
+ToyRun TrainToy(const ModelSpec& spec, const Policy& policy, int ranks, int steps,
+                const ExecutorOptions& options, CastBy cast, bool compare) {
+  ToyRun result;
+  auto group = CreateInprocGroup(ranks);
+  if (!group.ok()) {
+    result.error = group.status().ToString();
+    return result;
+  }
+  ToyModel toy(ranks);
+  std::vector<std::string> errors(ranks);
+  result.traces.resize(ranks);
+  result.orders.resize(ranks);
+  auto layout = LayoutFor(spec, policy, *ResolveMesh(policy, ranks));
+  if (!layout.ok()) {
+    result.error = layout.status().ToString();
+    return result;
+  }
+  ToyModel::Reference ref = ToyModel::InitialReference(*layout);
+  for (int s = 0; s < steps; ++s) {
+    ToyModel::ReferenceStep(*layout, ranks, policy.micro_steps,
+                            policy.param_dtype, ref);
+  }
+  RunRanks(ranks, [&](int r) {
+    // Every rank builds its own graph, as a real job does.
+    auto graph = BuildStepGraph(spec, policy, ranks);
+    if (!graph.ok()) {
+      errors[r] = graph.status().ToString();
+      return;
+    }
+    result.orders[r] = graph->ToText();
+    auto exec = Executor::Create(*graph, *group->device, *group->comms[r], options);
+    if (!exec.ok()) {
+      errors[r] = exec.status().ToString();
+      return;
+    }
+    Status st = (*exec)->InitParameters(
+        [](const ParamSlot& p, float* out) {
+          for (int64_t i = 0; i < p.numel; ++i) out[i] = InitialValue(p, i);
+        });
+    StepCallbacks cb = toy.Callbacks(r);
+    if (cast != CastBy::kExecutor) {
+      cb.optimizer_writes_shard = true;
+      auto update = cb.optimizer;
+      const bool write = cast == CastBy::kOptimizer;
+      cb.optimizer = [update, write](const OptimizerContext& ctx) -> Status {
+        if (ctx.shard == nullptr) return absl::InternalError("no shard pointer");
+        BATON_RETURN_IF_ERROR(update(ctx));
+        if (!write) return absl::OkStatus();
+        return ctx.stream->Enqueue([ctx]() {
+          NarrowFromF32(ctx.shard, ctx.master, ctx.shard_dtype, ctx.shard_numel);
+          return absl::OkStatus();
+        });
+      };
+    }
+    for (int s = 0; st.ok() && s < steps; ++s) st = (*exec)->Step(cb);
+    if (st.ok()) st = (*exec)->Synchronize();
+    if (!st.ok()) {
+      errors[r] = st.ToString();
+      group->comms[r]->Abort();
+      return;
+    }
+    if (compare) errors[r] = ToyModel::CompareShards(**exec, ref);
+    result.traces[r] = (*exec)->TakeTrace();
+  });
+  for (int r = 0; r < ranks; ++r) {
+    if (!errors[r].empty() && result.error.empty()) {
+      result.error = "rank " + std::to_string(r) + ": " + errors[r];
+    }
+  }
+  return result;
 }
 
 }  // namespace baton::scheduler::testing

@@ -1,8 +1,8 @@
 // Test support for the ops: float64 data, packing into f32 / bf16, the
 // devices to run on (host always, CUDA when present), upload / download,
 // poisoned outputs, and one closeness rule.
-#ifndef BATON_OPS_TEST_UTIL_H_
-#define BATON_OPS_TEST_UTIL_H_
+#ifndef BATON_OPS_TESTING_TEST_UTIL_H_
+#define BATON_OPS_TESTING_TEST_UTIL_H_
 
 #include <cstdint>
 #include <functional>
@@ -92,4 +92,4 @@ inline double Tolerance(DataType t) { return t == DataType::kF32 ? 1e-5 : 1e-2; 
 
 }  // namespace baton::ops::testing
 
-#endif  // BATON_OPS_TEST_UTIL_H_
+#endif  // BATON_OPS_TESTING_TEST_UTIL_H_

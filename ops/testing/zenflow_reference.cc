@@ -1,4 +1,4 @@
-#include "baton/ops/zenflow_reference.h"
+#include "baton/ops/testing/zenflow_reference.h"
 
 #include <algorithm>
 #include <cmath>

@@ -13,8 +13,8 @@
 // replayed with the same number of iterations.
 //
 // For tests only; not thread-safe.
-#ifndef BATON_RUNTIME_FUZZ_TESTING_H_
-#define BATON_RUNTIME_FUZZ_TESTING_H_
+#ifndef BATON_RUNTIME_TESTING_FUZZ_H_
+#define BATON_RUNTIME_TESTING_FUZZ_H_
 
 #include <cstdint>
 #include <functional>
@@ -57,4 +57,4 @@ FuzzStats FuzzFor(const std::vector<std::string>& corpus, absl::Duration budget,
 
 }  // namespace baton::testing
 
-#endif  // BATON_RUNTIME_FUZZ_TESTING_H_
+#endif  // BATON_RUNTIME_TESTING_FUZZ_H_

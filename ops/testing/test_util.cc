@@ -1,4 +1,4 @@
-#include "baton/ops/test_util.h"
+#include "baton/ops/testing/test_util.h"
 
 #include <cmath>
 #include <random>

@@ -1,8 +1,8 @@
 // Test-only helpers shared by the attention tests (attention_test.cc for
 // baton's kernels, cudnn_attention_test.cc for cuDNN's): the float64
 // reference and one case's inputs and outputs on a device.
-#ifndef BATON_OPS_ATTENTION_TESTING_H_
-#define BATON_OPS_ATTENTION_TESTING_H_
+#ifndef BATON_OPS_TESTING_ATTENTION_REFERENCE_H_
+#define BATON_OPS_TESTING_ATTENTION_REFERENCE_H_
 
 #include <cstdint>
 #include <vector>
@@ -34,4 +34,4 @@ AttentionCase MakeAttentionCase(Device& device, Stream& stream, const AttentionS
 
 }  // namespace baton::ops::testing
 
-#endif  // BATON_OPS_ATTENTION_TESTING_H_
+#endif  // BATON_OPS_TESTING_ATTENTION_REFERENCE_H_

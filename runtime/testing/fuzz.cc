@@ -1,4 +1,4 @@
-#include "baton/runtime/fuzz_testing.h"
+#include "baton/runtime/testing/fuzz.h"
 
 #include <cstdio>
 #include <cstdlib>

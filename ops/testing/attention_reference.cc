@@ -1,9 +1,9 @@
-#include "baton/ops/attention_testing.h"
+#include "baton/ops/testing/attention_reference.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "baton/ops/test_util.h"
+#include "baton/ops/testing/test_util.h"
 
 namespace baton::ops::testing {
 

@@ -1,5 +1,5 @@
-// ZenFlow's per-rank state and node work for the executor, on either kind
-// of device.
+// ZenFlow's per-rank state and node work, on either kind of device; the
+// driver that issues it for the executor is optim/zenflow_driver.h.
 // The step graph (step_graph.h, "ZenFlow") gives each bucket, after its
 // last reduction:
 //   NORM     (compute)       g = grad shard * grad_scale; per-column sums
@@ -43,7 +43,7 @@
 //                            of those two selections, they go to the
 //                            device, a column copy skips their columns
 // The algorithm is ops/zenflow.h's, checked against ops::ZenFlowReference
-// bit for bit (scheduler/zenflow_exec_test.cc) for staleness 0 ..
+// bit for bit (optim/zenflow_exec_test.cc) for staleness 0 ..
 // update_interval - 1, micro_steps 1 and 2, f32 and bf16 parameters (the
 // forward then sees the reference's weights rounded to bf16).
 //
@@ -92,7 +92,7 @@
 // host-copy stream is in the barrier of every later step), and uploaded
 // (CAST waits for ready, OPT of its bucket came after D2H, which follows
 // the H2D on the host-copy stream). The H2D's and TOPK's waits are not:
-// without either, //scheduler:zenflow_exec_test fails.
+// without either, //optim:zenflow_exec_test fails.
 // What else each buffer sees: the host moments only the update thread; the
 // master also ReadMaster (Executor::Synchronize waits for the host-update
 // stream, then for the update thread to run what it was given); the device
@@ -144,8 +144,8 @@
 // the same sequence of calls, in the same stream order, as a GPU. Not
 // thread-safe by itself: the executor's graph edges and the events and
 // values above order the calls and the host work.
-#ifndef BATON_SCHEDULER_ZENFLOW_EXEC_H_
-#define BATON_SCHEDULER_ZENFLOW_EXEC_H_
+#ifndef BATON_OPTIM_ZENFLOW_STATE_H_
+#define BATON_OPTIM_ZENFLOW_STATE_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -164,16 +164,11 @@
 #include "baton/runtime/status.h"
 #include "baton/scheduler/layout.h"
 
-namespace baton::scheduler {
+// Not API: libbaton.so does not export the *_internal namespaces.
+namespace baton::optim::zenflow_internal {
 
-// Elements of the topk state per bucket and shard position, as the graph
-// sizes it: for each 2-D parameter, min(elements in the shard, k x the rows
-// the shard touches), summed, maximised over shard positions; times 3
-// (master, moment1, moment2, fp32). At least 3.
-int64_t ZenFlowTopkStateNumel(const Bucket& bucket, int shards, double topk_ratio);
-// Floats of the bucket's norms buffer: the column counts of its 2-D
-// parameters, summed (the same on every rank). At least 1.
-int64_t ZenFlowNormsNumel(const Bucket& bucket);
+using scheduler::Bucket;
+using scheduler::ParamSlot;
 
 class ZenFlowState {
  public:
@@ -334,6 +329,6 @@ class DeferredWork final : public Stream {
   std::vector<HostWork> work_;
 };
 
-}  // namespace baton::scheduler
+}  // namespace baton::optim::zenflow_internal
 
-#endif  // BATON_SCHEDULER_ZENFLOW_EXEC_H_
+#endif  // BATON_OPTIM_ZENFLOW_STATE_H_

@@ -1,4 +1,5 @@
-// Test support for the scheduler: inproc ranks as threads, and a toy
+// Test support for the scheduler (and the packages above it that drive the
+// executor): inproc ranks as threads, and a toy
 // "model" whose compute callbacks are deterministic and exact, with an
 // unsharded reference, so that a sharded run can be compared bit for bit.
 //
@@ -12,8 +13,8 @@
 //             micro-steps and units that read the parameter
 // Every gradient is a small integer, so sums are exact in any order and
 // the sharded result must equal the reference exactly.
-#ifndef BATON_SCHEDULER_TESTING_H_
-#define BATON_SCHEDULER_TESTING_H_
+#ifndef BATON_SCHEDULER_TESTING_TOY_MODEL_H_
+#define BATON_SCHEDULER_TESTING_TOY_MODEL_H_
 
 #include <functional>
 #include <map>
@@ -69,6 +70,23 @@ class ToyModel {
   std::mutex mu_;
 };
 
+// Trains the toy model for `steps` steps on `ranks` inproc ranks with
+// `policy` and compares every rank's shards with the unsharded reference.
+// Cast modes: the executor casts (kExecutor); the optimizer writes the
+// shard itself (kOptimizer, StepCallbacks::optimizer_writes_shard); or the
+// flag is set but the optimizer does not write it (kNobody: must fail).
+// `compare` false: only run (an optimizer driver, e.g. ZenFlow's, runs its
+// own optimizer, not the toy model's).
+enum class CastBy { kExecutor, kOptimizer, kNobody };
+struct ToyRun {
+  std::string error;  // "" when every rank matched the reference
+  std::vector<std::vector<TraceRecord>> traces;  // per rank
+  std::vector<std::string> orders;               // per rank: ToText()
+};
+ToyRun TrainToy(const ModelSpec& spec, const Policy& policy, int ranks, int steps,
+                const ExecutorOptions& options = {}, CastBy cast = CastBy::kExecutor,
+                bool compare = true);
+
 }  // namespace baton::scheduler::testing
 
-#endif  // BATON_SCHEDULER_TESTING_H_
+#endif  // BATON_SCHEDULER_TESTING_TOY_MODEL_H_
