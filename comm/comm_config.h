@@ -47,7 +47,8 @@ struct CommConfig {
   std::vector<int> world_ranks;
   // The flight recorder this communicator records into
   // (comm/flight_recorder.h); null: a new one. Children of Split share
-  // their parent's.
+  // their parent's. One per rank: ranks never share one (CreateInprocGroup
+  // gives every rank its own when this is null).
   std::shared_ptr<FlightRecorder> recorder;
   // Where the rank that writes the hang report (communicator.h, "Hang
   // report") sends it, once per job and group; empty: stderr. Called on a

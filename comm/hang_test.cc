@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "baton/comm/factory.h"
+#include "baton/comm/flight_recorder.h"
 #include "baton/runtime/device.h"
 #include "gtest/gtest.h"
 
@@ -255,6 +256,41 @@ TEST(InprocHangTest, AStallInASubGroupIsReportedInWorldRanks) {
                                                   "issued it and waits"))
       << got[1];
   ASSERT_EQ(reports.size(), 1u);
+}
+
+TEST(InprocHangTest, EveryRankRecordsIntoItsOwnRecorder) {
+  std::unique_ptr<Device> device = *CreateHostDevice();
+  CommConfig cfg;
+  cfg.device = device.get();
+  cfg.group = "";
+  auto comms = CreateInprocGroup(2, cfg);
+  ASSERT_TRUE(comms.ok()) << comms.status();
+  FlightRecorder* a = (*comms)[0]->recorder();
+  FlightRecorder* b = (*comms)[1]->recorder();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a->world_rank(), 0);
+  EXPECT_EQ(b->world_rank(), 1);
+  EXPECT_EQ(b->world_size(), 2);
+  // A child shares its parent's recorder and names its members' world ranks.
+  std::vector<std::unique_ptr<Communicator>> children(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto c = (*comms)[r]->Split(0, 1 - r);  // reversed order
+      if (c.ok()) children[r] = std::move(*c);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_NE(children[0], nullptr);
+  EXPECT_EQ(children[0]->recorder(), a);
+  EXPECT_EQ(children[0]->rank(), 1);
+  EXPECT_EQ(a->world_ranks(1), (std::vector<int>{1, 0}));
+  // One recorder for every rank is refused.
+  cfg.recorder = std::make_shared<FlightRecorder>();
+  auto shared = CreateInprocGroup(2, cfg);
+  EXPECT_TRUE(absl::IsInvalidArgument(shared.status())) << shared.status();
 }
 
 }  // namespace
