@@ -5,18 +5,32 @@
 // planning included, with --recompute-layers=auto (which plans once and
 // simulates once per policy). Ranks are symmetric, so one rank is simulated
 // whatever the GPU count. Last line: one JSON object.
+//
+// Flags: --reps=N (runs of every policy, the best counted; default 3, at
+// most 100), --version.
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "baton/cli/flags.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
 #include "baton/sim/cluster.h"
 #include "baton/sim/simulator.h"
 
-int main() {
+int main(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
+  constexpr char kProgram[] = "simulator";
+  int reps = 3;
+  baton::cli::FlagReader reader(kProgram);
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    baton::cli::VersionFlag(kProgram, arg);
+    const auto [key, value] = reader.Split(arg);
+    if (key != "--reps") baton::cli::FailUsage(kProgram, "unknown flag " + key + " (--reps)");
+    reps = static_cast<int>(baton::cli::PositiveFlag(kProgram, key, value, 100));
+  }
   const auto model = *baton::scheduler::ModelPreset("llama3-405b");
   const auto cluster = *baton::sim::ClusterPreset("h100");
   baton::sim::Workload w;
@@ -25,7 +39,7 @@ int main() {
   w.global_batch = 16384;
   nlohmann::json rows = nlohmann::json::array();
   double best_total = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = Clock::now();
     nlohmann::json these = nlohmann::json::array();
     for (const std::string& name : baton::scheduler::PolicyPresetNames()) {
@@ -48,7 +62,8 @@ int main() {
       rows = these;
     }
   }
-  std::printf("# llama3-405b on 16384 x h100, every policy, best of 3 runs\n");
+  std::printf("# llama3-405b on 16384 x h100, every policy, %s\n",
+              reps == 1 ? "one run" : ("best of " + std::to_string(reps) + " runs").c_str());
   std::printf("%-12s %10s %10s %8s %5s\n", "policy", "sim_ms", "step_s", "MFU",
               "fits");
   for (const auto& r : rows) {

@@ -30,6 +30,7 @@
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/policy_file.h"
 #include "baton/sim/cluster.h"
+#include "baton/sim/host_cost.h"
 #include "baton/sim/report.h"
 #include "baton/sim/simulator.h"
 #include "baton/sim/tune.h"
@@ -416,6 +417,14 @@ int Main(int argc, char** argv) {
       std::printf("        recompute-layers=auto chose %d of %lld blocks%s\n",
                   r->recompute_blocks, static_cast<long long>(model->layers),
                   r->fits ? "" : " (does not fit even with all recomputed)");
+    }
+    if (graph.offload()) {  // the host side of the step (sim/host_cost.h)
+      const sim::HostRates h = sim::ResolveHostRates(*cluster, w.gpus);
+      std::printf("        offload: %s's executor; per GPU %.1f GB/s host link, host "
+                  "optimizer %.2fe9 params/s (%s-bound, %d ranks share the host)\n",
+                  sim::OffloadExecutorName(cluster->offload_executor), h.link_gbps,
+                  h.opt_gparams, h.opt_memory_bound ? "memory" : "core",
+                  h.ranks_on_node);
     }
     rows.push_back({{"policy", name},
                     {"step_time_s", r->step_s},

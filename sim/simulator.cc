@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "baton/sim/compute_model.h"
@@ -23,8 +24,15 @@ using scheduler::StepGraph;
 // Runs the graph through the event loop with each node's cost, and sums
 // what the step's timeline shows (the figures of SimResult that come from
 // one rank's streams).
-StatusOr<SimResult> RunStep(const StepGraph& g, const ClusterSpec& c,
+StatusOr<SimResult> RunStep(const StepGraph& graph, const ClusterSpec& c,
                             const SimOptions& o, const ComputeModel& k) {
+  // DeepSpeed's executor orders the offload copies and the host step its
+  // own way (sim/offload_cost.h); baton's runs the graph as built.
+  std::optional<StepGraph> reordered;
+  if (graph.offload() && c.offload_executor != OffloadExecutor::kBaton) {
+    reordered = AsExecutorRunsIt(graph, c);
+  }
+  const StepGraph& g = reordered ? *reordered : graph;
   const NodeCoster coster(g, c, o, k);
   std::vector<NodeCost> costs;
   costs.reserve(g.nodes.size());

@@ -1,7 +1,7 @@
 // Validation against published runs of fully sharded training: each row is
 // a run that someone measured and published, simulated with the presets
 // (one constant set per GPU type, nothing tuned per case). The table of
-// errors is printed; README.md "Validation" holds the same table.
+// errors is printed; docs/validation.md holds the same table.
 //
 // Sources (tokens/s/GPU):
 //   maxtext   REFERENCE.md section 7 (MaxText Llama 3 70B, 128 H100).
@@ -273,7 +273,7 @@ TEST(ValidationTest, PublishedRunsTable) {
 // (the Triton figures of AttentionKernelPreset): held to 25%.
 //
 // One pair is far outside it, and the test holds the gap so that a change
-// that closes it must update README.md "Validation": the 30B from 4096 to
+// that closes it must update docs/validation.md: the 30B from 4096 to
 // 8192 rises 41.9 us per 1k on H100 and 128.4 on A100, 2.1x and 3.7x its
 // own 1024 -> 2048 slope; the simulator's rise is 11.0 and 16.3 (the 8192
 // run's micro-batch holds twice the tokens, so its per-micro-batch costs
@@ -322,7 +322,7 @@ TEST(ValidationTest, AttentionSlopeMatchesPublishedSequenceSweeps) {
     ASSERT_GT(published, 0) << s.m->name << " " << s.gpu;
     if (s.known_gap) {
       EXPECT_LT(ratio, 0.5) << s.m->name << " " << s.gpu
-                            << ": the gap closed; update README.md Validation";
+                            << ": the gap closed; update docs/validation.md";
     } else {
       EXPECT_NEAR(ratio, 1.0, 0.25) << s.m->name << " " << s.gpu << " " << s.a.seq << " -> "
                                     << s.b.seq;
