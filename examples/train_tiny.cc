@@ -13,6 +13,14 @@
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
 // slices for compute, copies (collectives) and waits (scheduler/step_trace.h).
 //
+// Hangs and stragglers (docs/hangs.md): --check-schedule compares every
+// rank's schedule of collectives before the first step (and their
+// positions at every collective on inproc and ucx). --arrivals measures
+// each rank's arrival at each collective: rank 0 prints per step the
+// arrival skew and the slowest rank per collective, and at the end the
+// measured straggler_cv (sim/cluster.h); --arrivals-out=PATH also writes it
+// as a cluster file for `simulate --cluster-file=PATH`.
+//
 // ucx and nccl run one process per rank: started under a launcher (RANK,
 // WORLD_SIZE, ... set) each process is one rank; started without one,
 // train_tiny launches --nranks copies of itself. Rank 0 prints.
@@ -40,6 +48,7 @@
 #include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/output_file.h"
+#include "baton/scheduler/arrivals.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/layout.h"
 #include "baton/scheduler/limits.h"
@@ -48,6 +57,7 @@
 #include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/step_graph.h"
 #include "baton/scheduler/step_trace.h"
+#include "baton/sim/simulator.h"
 #include "nlohmann/json.hpp"
 
 namespace baton {
@@ -74,6 +84,9 @@ struct Flags {
   std::optional<scheduler::Policy> file_policy;
   bool policy_given = false, dtype_given = false;
   std::string trace;  // --trace=PATH
+  bool check_schedule = false;  // --check-schedule
+  bool arrivals = false;        // --arrivals (or --arrivals-out)
+  std::string arrivals_out;     // --arrivals-out=PATH
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -90,6 +103,10 @@ const char kUsage[] =
     "   simulate --tune --policy-out: its knobs as written, except that\n"
     "   --dtype and --micro-steps override its param_dtype and micro_steps)\n"
     "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
+    "  [--check-schedule] (every rank's schedule of collectives compared first)\n"
+    "  [--arrivals] (per step: arrival skew and slowest rank per collective;\n"
+    "   at the end the measured straggler_cv) [--arrivals-out=PATH] (also\n"
+    "   writes it as a cluster file for simulate --cluster-file=PATH)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -128,6 +145,8 @@ Flags Parse(int argc, char** argv) {
     }
     if (a == "--json") { flags.Switch(a); f.json = true; continue; }
     if (a == "--check-reference") { flags.Switch(a); f.check_reference = true; continue; }
+    if (a == "--check-schedule") { flags.Switch(a); f.check_schedule = true; continue; }
+    if (a == "--arrivals") { flags.Switch(a); f.arrivals = true; continue; }
     const auto [key, v] = flags.Split(a);
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
@@ -159,6 +178,11 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--trace") {
       if (v.empty()) Fail("--trace needs a file path");
       f.trace = v;
+    }
+    else if (key == "--arrivals-out") {
+      if (v.empty()) Fail("--arrivals-out needs a file path");
+      f.arrivals_out = v;
+      f.arrivals = true;
     }
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
   }
@@ -256,6 +280,9 @@ struct RunResult {
   size_t host_bytes = 0;  // offload: master and moments in host memory
   std::string plan_strategy;
   std::string trace_json;  // --trace: the step trace (scheduler/step_trace.h)
+  // --arrivals: means over the steps after the first.
+  double straggler_ms = 0;  // the mean rank's wait for later ranks per step
+  double max_skew_ms = 0;   // the step's largest arrival skew
 };
 
 struct Job {
@@ -264,6 +291,8 @@ struct Job {
   TrainConfig config;
   int64_t steps = 0;
   bool progress = false;  // rank 0 prints a line per step
+  bool check_schedule = false;
+  bool arrivals = false;
 };
 
 // The model's bounds on the policy (scheduler/limits.h), named by the route
@@ -291,12 +320,16 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
                                                        ranks, rank));
   scheduler::ExecutorOptions options;
   options.observer = observer;
+  options.check_schedule = job.check_schedule;
   if (graph->policy.zenflow) {
     // ZenFlow's optimizer runs its own nodes (optim/zenflow_driver.h).
     options.optimizer_driver = optim::ZenFlowDriverFactory(job.config.adamw);
   }
   BATON_ASSIGN_OR_RETURN(auto executor,
                          scheduler::Executor::Create(graph, device, comm, options));
+  std::optional<scheduler::ArrivalMonitor> monitor;
+  if (job.arrivals) monitor.emplace(*graph, comm, device);
+  double monitor_ms = 0, straggler_ms = 0, skew_ms = 0;
   const uint64_t seed = job.config.seed;
   BATON_RETURN_IF_ERROR(executor->InitParameters([seed](const scheduler::ParamSlot& slot,
                                                         float* values) {
@@ -336,11 +369,28 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
       std::fprintf(stderr, "step %3lld/%lld  loss %.6f  %.1f ms\n",
                    static_cast<long long>(step + 1), static_cast<long long>(job.steps), loss, ms);
     }
+    if (monitor) {
+      // Collective over the ranks; its own time is left out of the step's.
+      const auto m0 = std::chrono::steady_clock::now();
+      BATON_ASSIGN_OR_RETURN(scheduler::StepArrivals a, monitor->Collect(step));
+      if (step >= 1) {
+        monitor_ms += std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - m0).count();
+        straggler_ms += a.straggler_ms;
+        skew_ms += a.max_skew_ms;
+      }
+      if (job.progress && rank == 0) {
+        std::fputs(scheduler::FormatStepArrivals(a).c_str(), stderr);
+      }
+    }
   }
   const double total_ms = std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - t_first).count();
+                              std::chrono::steady_clock::now() - t_first).count() -
+                          monitor_ms;
   const int64_t timed = std::max<int64_t>(1, job.steps - 1);
   out->ms_per_step = total_ms / timed;
+  out->straggler_ms = straggler_ms / timed;
+  out->max_skew_ms = skew_ms / timed;
   out->tokens_per_s = global_tokens / (out->ms_per_step / 1e3);
   out->arena_bytes = graph->plan.arena_bytes;
   out->lower_bound_bytes = graph->plan.lower_bound_bytes;
@@ -415,6 +465,7 @@ StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const F
   cfg.store = store.get();
   cfg.group = "train_tiny";
   cfg.timeout = timeout;
+  cfg.device_arrivals = f.arrivals;  // nccl: the GPU's arrival, not the host's
   BATON_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(cfg));
   RunResult result;
   scheduler::StepTrace step_trace;  // rank 0's tracks only
@@ -453,6 +504,15 @@ int Main(int argc, char** argv) {
                                                  : std::max(f.nranks, 1);
     const auto groups = scheduler::ResolveMesh(job.policy, world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
+    if (f.arrivals && world < 2) {
+      Fail("--arrivals measures skew between ranks: it needs --nranks >= 2");
+    }
+    if (f.arrivals && f.steps < 2) {
+      Fail("--arrivals needs --steps >= 2 (the first step is not measured)");
+    }
+  }
+  if (!f.arrivals_out.empty() && !std::ofstream(f.arrivals_out, std::ios::app)) {
+    Fail(absl::StrCat("--arrivals-out: cannot write ", f.arrivals_out));
   }
   if (!f.trace.empty() && !std::ofstream(f.trace, std::ios::app)) {
     Fail(absl::StrCat("--trace: cannot write ", f.trace));
@@ -476,6 +536,8 @@ int Main(int argc, char** argv) {
   job.config.seed = f.seed;
   job.steps = f.steps;
   job.progress = true;  // a progress line per step on stderr (rank 0)
+  job.check_schedule = f.check_schedule;
+  job.arrivals = f.arrivals;
   auto corpus = f.data.empty() ? Corpus::Synthetic(job.spec.vocab, f.seed)
                                : Corpus::FromFile(f.data, job.spec.vocab, f.seed);
   if (!corpus.ok()) Fail(std::string(corpus.status().message()));
@@ -563,6 +625,32 @@ int Main(int argc, char** argv) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
   }
+  // Stragglers (scheduler/arrivals.h): the simulator adds straggler_cv x
+  // compute x E[max of N normals] per step; the measured wait gives cv, with
+  // the rest of the step taken as compute (train_tiny is compute-bound).
+  double straggler_cv = 0;
+  if (f.arrivals) {
+    const double e = sim::ExpectedMaxOfNormals(nranks);
+    const double compute_ms = std::max(res.ms_per_step - res.straggler_ms, 1e-6);
+    straggler_cv = std::min(1.0, res.straggler_ms / (compute_ms * e));
+    std::printf("stragglers: wait %.3f ms per step for later ranks, largest arrival skew %.3f ms "
+                "(means over steps 2..%lld); straggler_cv %.4f = wait / ((step - wait) x "
+                "E[max of %d normals] %.3f)\n",
+                res.straggler_ms, res.max_skew_ms, static_cast<long long>(f.steps), straggler_cv,
+                nranks, e);
+    const std::string cluster = absl::StrFormat("{\"straggler_cv\": %.6f}\n", straggler_cv);
+    if (!f.arrivals_out.empty()) {
+      if (Status s = WriteOutputFile(f.arrivals_out, cluster, "the arrivals' cluster file");
+          !s.ok()) {
+        std::fprintf(stderr, "train_tiny: %s\n", std::string(s.message()).c_str());
+        return kOutputErrorExitCode;
+      }
+      std::printf("wrote %s: simulate --cluster-file=%s takes it\n", f.arrivals_out.c_str(),
+                  f.arrivals_out.c_str());
+    } else {
+      std::printf("for simulate: a cluster file holding %s", cluster.c_str());
+    }
+  }
   if (f.json) {
     nlohmann::json j;
     j["model"] = job.spec.name;
@@ -584,6 +672,11 @@ int Main(int argc, char** argv) {
     j["host_bytes"] = res.host_bytes;
     j["ms_per_step"] = res.ms_per_step;
     j["tokens_per_s"] = res.tokens_per_s;
+    if (f.arrivals) {
+      j["straggler_ms"] = res.straggler_ms;
+      j["max_arrival_skew_ms"] = res.max_skew_ms;
+      j["straggler_cv"] = straggler_cv;
+    }
     std::printf("%s\n",
                 j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }

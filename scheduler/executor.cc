@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "baton/runtime/stream_ops.h"
 #include "baton/scheduler/offload.h"
+#include "baton/scheduler/schedule_check.h"
 #ifdef BATON_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -62,6 +63,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
       device.kind() != DeviceKind::kHost) {
     return absl::InvalidArgumentError(
         "executor: poison, trace and delay injection need the host device");
+  }
+  // Check mode (scheduler/schedule_check.h): every rank's schedule is the
+  // same before the first collective, or every rank fails naming how not.
+  if (options.check_schedule) {
+    BATON_RETURN_IF_ERROR(CheckSchedule(graph, comm, device));
   }
   std::unique_ptr<Executor> e(
       new Executor(std::move(shared), device, comm, options));
@@ -489,6 +495,7 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
   const Policy& p = graph_.policy;
   CollectiveOptions co;
   co.tag = CollectiveTag(n.stream);
+  co.position = NodePosition(graph_, i, step_, options_.check_schedule);
   if (driver_) {
     BATON_ASSIGN_OR_RETURN(const bool handled,
                            driver_->Run(i, step_, init_cast_, NodeStream(i)));

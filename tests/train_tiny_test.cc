@@ -5,6 +5,7 @@
 // within 1e-5 relative, and fall by at least 30% over the run.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -126,6 +127,50 @@ TEST(TrainTinyTest, MicroStepsAndBf16) {
   j = LastLineJson(r.out);
   EXPECT_LE(j["max_rel_diff_vs_reference"].get<double>(), 2e-2) << r.out;
   EXPECT_LE(j["loss_last"].get<double>(), 0.7 * j["loss_first"].get<double>());
+}
+
+// Hangs and stragglers (docs/hangs.md): --check-schedule passes on equal
+// ranks; --arrivals prints every step's arrival skew and slowest rank per
+// collective, and --arrivals-out writes the measured straggler_cv as a
+// cluster file that simulate --cluster-file takes. Bad uses: one line,
+// exit 2.
+TEST(TrainTinyTest, ArrivalsFeedTheSimulatorsStragglerInput) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/stragglers.json");
+  const Outcome r = Execute(absl::StrCat(kModel, " --steps=3 --nranks=2 --batch=1",
+                                         " --check-schedule --arrivals-out=", path, " --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* want : {"step 0: arrival skew max ", "step 2: arrival skew max ",
+                           "slowest rank per collective (node:rank/skew ms):",
+                           "stragglers: wait ", "wrote "}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << " in:\n" << r.out;
+  }
+  const nlohmann::json j = LastLineJson(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  const double cv = j["straggler_cv"];
+  EXPECT_GE(cv, 0);
+  EXPECT_LE(cv, 1);
+  EXPECT_GE(j["straggler_ms"].get<double>(), 0);
+  FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[256] = {0};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const nlohmann::json file = nlohmann::json::parse(std::string(buf, n), nullptr, false);
+  ASSERT_TRUE(file.is_object()) << buf;
+  EXPECT_NEAR(file["straggler_cv"].get<double>(), cv, 1e-6);
+  // simulate takes it as a cluster file.
+  const std::string sim = absl::StrCat("examples/simulate --model=llama3-8b --gpus=64 ",
+                                       "--policy=baton --json --cluster-file=", path,
+                                       " > /dev/null 2>&1");
+  EXPECT_EQ(std::system(sim.c_str()), 0) << sim;
+
+  for (const char* bad : {"--arrivals --nranks=1", "--arrivals --nranks=2 --steps=1",
+                          "--arrivals-out= --nranks=2"}) {
+    const Outcome b = Execute(absl::StrCat(kModel, " ", bad));
+    EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.out;
+    EXPECT_EQ(std::count(b.out.begin(), b.out.end(), '\n'), 1) << bad << ": " << b.out;
+  }
 }
 
 // ZenFlow (the zenflow preset: topk_ratio 0.05, intervals auto = 4) on 4
