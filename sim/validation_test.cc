@@ -276,7 +276,7 @@ TEST(ValidationTest, PublishedRunsTable) {
 // are not in the table above, which starts at 2048). Published H100 slopes,
 // us per token per 1k of sequence: 7B 6.55, 13B 10.69, 30B 19.65; A100
 // 11.92, 17.84, 34.62: close to the ratio of layers x padded width (1 :
-// 1.56 : 3.0). The simulated slopes are 7-11% low on H100 and 19-22% low on A100
+// 1.56 : 3.0). The simulated slopes are 7-11% low on H100 and 20-22% low on A100
 // (the Triton figures of AttentionKernelPreset): held to 25%.
 //
 // One pair is far outside it, and the test holds the gap so that a change
