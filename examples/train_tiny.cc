@@ -8,6 +8,7 @@
 //     [--policy=baton] [--backend=inproc|ucx|nccl] [--nranks=N]
 //     [--device=cpu|cuda] [--dtype=f32|bf16] [--data=PATH]
 //     [--check-reference] [--json] [--timeout=SECONDS] [--trace=PATH]
+//     [--optimizer=adamw|adamw8bit]
 //
 // --trace=PATH writes a Perfetto / Chrome trace of every step: one process
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
@@ -72,6 +73,7 @@ struct Flags {
   std::optional<scheduler::Policy> file_policy;
   bool policy_given = false, dtype_given = false;
   std::string trace;  // --trace=PATH
+  std::string optimizer;  // --optimizer: "" keeps the policy's
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -88,6 +90,8 @@ const char kUsage[] =
     "   simulate --tune --policy-out: its knobs as written, except that\n"
     "   --dtype and --micro-steps override its param_dtype and micro_steps)\n"
     "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
+    "  [--optimizer=adamw|adamw8bit] (adamw8bit: both moments in 8 bits,\n"
+    "   block-wise; default: the policy's, adamw)\n"
     "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
     "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
     "A flag may be given once.\n";
@@ -147,6 +151,12 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--device") f.device = v;
     else if (key == "--dtype") { f.dtype = v; f.dtype_given = true; }
     else if (key == "--data") f.data = v;
+    else if (key == "--optimizer") {
+      if (!scheduler::ParseOptimizer(v).ok()) {
+        Fail(absl::StrCat("--optimizer must be adamw or adamw8bit, got \"", v, "\""));
+      }
+      f.optimizer = v;
+    }
     else if (key == "--trace") {
       if (v.empty()) Fail("--trace needs a file path");
       f.trace = v;
@@ -222,11 +232,18 @@ scheduler::ModelSpec ModelFromFlags(const Flags& f) {
   return s;
 }
 
+// The techniques flags (--optimizer) applied to a policy.
+void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
+  if (!f.optimizer.empty()) p.optimizer = *scheduler::ParseOptimizer(f.optimizer);
+}
+
 scheduler::Policy PolicyFromFlags(const Flags& f) {
   if (f.file_policy) {
     scheduler::Policy p = *f.file_policy;
     p.param_dtype = f.dtype == "bf16" ? DataType::kBF16 : DataType::kF32;
     if (f.micro_steps) p.micro_steps = static_cast<int>(f.micro_steps);
+    ApplyTechniques(f, p);
+    if (Status st = scheduler::ValidatePolicy(p); !st.ok()) Fail(std::string(st.message()));
     return p;
   }
   auto p = scheduler::PolicyPreset(f.policy);
@@ -234,6 +251,7 @@ scheduler::Policy PolicyFromFlags(const Flags& f) {
   p->param_dtype = f.dtype == "bf16" ? DataType::kBF16 : DataType::kF32;
   p->reduce_dtype = DataType::kF32;
   if (f.micro_steps) p->micro_steps = static_cast<int>(f.micro_steps);
+  ApplyTechniques(f, *p);
   if (Status st = scheduler::ValidatePolicy(*p); !st.ok()) Fail(std::string(st.message()));
   return *p;
 }
@@ -499,6 +517,7 @@ int Main(int argc, char** argv) {
               job.policy.name.c_str(), f.backend.c_str(), nranks, f.device.c_str(), f.dtype.c_str(),
               static_cast<long long>(job.policy.micro_steps), static_cast<long long>(f.batch),
               static_cast<long long>(f.seq));
+  std::printf("optimizer %s\n", scheduler::OptimizerName(job.policy.optimizer));
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
               res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));
   std::printf("memory plan: arena %s vs lower bound %s (ratio %.3f, %s); persistent state %s\n",
@@ -524,6 +543,7 @@ int Main(int argc, char** argv) {
     j["nranks"] = nranks;
     j["device"] = f.device;
     j["dtype"] = f.dtype;
+    j["optimizer"] = scheduler::OptimizerName(job.policy.optimizer);
     j["steps"] = f.steps;
     j["losses"] = res.losses;
     j["loss_first"] = res.losses.front();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "baton/runtime/stream_ops.h"
 #include "baton/scheduler/offload.h"
+#include "baton/scheduler/optimizer_state.h"
 #ifdef BATON_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -573,8 +574,17 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   ctx.master = static_cast<float*>(BufferData(n.writes[0]));
   ctx.grad = BufferData(n.reads[0]);
   ctx.grad_dtype = graph_.buffers[n.reads[0]].dtype;
-  ctx.moment1 = static_cast<float*>(BufferData(n.writes[1]));
-  ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
+  if (graph_.buffers[n.writes[1]].role == BufferRole::kMoments8bit) {
+    char* q = static_cast<char*>(BufferData(n.writes[1]));
+    const Moments8bitLayout l = Moments8bitLayoutFor(bk.shard_numel);
+    ctx.moment1_codes = reinterpret_cast<uint8_t*>(q + l.codes1);
+    ctx.moment2_codes = reinterpret_cast<uint8_t*>(q + l.codes2);
+    ctx.moment1_absmax = reinterpret_cast<float*>(q + l.absmax1);
+    ctx.moment2_absmax = reinterpret_cast<float*>(q + l.absmax2);
+  } else {
+    ctx.moment1 = static_cast<float*>(BufferData(n.writes[1]));
+    ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
+  }
   ctx.shard_numel = bk.shard_numel;
   ctx.shard_offset = layout.sharding.shard ? shard_rank() * bk.shard_numel : 0;
   ctx.grad_scale = grad_scale();

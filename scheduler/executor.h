@@ -93,6 +93,14 @@ struct OptimizerContext {
   DataType grad_dtype = DataType::kF32;
   float* moment1 = nullptr;
   float* moment2 = nullptr;
+  // Policy::optimizer = adamw8bit: moment1 and moment2 are null; the
+  // moments are one code byte per element each, with one fp32 absmax per
+  // block of kQuantBlockNumel elements (scheduler/optimizer_state.h; the
+  // shard's first element is a block boundary: Sharding::block).
+  uint8_t* moment1_codes = nullptr;
+  uint8_t* moment2_codes = nullptr;
+  float* moment1_absmax = nullptr;
+  float* moment2_absmax = nullptr;
   int64_t shard_numel = 0;
   int64_t shard_offset = 0;  // first element of the shard in the bucket
   double grad_scale = 1.0;

@@ -1,6 +1,7 @@
 #include "baton/scheduler/layout.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
@@ -49,6 +50,11 @@ StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
     return absl::InvalidArgumentError(
         "layout: merge_target_bytes must be positive for the merge policy");
   }
+  if (sharding.block < 1 || sharding.block > kMaxShardingBlock) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout: sharding block ", sharding.block, " must be in [1, ", kMaxShardingBlock,
+        "]"));
+  }
   if (sharding.dtype == DataType::kI32) {
     return absl::InvalidArgumentError(
         "layout: param_dtype must be a floating type");
@@ -61,7 +67,8 @@ StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
   const int n_units = static_cast<int>(layout.units.size());
   const int64_t elem = static_cast<int64_t>(DataTypeSize(sharding.dtype));
   // 16 bytes in the smaller of the parameter dtype and fp32 master.
-  const int64_t granule = 16 / std::min<int64_t>(elem, 4);
+  // and a multiple of the sharding's block (the 8-bit optimizer's).
+  const int64_t granule = std::lcm(16 / std::min<int64_t>(elem, 4), sharding.block);
   const int64_t shards = sharding.shard ? sharding.ranks : 1;
   // Without sharding (DDP) nothing but a tied embedding is resident.
   const bool resident_small = options.resident_small_params && sharding.shard;

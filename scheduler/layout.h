@@ -3,8 +3,9 @@
 //
 // A bucket's parameters are concatenated in declaration order into a flat
 // buffer; each parameter starts on a 16-byte boundary (in the parameter
-// dtype) and the total is padded so that it divides into `Sharding::ranks` equal
-// shards, each a multiple of 16 bytes. Rank r owns elements
+// dtype) and on a multiple of Sharding::block elements, and the total is
+// padded so that it divides into `Sharding::ranks` equal shards, each a
+// multiple of 16 bytes and of the block. Rank r owns elements
 // [r * shard_numel, (r + 1) * shard_numel) of every bucket.
 //
 // Bucket policies:
@@ -56,11 +57,18 @@ struct Sharding {
   // and only a tied embedding is resident.
   bool shard = true;
   DataType dtype = DataType::kBF16;  // the parameter dtype: sets the 16-byte granule
+  // Elements (in [1, kMaxShardingBlock]): every parameter's offset and every
+  // shard a multiple of it as well as of the 16-byte granule (the 8-bit
+  // optimizer's blocks, scheduler/optimizer_state.h; 1: none).
+  int64_t block = 1;
 
   friend bool operator==(const Sharding& a, const Sharding& b) {
-    return a.ranks == b.ranks && a.shard == b.shard && a.dtype == b.dtype;
+    return a.ranks == b.ranks && a.shard == b.shard && a.dtype == b.dtype &&
+           a.block == b.block;
   }
 };
+
+inline constexpr int64_t kMaxShardingBlock = int64_t{1} << 20;
 
 struct ParamSlot {
   std::string name;
@@ -105,7 +113,7 @@ struct ModelLayout {
 };
 
 // InvalidArgument naming the option for a sharding over fewer than 1 rank,
-// an integer dtype, a non-positive merge target, or an invalid spec.
+// a block outside [1, kMaxShardingBlock], an integer dtype, a non-positive merge target, or an invalid spec.
 StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
                                   const LayoutOptions& options,
                                   const Sharding& sharding = {});

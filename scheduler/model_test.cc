@@ -225,6 +225,30 @@ TEST(LayoutTest, DdpDoesNotShard) {
   for (const Bucket& b : l->buckets) EXPECT_EQ(b.shard_numel, b.padded_numel);
 }
 
+// adamw8bit's policy shards in whole 2048-element blocks with every
+// parameter on a block boundary, so each block belongs to one parameter
+// and its position in that parameter is the same for every sharding.
+TEST(LayoutTest, EightBitOptimizerAlignsParametersAndShardsToBlocks) {
+  Policy p = *PolicyPreset("baton");
+  p.optimizer = OptimizerKind::kAdamW8bit;
+  p.param_dtype = DataType::kF32;
+  for (int ranks : {1, 3, 4}) {
+    auto mesh = ResolveMesh(p, ranks);
+    ASSERT_TRUE(mesh.ok());
+    EXPECT_EQ(ShardingFor(p, *mesh).block, 2048);
+    auto l = LayoutFor(*ModelPreset("tiny"), p, *mesh);
+    ASSERT_TRUE(l.ok()) << l.status();
+    for (const Bucket& b : l->buckets) {
+      EXPECT_EQ(b.shard_numel % 2048, 0) << b.name;
+      for (const ParamSlot& s : b.params) EXPECT_EQ(s.offset % 2048, 0) << s.name;
+    }
+  }
+  Sharding huge{2};
+  huge.block = kMaxShardingBlock + 1;
+  EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), LayoutOptions{}, huge).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(LayoutTest, BadOptionsAreRefused) {
   LayoutOptions o;
   EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), o, Sharding{0}).status().code(),

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "baton/scheduler/optimizer_state.h"
 
 namespace baton::scheduler {
 
@@ -25,6 +26,21 @@ StatusOr<Offload> ParseOffload(absl::string_view name) {
   if (name == "optimizer") return Offload::kOptimizer;
   return absl::InvalidArgumentError(absl::StrCat(
       "offload must be none or optimizer, got \"", name, "\""));
+}
+
+const char* OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kAdamW: return "adamw";
+    case OptimizerKind::kAdamW8bit: return "adamw8bit";
+  }
+  return "?";
+}
+
+StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name) {
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  if (name == "adamw8bit") return OptimizerKind::kAdamW8bit;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "optimizer must be adamw or adamw8bit, got \"", name, "\""));
 }
 
 ZenFlowIntervals ResolveZenFlow(const Policy& p) {
@@ -164,6 +180,19 @@ Status ValidatePolicy(const Policy& p) {
         "policy ", p.name, ": zenflow needs offload = optimizer, got offload = ",
         OffloadName(p.offload)));
   }
+  if (p.optimizer == OptimizerKind::kAdamW8bit) {
+    if (p.param_dtype != DataType::kF32 && p.param_dtype != DataType::kBF16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", p.name, ": optimizer = adamw8bit keeps an fp32 master and casts it "
+          "into the parameter dtype, which must be float or bfloat16, got param_dtype = ",
+          DataTypeName(p.param_dtype)));
+    }
+    if (p.zenflow) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", p.name, ": optimizer = adamw8bit does not combine with zenflow "
+          "(its device and host updates keep fp32 moments)"));
+    }
+  }
   if (p.zenflow) {
     // A selection may not fall inside an accumulation window (ops/zenflow.h
     // checks the same of its config): select a multiple of update, once
@@ -235,6 +264,7 @@ Sharding ShardingFor(const Policy& p, const DeviceMesh& mesh) {
   s.ranks = mesh.size(kDataShardGroup);
   s.shard = !p.all_reduce;
   s.dtype = p.param_dtype;
+  s.block = p.optimizer == OptimizerKind::kAdamW8bit ? kQuantBlockNumel : 1;
   return s;
 }
 

@@ -106,6 +106,19 @@
 //       next step wait for it. A selection step still waits for it before
 //       its selection (after its forward and backward).
 //       Default 0; the zenflow preset uses auto.
+//   optimizer (adamw | adamw8bit)
+//       adamw: two fp32 moments per parameter (8 bytes). adamw8bit: both
+//       moments in 8 bits, block-wise (ops/adamw8bit.h: blocks of
+//       kQuantBlockNumel = 2048 elements with one fp32 absmax per block
+//       and moment; scheduler/optimizer_state.h): 2 bytes (+ 8 per 2048)
+//       per parameter, so the optimizer state shrinks by 75%. Every
+//       parameter then starts on a block boundary of its bucket and every
+//       shard is whole blocks (Sharding::block), so a block holds one
+//       parameter's elements whatever the sharding, and the state does not
+//       depend on it. It changes the update (quantized moments), so the
+//       tuner picks it only when allowed. Needs the fp32 master with an f32
+//       or bf16 parameter dtype (InvalidArgument for half); not with
+//       zenflow, whose device and host updates keep fp32 moments.
 // Plain data; copyable.
 #ifndef BATON_SCHEDULER_POLICY_H_
 #define BATON_SCHEDULER_POLICY_H_
@@ -125,6 +138,12 @@ enum class Offload { kNone, kOptimizer };
 const char* OffloadName(Offload offload);  // "none", "optimizer"
 // InvalidArgument listing the names for anything else.
 StatusOr<Offload> ParseOffload(absl::string_view name);
+
+// The optimizer whose state the graph holds (Policy::optimizer).
+enum class OptimizerKind { kAdamW, kAdamW8bit };
+const char* OptimizerName(OptimizerKind kind);  // "adamw", "adamw8bit"
+// InvalidArgument listing the names for anything else.
+StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name);
 
 // A ZenFlow interval chosen by ResolveZenFlow ("auto").
 inline constexpr int kAutoInterval = -1;
@@ -156,6 +175,7 @@ struct Policy {
   int zenflow_select_interval = kAutoInterval;
   int zenflow_update_interval = kAutoInterval;
   int zenflow_staleness = 0;  // or kAutoInterval: update_interval - 1
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   // Buckets and resident parameters (layout.h).
   LayoutOptions layout;
 };
@@ -195,7 +215,8 @@ std::vector<std::string> PolicyPresetNames();
 // micro_steps < 1, recompute_blocks < -1, an integer dtype, offload under
 // all_reduce, zenflow without offload, a zenflow_topk_ratio outside (0, 1],
 // a ZenFlow interval that is neither >= 1 nor kAutoInterval, a
-// zenflow_staleness outside [0, update_interval) after "auto" is resolved.
+// zenflow_staleness outside [0, update_interval) after "auto" is resolved,
+// adamw8bit with a half parameter dtype or with zenflow.
 Status ValidatePolicy(const Policy& policy);
 
 // ZenFlow's intervals with "auto" resolved (policy.h, the zenflow knob).
@@ -223,7 +244,8 @@ StatusOr<DeviceMesh> ResolveMesh(const Policy& policy, int world_size);
 inline bool UsesHpz(const Policy& policy) { return policy.hpz_group > 0; }
 
 // How a policy's layout is sharded on `mesh`: over its data-shard group, in
-// the parameter dtype, or not at all under all_reduce.
+// the parameter dtype, or not at all under all_reduce; in whole 8-bit
+// optimizer blocks under adamw8bit (Sharding::block).
 Sharding ShardingFor(const Policy& policy, const DeviceMesh& mesh);
 
 // The layout of `spec` for `policy` on `mesh`: BuildLayout(spec,

@@ -40,6 +40,7 @@ struct InLayout {
 struct Field {
   using Member = std::variant<int Policy::*, int64_t Policy::*, bool Policy::*,
                               DataType Policy::*, double Policy::*, Offload Policy::*,
+                              OptimizerKind Policy::*,
                               AutoInterval, InLayout<int64_t>, InLayout<bool>,
                               InLayout<BucketPolicy>>;
   const char* key;
@@ -86,6 +87,7 @@ const std::vector<Field>& Fields() {
       {"zenflow_select_interval", AutoInterval{&Policy::zenflow_select_interval}},
       {"zenflow_update_interval", AutoInterval{&Policy::zenflow_update_interval}},
       {"zenflow_staleness", AutoInterval{&Policy::zenflow_staleness, 0}},
+      {"optimizer", &Policy::optimizer},
   };
   return *fields;
 }
@@ -167,6 +169,18 @@ Status ReadValue(const json& v, const std::string& what, const Field&, Offload& 
   out = *off;
   return absl::OkStatus();
 }
+Status ReadValue(const json& v, const std::string& what, const Field&,
+                 OptimizerKind& out) {
+  StatusOr<OptimizerKind> k = v.is_string()
+                                  ? ParseOptimizer(v.get<std::string>())
+                                  : StatusOr<OptimizerKind>(absl::InvalidArgumentError(""));
+  if (!k.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"adamw\" or \"adamw8bit\", got ", JsonBrief(v)));
+  }
+  out = *k;
+  return absl::OkStatus();
+}
 // An AutoInterval: "auto" or an integer in [lo, hi].
 Status ReadInterval(const json& v, const std::string& what, const Field& field,
                     int& out) {
@@ -207,6 +221,7 @@ json WriteValue(double x) { return x; }
 json WriteValue(DataType d) { return DataTypeName(d); }
 json WriteValue(BucketPolicy b) { return BucketPolicyName(b); }
 json WriteValue(Offload o) { return OffloadName(o); }
+json WriteValue(OptimizerKind k) { return OptimizerName(k); }
 
 json WriteField(const Field& field, const Policy& p) {
   return std::visit(

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,15 @@ Policy Unusual() {
   return p;
 }
 
+// The knobs Unusual() cannot hold with zenflow and a half parameter dtype,
+// away from their defaults.
+Policy UnusualTechniques() {
+  Policy p;
+  p.name = "techniques";
+  p.optimizer = OptimizerKind::kAdamW8bit;
+  return p;
+}
+
 TEST(PolicyFileTest, RoundTripIsExactForPresetsAndEveryKnob) {
   for (const std::string& name : PolicyPresetNames()) {
     const Policy p = *PolicyPreset(name);
@@ -57,6 +67,11 @@ TEST(PolicyFileTest, RoundTripIsExactForPresetsAndEveryKnob) {
   EXPECT_TRUE(SamePolicy(u, *back)) << PolicyToJson(u) << "\n" << PolicyToJson(*back);
   EXPECT_EQ(back->layout.merge_target_bytes, (int64_t{1} << 40) + 3);
   EXPECT_EQ(back->name, "tuned \"x\"");
+  const Policy t = UnusualTechniques();
+  ASSERT_TRUE(ValidatePolicy(t).ok());
+  back = PolicyFromJson(PolicyToJson(t));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SamePolicy(t, *back)) << PolicyToJson(t) << "\n" << PolicyToJson(*back);
 }
 
 TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
@@ -64,11 +79,13 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
   for (const std::string& key : PolicyFileFields()) {
     EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
   }
-  EXPECT_EQ(PolicyFileFields().size(), 26u);
+  EXPECT_EQ(PolicyFileFields().size(), 27u);
   // Each knob of Unusual() differs from the default, and SamePolicy sees
   // each one: set them one at a time through the file.
-  const std::string unusual = PolicyToJson(Unusual());
+  const std::set<std::string> techniques = {"optimizer"};
   for (const std::string& key : PolicyFileFields()) {
+    const std::string unusual =
+        PolicyToJson(techniques.count(key) ? UnusualTechniques() : Unusual());
     // false / true in both
     if (key == "all_reduce" || key == "reshard_after_forward") continue;
     const size_t at = unusual.find(absl::StrCat("\"", key, "\":"));
@@ -144,6 +161,11 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
       {R"({"zenflow_staleness": "soon"})", "\"zenflow_staleness\""},
       {R"({"zenflow_staleness": 4})", "zenflow_staleness"},
       {R"({"zenflow_update_interval": 2, "zenflow_staleness": 2})", "zenflow_staleness"},
+      {R"({"optimizer": "adam8"})", "\"optimizer\" must be \"adamw\" or \"adamw8bit\""},
+      {R"({"optimizer": "adamw8bit", "param_dtype": "half"})",
+       "optimizer = adamw8bit keeps an fp32 master"},
+      {R"({"preset": "zenflow", "optimizer": "adamw8bit"})",
+       "optimizer = adamw8bit does not combine with zenflow"},
       {R"([1, 2])", "JSON object"},
       {R"({"micro_steps": 1)", "not valid JSON"},
   };

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/memory/step_dag.h"
+#include "baton/scheduler/optimizer_state.h"
 #include "baton/scheduler/zenflow_buffers.h"
 
 namespace baton::scheduler {
@@ -51,6 +52,7 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kColumnNorms: return "column_norms";
     case BufferRole::kHostAccum: return "host_accum";
     case BufferRole::kStage: return "h2d_stage";
+    case BufferRole::kMoments8bit: return "moments8bit";
   }
   return "?";
 }
@@ -153,6 +155,11 @@ class Builder {
   StreamId hcopy_, host_;  // offload: host-link copies, host work
   bool offload_ = false;
   std::vector<int> shard_, master_, gshard_, m1_, m2_;
+  std::vector<int> q8_;  // adamw8bit: the 8-bit moments (m1_, m2_ unused)
+  // The moment buffers of bucket b, in the optimizer's read / write order.
+  std::vector<int> Moments(int b) const {
+    return q8_.empty() ? std::vector<int>{m1_[b], m2_[b]} : std::vector<int>{q8_[b]};
+  }
   std::vector<int> host_grad_, host_shard_;  // offload
   std::vector<int> topk_, norms_, stage_;    // zenflow: device state
   std::vector<int> accum_;                   // zenflow: host accumulator
@@ -191,10 +198,16 @@ void Builder::Persistent() {
     gshard_.push_back(AddBuffer(absl::StrCat("grad_shard.", name),
                                 BufferRole::kGradShard, b, n, p_.reduce_dtype,
                                 true));
-    m1_.push_back(AddBuffer(absl::StrCat("moment1.", name), BufferRole::kMoment1,
-                            b, n, DataType::kF32, true, h));
-    m2_.push_back(AddBuffer(absl::StrCat("moment2.", name), BufferRole::kMoment2,
-                            b, n, DataType::kF32, true, h));
+    if (p_.optimizer == OptimizerKind::kAdamW8bit) {
+      q8_.push_back(AddBuffer(absl::StrCat("moments8bit.", name),
+                              BufferRole::kMoments8bit, b, Moments8bitWords(n),
+                              DataType::kF32, true, h));
+    } else {
+      m1_.push_back(AddBuffer(absl::StrCat("moment1.", name), BufferRole::kMoment1,
+                              b, n, DataType::kF32, true, h));
+      m2_.push_back(AddBuffer(absl::StrCat("moment2.", name), BufferRole::kMoment2,
+                              b, n, DataType::kF32, true, h));
+    }
     if (offload_) {
       host_grad_.push_back(AddBuffer(absl::StrCat("host_grad.", name),
                                      BufferRole::kHostGrad, b, n,
@@ -456,8 +469,12 @@ int Builder::Reduce(int b, int m) {
 
 void Builder::HostOptimizer(int b, int m) {
   const std::string& name = B(b).name;
-  std::vector<int> reads = {host_grad_[b], master_[b], m1_[b], m2_[b]};
-  std::vector<int> writes = {master_[b], m1_[b], m2_[b]};
+  std::vector<int> reads = {host_grad_[b], master_[b]};
+  std::vector<int> writes = {master_[b]};
+  for (int m : Moments(b)) {
+    reads.push_back(m);
+    writes.push_back(m);
+  }
   if (p_.zenflow) {
     reads.push_back(accum_[b]);
     writes.push_back(accum_[b]);
@@ -494,9 +511,14 @@ void Builder::Optimizer() {
       HostOptimizer(b, p_.micro_steps - 1);
       continue;
     }
-    AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, p_.micro_steps - 1,
-            {gshard_[b], master_[b], m1_[b], m2_[b]},
-            {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", B(b).name));
+    std::vector<int> reads = {gshard_[b], master_[b]};
+    std::vector<int> writes = {master_[b]};
+    for (int m : Moments(b)) {
+      reads.push_back(m);
+      writes.push_back(m);
+    }
+    AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, p_.micro_steps - 1, reads, writes,
+            absl::StrCat("OPT ", B(b).name));
     AddNode(NodeKind::kCast, kComputeStream, -1, b, p_.micro_steps - 1, {master_[b]},
             {shard_[b]}, absl::StrCat("CAST ", B(b).name));
   }

@@ -121,6 +121,9 @@ enum class BufferRole {
   kHostAccum,    // persistent, host (zenflow): unselected gradient sums,
                  // two shards (by update window parity)
   kStage,        // persistent, device (zenflow): H2D staging of the host shard
+  kMoments8bit,  // persistent (adamw8bit, instead of kMoment1 / kMoment2):
+                 // both moments' 8-bit codes and block absmax, as fp32 words
+                 // (scheduler/optimizer_state.h); on the host under offload
 };
 const char* BufferRoleName(BufferRole role);
 

@@ -82,11 +82,11 @@ StatusOr<double> ComputeModel::Op(const char* op, double bytes,
   return s * memory_scale_;
 }
 
-KernelSum ComputeModel::Optimizer(double params) const {
+KernelSum ComputeModel::Optimizer(double params, double adam_traffic) const {
   KernelSum k;
   k.Add(Copy(params * 4), launch_s_);      // gradient norm: read fp32 grad
   k.Add(Copy(params * 8), launch_s_);      // clip: scale it in place
-  k.Add(t_->AdamwSeconds(params) * memory_scale_, launch_s_);
+  k.Add(t_->AdamwSeconds(params) * memory_scale_ * adam_traffic, launch_s_);
   return k;
 }
 

@@ -45,9 +45,15 @@ NodeCost NodeCoster::Cost(const Node& n) const {
       return time(k_.CopyBytes(2 * buffer_bytes(n.writes[0])));
     case NodeKind::kAccumulate:
       return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
-    case NodeKind::kOptimizer:
-      return time(
-          k_.Optimizer(static_cast<double>(g_.layout.buckets[n.bucket].shard_numel)));
+    case NodeKind::kOptimizer: {
+      // The fused 8-bit AdamW (ops/adamw8bit.h) reads and writes the master
+      // (4 + 4), the codes (2 + 2), reads the gradient (4), writes the
+      // param (2): 18 bytes a parameter, fp32 AdamW 30 (8 + 8 moments).
+      const double traffic =
+          g_.policy.optimizer == scheduler::OptimizerKind::kAdamW8bit ? 18.0 / 30 : 1.0;
+      return time(k_.Optimizer(
+          static_cast<double>(g_.layout.buckets[n.bucket].shard_numel), traffic));
+    }
     case NodeKind::kCast:  // read fp32, write the parameter dtype
       return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
     case NodeKind::kD2H:

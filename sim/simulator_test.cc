@@ -130,6 +130,32 @@ TEST(ConsistencyTest, Fsdp1AndFsdp2KeepNoPersistentBf16Shard) {
   }
 }
 
+// adamw8bit: 2 bytes of moments per parameter instead of 8 (plus one fp32
+// absmax per 2048 elements and moment), so baton's 18 bytes become 12; the
+// step still simulates, with a cheaper optimizer.
+TEST(ConsistencyTest, EightBitAdamWKeepsTwoBytesOfMoments) {
+  const Workload w = Small();
+  const ClusterSpec c = *ClusterPreset("h100");
+  double per_param[2] = {};
+  double step[2] = {};
+  for (int eight = 0; eight < 2; ++eight) {
+    auto policy = SimPolicy("baton", w);
+    ASSERT_TRUE(policy.ok());
+    if (eight) policy->optimizer = scheduler::OptimizerKind::kAdamW8bit;
+    policy->recompute_blocks = -1;
+    auto graph = scheduler::BuildStepGraph(*ModelPreset("llama3-8b"), *policy, w.gpus);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    per_param[eight] = StateBytes(*graph) * w.gpus /
+                       static_cast<double>(scheduler::ParameterCount(graph->layout.spec));
+    auto r = SimulateGraph(*graph, c, w);
+    ASSERT_TRUE(r.ok()) << r.status();
+    step[eight] = r->step_s;
+  }
+  EXPECT_NEAR(per_param[0], 18, 0.05);
+  EXPECT_NEAR(per_param[1], 12 + 8.0 / 2048, 0.05);
+  EXPECT_LE(step[1], step[0]);
+}
+
 // YaFSDP and baton simulate alike, and that is right for this model: both
 // run the same kernels (gradients computed straight into the buffer that is
 // reduced, no extra copies), both prefetch one bucket, and both move the same
