@@ -8,7 +8,8 @@
 //     [--policy=baton] [--backend=inproc|ucx|nccl] [--nranks=N]
 //     [--device=cpu|cuda] [--dtype=f32|bf16] [--data=PATH]
 //     [--check-reference] [--json] [--timeout=SECONDS] [--trace=PATH]
-//     [--optimizer=adamw|adamw8bit]
+//     [--optimizer=adamw|adamw8bit] [--recompute-layers=N|all]
+//     [--recompute=full|selective]
 //
 // --trace=PATH writes a Perfetto / Chrome trace of every step: one process
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
@@ -74,6 +75,8 @@ struct Flags {
   bool policy_given = false, dtype_given = false;
   std::string trace;  // --trace=PATH
   std::string optimizer;  // --optimizer: "" keeps the policy's
+  std::string recompute;  // --recompute: "" keeps the policy's
+  int64_t recompute_layers = -2;  // --recompute-layers: -1 all, -2 the policy's
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -92,6 +95,9 @@ const char kUsage[] =
     "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
     "  [--optimizer=adamw|adamw8bit] (adamw8bit: both moments in 8 bits,\n"
     "   block-wise; default: the policy's, adamw)\n"
+    "  [--recompute-layers=N|all] [--recompute=full|selective] (activation\n"
+    "   recompute of the first N blocks: the whole block, or its attention\n"
+    "   core only; default: the policy's, none)\n"
     "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
     "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
     "A flag may be given once.\n";
@@ -156,6 +162,15 @@ Flags Parse(int argc, char** argv) {
         Fail(absl::StrCat("--optimizer must be adamw or adamw8bit, got \"", v, "\""));
       }
       f.optimizer = v;
+    }
+    else if (key == "--recompute") {
+      if (!scheduler::ParseRecompute(v).ok()) {
+        Fail(absl::StrCat("--recompute must be full or selective, got \"", v, "\""));
+      }
+      f.recompute = v;
+    }
+    else if (key == "--recompute-layers") {
+      f.recompute_layers = v == "all" ? -1 : cli::IntFlag("train_tiny", key, v, 0, dim);
     }
     else if (key == "--trace") {
       if (v.empty()) Fail("--trace needs a file path");
@@ -232,9 +247,12 @@ scheduler::ModelSpec ModelFromFlags(const Flags& f) {
   return s;
 }
 
-// The techniques flags (--optimizer) applied to a policy.
+// The techniques flags (--optimizer, --recompute, --recompute-layers)
+// applied to a policy.
 void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
   if (!f.optimizer.empty()) p.optimizer = *scheduler::ParseOptimizer(f.optimizer);
+  if (!f.recompute.empty()) p.recompute = *scheduler::ParseRecompute(f.recompute);
+  if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
 }
 
 scheduler::Policy PolicyFromFlags(const Flags& f) {
@@ -544,6 +562,8 @@ int Main(int argc, char** argv) {
     j["device"] = f.device;
     j["dtype"] = f.dtype;
     j["optimizer"] = scheduler::OptimizerName(job.policy.optimizer);
+    j["recompute"] = scheduler::RecomputeName(job.policy.recompute);
+    j["recompute_blocks"] = job.policy.recompute_blocks;
     j["steps"] = f.steps;
     j["losses"] = res.losses;
     j["loss_first"] = res.losses.front();

@@ -1,9 +1,12 @@
 #include "baton/scheduler/policy.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "baton/scheduler/nf4_layout.h"
 #include "baton/scheduler/optimizer_state.h"
 
 namespace baton::scheduler {
@@ -17,6 +20,7 @@ const char* OffloadName(Offload offload) {
   switch (offload) {
     case Offload::kNone: return "none";
     case Offload::kOptimizer: return "optimizer";
+    case Offload::kParams: return "params";
   }
   return "?";
 }
@@ -24,8 +28,20 @@ const char* OffloadName(Offload offload) {
 StatusOr<Offload> ParseOffload(absl::string_view name) {
   if (name == "none") return Offload::kNone;
   if (name == "optimizer") return Offload::kOptimizer;
+  if (name == "params") return Offload::kParams;
   return absl::InvalidArgumentError(absl::StrCat(
-      "offload must be none or optimizer, got \"", name, "\""));
+      "offload must be none, optimizer or params, got \"", name, "\""));
+}
+
+const char* RecomputeName(Recompute r) {
+  return r == Recompute::kSelective ? "selective" : "full";
+}
+
+StatusOr<Recompute> ParseRecompute(absl::string_view name) {
+  if (name == "full") return Recompute::kFull;
+  if (name == "selective") return Recompute::kSelective;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "recompute must be full or selective, got \"", name, "\""));
 }
 
 const char* OptimizerName(OptimizerKind kind) {
@@ -193,6 +209,32 @@ Status ValidatePolicy(const Policy& p) {
           "(its device and host updates keep fp32 moments)"));
     }
   }
+  if (p.layout.lora_rank < 0 || p.layout.lora_rank > kMaxLoraRank) {
+    return bad("lora_rank", p.layout.lora_rank);
+  }
+  if (!(p.layout.lora_alpha > 0) || !std::isfinite(p.layout.lora_alpha)) {
+    return bad("lora_alpha", p.layout.lora_alpha);
+  }
+  if (p.layout.lora_rank > 0 && (p.layout.lora_targets & kAllLoraTargets) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": lora_targets names no matrix (", LoraTargetsName(kAllLoraTargets),
+        ")"));
+  }
+  if (p.layout.base_dtype == BaseDtype::kNf4 && p.layout.lora_rank == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": base_dtype = nf4 stores the base weights frozen in 4 bits, so "
+        "the base cannot be trained: set lora_rank > 0 (the adapters train)"));
+  }
+  if (p.layout.base_dtype == BaseDtype::kNf4 && p.all_reduce) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": base_dtype = nf4 gathers packed shards, but all_reduce (DDP) "
+        "keeps whole parameters and gathers nothing"));
+  }
+  if (p.layout.lora_rank > 0 && p.zenflow) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": lora_rank > 0 does not combine with zenflow (its column "
+        "selection is over trained matrices; LoRA's adapters are small)"));
+  }
   if (p.zenflow) {
     // A selection may not fall inside an accumulation window (ops/zenflow.h
     // checks the same of its config): select a multiple of update, once
@@ -265,6 +307,7 @@ Sharding ShardingFor(const Policy& p, const DeviceMesh& mesh) {
   s.shard = !p.all_reduce;
   s.dtype = p.param_dtype;
   s.block = p.optimizer == OptimizerKind::kAdamW8bit ? kQuantBlockNumel : 1;
+  if (p.layout.base_dtype == BaseDtype::kNf4) s.block = std::lcm(s.block, kNf4AlignNumel);
   return s;
 }
 

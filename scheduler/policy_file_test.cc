@@ -23,6 +23,7 @@ Policy Unusual() {
   p.micro_steps = 8;
   p.reduce_every_micro_step = true;
   p.recompute_blocks = -1;
+  p.recompute = Recompute::kSelective;
   p.shared_comm_stream = true;
   p.reduce_window = 5;
   p.host_limit = 4;
@@ -50,6 +51,11 @@ Policy UnusualTechniques() {
   Policy p;
   p.name = "techniques";
   p.optimizer = OptimizerKind::kAdamW8bit;
+  p.layout.lora_rank = 8;
+  p.layout.lora_alpha = 32;
+  p.layout.lora_targets = (1u << static_cast<int>(LoraTarget::kQ)) |
+                          (1u << static_cast<int>(LoraTarget::kV));
+  p.layout.base_dtype = BaseDtype::kNf4;
   return p;
 }
 
@@ -79,23 +85,26 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
   for (const std::string& key : PolicyFileFields()) {
     EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
   }
-  EXPECT_EQ(PolicyFileFields().size(), 27u);
+  EXPECT_EQ(PolicyFileFields().size(), 32u);
   // Each knob of Unusual() differs from the default, and SamePolicy sees
   // each one: set them one at a time through the file.
-  const std::set<std::string> techniques = {"optimizer"};
+  const std::set<std::string> techniques = {"optimizer", "lora_rank", "lora_alpha",
+                                            "lora_targets", "base_dtype"};
   for (const std::string& key : PolicyFileFields()) {
     const std::string unusual =
         PolicyToJson(techniques.count(key) ? UnusualTechniques() : Unusual());
     // false / true in both
     if (key == "all_reduce" || key == "reshard_after_forward") continue;
     const size_t at = unusual.find(absl::StrCat("\"", key, "\":"));
-    const size_t end = unusual.find_first_of(",\n", at);
+    std::string field = unusual.substr(at, unusual.find('\n', at) - at);
+    if (!field.empty() && field.back() == ',') field.pop_back();  // lists hold commas
     const std::string one =
-        absl::StrCat("{", unusual.substr(at, end - at),
+        absl::StrCat("{", field,
                      key == "host_limit" ? ", \"forward_prefetch\": 3" : "",
                      key == "merge_target_bytes" ? ", \"bucket_policy\": \"merge\"" : "",
                      key == "bucket_policy" ? ", \"merge_target_bytes\": 1" : "",
                      key == "zenflow" ? ", \"offload\": \"optimizer\"" : "",
+                     key == "base_dtype" ? ", \"lora_rank\": 4" : "",
                      "}");
     auto p = PolicyFromJson(one);
     ASSERT_TRUE(p.ok()) << one << ": " << p.status();
@@ -161,6 +170,15 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
       {R"({"zenflow_staleness": "soon"})", "\"zenflow_staleness\""},
       {R"({"zenflow_staleness": 4})", "zenflow_staleness"},
       {R"({"zenflow_update_interval": 2, "zenflow_staleness": 2})", "zenflow_staleness"},
+      {R"({"recompute": "attention"})", "\"recompute\" must be \"full\" or \"selective\""},
+      {R"({"lora_rank": -1})", "\"lora_rank\""},
+      {R"({"lora_rank": 8, "lora_targets": "q,x"})", "unknown LoRA target \"x\""},
+      {R"({"lora_targets": 3})", "\"lora_targets\" must be a list"},
+      {R"({"lora_alpha": 0})", "lora_alpha"},
+      {R"({"base_dtype": "nf4"})", "base_dtype = nf4 stores the base weights frozen"},
+      {R"({"base_dtype": "int4"})", "\"base_dtype\" must be \"param\" or \"nf4\""},
+      {R"({"preset": "ddp", "lora_rank": 8, "base_dtype": "nf4"})", "all_reduce"},
+      {R"({"preset": "zenflow", "lora_rank": 8})", "does not combine with zenflow"},
       {R"({"optimizer": "adam8"})", "\"optimizer\" must be \"adamw\" or \"adamw8bit\""},
       {R"({"optimizer": "adamw8bit", "param_dtype": "half"})",
        "optimizer = adamw8bit keeps an fp32 master"},

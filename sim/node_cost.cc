@@ -59,6 +59,8 @@ NodeCost NodeCoster::Cost(const Node& n) const {
     case NodeKind::kD2H:
     case NodeKind::kH2D:
       return NodeCost{};  // priced by OffloadNodeSeconds
+    case NodeKind::kDequantize:  // read the packing, write the weights
+      return time(k_.CopyBytes(buffer_bytes(n.reads[0]) + buffer_bytes(n.writes[0])));
   }
   return NodeCost{};
 }
@@ -66,18 +68,33 @@ NodeCost NodeCoster::Cost(const Node& n) const {
 NodeCost NodeCoster::ComputeCost(const Node& n) const {
   const bool bwd = n.kind == NodeKind::kBackward;
   KernelSum k;
+  if (n.kind == NodeKind::kRecompute && n.recompute == scheduler::Recompute::kSelective) {
+    NodeCost cost;  // the attention core's forward only
+    cost.latency_s = k_.AttentionCoreForward().seconds;
+    return cost;
+  }
+  // LoRA's frozen base: no weight gradients (the adapters' are in the
+  // block's frozen backward).
+  const int own = g_.layout.unit_bucket[n.unit];
+  const bool frozen = own >= 0 && g_.layout.buckets[own].frozen;
   switch (g_.layout.units[n.unit].kind) {
     case UnitKind::kBlock: {
       bool acc = false;
       for (bool a : n.grad_accumulate) acc |= a;
-      k = bwd ? WithGradientCopy(k_.BlockBackward(acc), n.unit) : k_.BlockForward();
+      k = !bwd     ? k_.BlockForward()
+          : frozen ? k_.BlockBackwardFrozen()
+                   : WithGradientCopy(k_.BlockBackward(acc), n.unit);
       break;
     }
     case UnitKind::kLmHead:
-      k = bwd ? WithGradientCopy(k_.LmHeadBackward(), n.unit) : k_.LmHeadForward();
+      k = !bwd     ? k_.LmHeadForward()
+          : frozen ? k_.LmHeadBackwardFrozen()
+                   : WithGradientCopy(k_.LmHeadBackward(), n.unit);
       break;
-    case UnitKind::kEmbedding:
-      k = bwd ? WithGradientCopy(k_.EmbeddingBackward(), n.unit) : k_.EmbeddingForward();
+    case UnitKind::kEmbedding:  // frozen: no backward work at all
+      k = !bwd ? k_.EmbeddingForward()
+          : frozen ? KernelSum{}
+                   : WithGradientCopy(k_.EmbeddingBackward(), n.unit);
       break;
     case UnitKind::kFinalNorm:
       k = bwd ? k_.FinalNormBackward() : k_.FinalNormForward();

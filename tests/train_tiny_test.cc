@@ -212,6 +212,30 @@ TEST(TrainTinyTest, ZenFlowAndEightBitAdamWEndNearAdamW) {
   EXPECT_LT(q8["persistent_bytes"].get<double>(), base["persistent_bytes"].get<double>());
 }
 
+// Recompute is exact: recomputing every block's attention core (selective,
+// whose blocks then share one attention-output scratch the recompute must
+// refill) or whole blocks gives bit for bit the losses of no recompute, on
+// 2 ranks, and selective matches the unsharded run.
+TEST(TrainTinyTest, SelectiveAndFullRecomputeAreExact) {
+  auto run = [&](const char* extra) {
+    const Outcome r = Execute(
+        absl::StrCat(kModel, " --steps=8 --dtype=f32 --nranks=2 --batch=2 --json", extra));
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return LastLineJson(r.out);
+  };
+  const nlohmann::json none = run(""),
+                       selective = run(" --recompute-layers=all --recompute=selective "
+                                       "--check-reference"),
+                       full = run(" --recompute-layers=all --recompute=full");
+  ASSERT_TRUE(none.is_object() && selective.is_object() && full.is_object());
+  EXPECT_EQ(selective["recompute"], "selective");
+  EXPECT_EQ(selective["recompute_blocks"], -1);
+  const auto want = none["losses"].get<std::vector<double>>();
+  EXPECT_EQ(selective["losses"].get<std::vector<double>>(), want);
+  EXPECT_EQ(full["losses"].get<std::vector<double>>(), want);
+  EXPECT_LE(selective["max_rel_diff_vs_reference"].get<double>(), 1e-5);
+}
+
 // Sharded equals unsharded with the 8-bit optimizer, bit for bit (f32
 // master): on the same 4 ranks (so the same per-rank gradients, summed in
 // the same order by the inproc reductions), zero3 (4 shards of merged
@@ -402,6 +426,8 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
       {"--policy=hsdp --nranks=6", "shard_group = 4 does not divide the world size 6"},
       {"--trace=/nonexistent/trace.json", "--trace: cannot write /nonexistent/trace.json"},
       {"--optimizer=adam", "--optimizer must be adamw or adamw8bit, got \"adam\""},
+      {"--recompute=attention", "--recompute must be full or selective"},
+      {"--recompute-layers=-3", "--recompute-layers"},
       {"--policy=zenflow --optimizer=adamw8bit",
        "optimizer = adamw8bit does not combine with zenflow"},
   };
