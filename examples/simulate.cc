@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "baton/cli/flags.h"
+#include "baton/examples/technique_flags.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
 #include "nlohmann/json.hpp"
@@ -31,6 +32,7 @@
 #include "baton/scheduler/policy_file.h"
 #include "baton/sim/cluster.h"
 #include "baton/sim/host_cost.h"
+#include "baton/sim/memory_report.h"
 #include "baton/sim/report.h"
 #include "baton/sim/simulator.h"
 #include "baton/sim/tune.h"
@@ -55,6 +57,9 @@ struct Flags {
   // Policy files and the tuner.
   std::string policy_file, policy_out;
   bool tune = false;
+  bool memory = false;  // --memory: the W / A / G / O split per policy
+  bool policies_given = false;  // --policy, --compare or --policy-file
+  examples::TechniqueFlags tech{"simulate", /*adapters=*/true};
   bool micro_batch_given = false, recompute_given = false;
 };
 
@@ -85,6 +90,9 @@ const char kUsage[] =
     "   micro-batch, reduce dtype, shard and hpZ groups, with the fewest\n"
     "   recomputed layers that fit; print the best 5 and write the best as\n"
     "   a policy file that --policy-file runs)\n"
+    "  [--memory] (per GPU: weights, activations, gradients, optimizer state,\n"
+    "   communication buffers, reserve, and host memory; also in --json)\n"
+    "%s"
     "Limits: --gpus <= 2^20, --seq <= 2^24, batches <= 2^30, at most 4096\n"
     "micro-steps (global batch / gpus / micro-batch) and 32768 micro-steps x\n"
     "(layers + 3). A flag may be given once.\n";
@@ -114,7 +122,7 @@ Flags Parse(int argc, char** argv) {
     const std::string a = argv[i];
     cli::VersionFlag("simulate", a);
     if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
+      std::printf(kUsage, f.tech.Usage());
       std::exit(0);
     }
     if (a == "--json") {
@@ -125,6 +133,11 @@ Flags Parse(int argc, char** argv) {
     if (a == "--tune") {
       flags.Switch(a);
       f.tune = true;
+      continue;
+    }
+    if (a == "--memory") {
+      flags.Switch(a);
+      f.memory = true;
       continue;
     }
     const auto [key, v] = flags.Split(a);
@@ -157,6 +170,7 @@ Flags Parse(int argc, char** argv) {
       f.policies = key == "--policy" ? std::vector<std::string>{v}
                                      : cli::ListFlag("simulate", key, v);
     }
+    else if (f.tech.Parse(key, v)) {}
     else if (key == "--trace") f.trace = v;
     else if (key == "--svg") f.svg = v;
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
@@ -164,6 +178,7 @@ Flags Parse(int argc, char** argv) {
   if (!f.hf_config.empty() && f.model_given) {
     Fail("--model and --hf-config name two models; give one");
   }
+  f.tech.Check();
   const bool chosen = !f.policies.empty();
   if (f.tune && (chosen || !f.policy_file.empty())) {
     Fail("--tune searches the policy; drop --policy, --compare and --policy-file");
@@ -177,6 +192,7 @@ Flags Parse(int argc, char** argv) {
          "drop --recompute-layers, --shard-group, --hpz-group, --trace and --svg");
   }
   if (!f.policy_out.empty() && !f.tune) Fail("--policy-out needs --tune");
+  f.policies_given = !f.policies.empty() || !f.policy_file.empty();
   if (f.policies.empty()) f.policies = scheduler::PolicyPresetNames();
   return f;
 }
@@ -221,6 +237,36 @@ scheduler::Policy PolicyFromFile(const Flags& f, const scheduler::ModelSpec& mod
     Fail(absl::StrCat("policy file ", f.policy_file, ": ", g.status().message()));
   }
   return *std::move(p);
+}
+
+// --memory: one line per policy, bytes per GPU by what holds them.
+void PrintMemory(const sim::MemoryReport& m, const sim::ClusterSpec& c, bool fits) {
+  const double gib = 1073741824.0;
+  std::printf("        memory per GPU (GiB): weights %.2f, activations %.2f, gradients %.2f, "
+              "optimizer %.2f, comm buffers %.2f, reserve %.2f = %.2f of %.0f (%s)",
+              m.weights / gib, m.activations / gib, m.gradients / gib, m.optimizer / gib,
+              m.comm_buffers / gib, m.reserve / gib, m.total() / gib, c.memory_gib,
+              fits ? "fits" : "does NOT fit");
+  if (m.host() > 0) {
+    std::printf("; host %.2f (weights %.2f, gradients %.2f, optimizer %.2f)", m.host() / gib,
+                m.host_weights / gib, m.host_gradients / gib, m.host_optimizer / gib);
+  }
+  std::printf("; %.3gB of %.3gB parameters trained\n", m.trainable / 1e9, m.parameters / 1e9);
+}
+
+nlohmann::json MemoryJson(const sim::MemoryReport& m) {
+  return {{"weights_bytes", m.weights},
+          {"activations_bytes", m.activations},
+          {"gradients_bytes", m.gradients},
+          {"optimizer_bytes", m.optimizer},
+          {"comm_buffers_bytes", m.comm_buffers},
+          {"reserve_bytes", m.reserve},
+          {"total_bytes", m.total()},
+          {"host_weights_bytes", m.host_weights},
+          {"host_gradients_bytes", m.host_gradients},
+          {"host_optimizer_bytes", m.host_optimizer},
+          {"parameters", m.parameters},
+          {"trainable_parameters", m.trainable}};
 }
 
 // --tune: the search, its best candidates, and --policy-out.
@@ -397,9 +443,18 @@ int Main(int argc, char** argv) {
     o.attention = attention;
     o.timeline = first && (!f.trace.empty() || !f.svg.empty());
     scheduler::StepGraph graph;
-    auto r = file_policy ? sim::SimulatePolicy(*model, *cluster, w, *file_policy,
-                                               recompute, o, &graph)
-                         : sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);
+    StatusOr<scheduler::Policy> policy =
+        file_policy ? StatusOr<scheduler::Policy>(*file_policy)
+                    : sim::SimPolicy(name, w, cluster->gpus_per_node);
+    if (!policy.ok()) Fail(absl::StrCat(name, ": ", policy.status().message()));
+    f.tech.Apply(*policy);  // the techniques' flags
+    if (Status st = scheduler::ValidatePolicy(*policy); !st.ok()) {
+      // A preset the techniques do not combine with, when none was chosen.
+      if (f.policies_given) Fail(std::string(st.message()));
+      std::printf("# %s: skipped (%s)\n", name.c_str(), std::string(st.message()).c_str());
+      continue;
+    }
+    auto r = sim::SimulatePolicy(*model, *cluster, w, *policy, recompute, o, &graph);
     if (!r.ok()) Fail(absl::StrCat(name, ": ", r.status().message()));
     if (Status s = sim::ValidateResult(*r); !s.ok()) Fail(std::string(s.message()));
     const sim::MemoryBreakdown& m = r->memory;
@@ -426,6 +481,8 @@ int Main(int argc, char** argv) {
                   h.opt_gparams, h.opt_memory_bound ? "memory" : "core",
                   h.ranks_on_node);
     }
+    const sim::MemoryReport mr = sim::ReportMemory(graph, *cluster, w);
+    if (f.memory) PrintMemory(mr, *cluster, r->fits);
     rows.push_back({{"policy", name},
                     {"step_time_s", r->step_s},
                     {"mfu", r->mfu},
@@ -433,7 +490,9 @@ int Main(int argc, char** argv) {
                     {"peak_memory_bytes", m.peak()},
                     {"fits", r->fits},
                     {"recompute_blocks", r->recompute_blocks},
-                    {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu}});
+                    {"recompute", scheduler::RecomputeName(graph.policy.recompute)},
+                    {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu},
+                    {"memory", MemoryJson(mr)}});
     if (o.timeline) {
       if (!f.trace.empty()) WriteFile(f.trace, sim::TraceJson(graph, *r));
       if (!f.svg.empty()) {

@@ -8,8 +8,10 @@
 //     [--policy=baton] [--backend=inproc|ucx|nccl] [--nranks=N]
 //     [--device=cpu|cuda] [--dtype=f32|bf16] [--data=PATH]
 //     [--check-reference] [--json] [--timeout=SECONDS] [--trace=PATH]
-//     [--optimizer=adamw|adamw8bit] [--recompute-layers=N|all]
-//     [--recompute=full|selective]
+//     [--recompute-layers=N|all] and the techniques'
+//     flags (examples/technique_flags.h: --optimizer, --recompute,
+//     --offload; the tiny Llama has no LoRA or NF4 kernels, so --lora-*,
+//     --base-dtype and policy files with adapters are refused)
 //
 // --trace=PATH writes a Perfetto / Chrome trace of every step: one process
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
@@ -39,6 +41,7 @@
 #include "baton/comm/bootstrap/store.h"
 #include "baton/cli/flags.h"
 #include "baton/examples/llama_trainer.h"
+#include "baton/examples/technique_flags.h"
 #include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
 #include "baton/scheduler/executor.h"
@@ -74,8 +77,7 @@ struct Flags {
   std::optional<scheduler::Policy> file_policy;
   bool policy_given = false, dtype_given = false;
   std::string trace;  // --trace=PATH
-  std::string optimizer;  // --optimizer: "" keeps the policy's
-  std::string recompute;  // --recompute: "" keeps the policy's
+  examples::TechniqueFlags tech{"train_tiny", /*adapters=*/false};  // --optimizer, ...
   int64_t recompute_layers = -2;  // --recompute-layers: -1 all, -2 the policy's
 };
 
@@ -93,11 +95,9 @@ const char kUsage[] =
     "   simulate --tune --policy-out: its knobs as written, except that\n"
     "   --dtype and --micro-steps override its param_dtype and micro_steps)\n"
     "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
-    "  [--optimizer=adamw|adamw8bit] (adamw8bit: both moments in 8 bits,\n"
-    "   block-wise; default: the policy's, adamw)\n"
-    "  [--recompute-layers=N|all] [--recompute=full|selective] (activation\n"
-    "   recompute of the first N blocks: the whole block, or its attention\n"
-    "   core only; default: the policy's, none)\n"
+    "  [--recompute-layers=N|all] (activation recompute of the first N blocks;\n"
+    "   default: the policy's, none)\n"
+    "%s"
     "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
     "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
     "A flag may be given once.\n";
@@ -124,7 +124,7 @@ Flags Parse(int argc, char** argv) {
     const std::string a = argv[i];
     cli::VersionFlag("train_tiny", a);
     if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
+      std::printf(kUsage, f.tech.Usage());
       std::exit(0);
     }
     if (a == "--json") { flags.Switch(a); f.json = true; continue; }
@@ -157,18 +157,7 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--device") f.device = v;
     else if (key == "--dtype") { f.dtype = v; f.dtype_given = true; }
     else if (key == "--data") f.data = v;
-    else if (key == "--optimizer") {
-      if (!scheduler::ParseOptimizer(v).ok()) {
-        Fail(absl::StrCat("--optimizer must be adamw or adamw8bit, got \"", v, "\""));
-      }
-      f.optimizer = v;
-    }
-    else if (key == "--recompute") {
-      if (!scheduler::ParseRecompute(v).ok()) {
-        Fail(absl::StrCat("--recompute must be full or selective, got \"", v, "\""));
-      }
-      f.recompute = v;
-    }
+    else if (f.tech.Parse(key, v)) {}
     else if (key == "--recompute-layers") {
       f.recompute_layers = v == "all" ? -1 : cli::IntFlag("train_tiny", key, v, 0, dim);
     }
@@ -181,6 +170,7 @@ Flags Parse(int argc, char** argv) {
   if (f.model_given && !f.hf_config.empty()) {
     Fail("--model and --hf-config name two models; give one");
   }
+  f.tech.Check();
   if (f.backend != "inproc" && f.backend != "ucx" && f.backend != "nccl") {
     Fail(absl::StrCat("--backend must be inproc, ucx or nccl, got \"", f.backend, "\""));
   }
@@ -247,12 +237,15 @@ scheduler::ModelSpec ModelFromFlags(const Flags& f) {
   return s;
 }
 
-// The techniques flags (--optimizer, --recompute, --recompute-layers)
+// The techniques flags (examples/technique_flags.h, --recompute-layers)
 // applied to a policy.
 void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
-  if (!f.optimizer.empty()) p.optimizer = *scheduler::ParseOptimizer(f.optimizer);
-  if (!f.recompute.empty()) p.recompute = *scheduler::ParseRecompute(f.recompute);
+  f.tech.Apply(p);
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
+  if (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
+    Fail("the policy has LoRA adapters or NF4 base weights, and the tiny Llama has no "
+         "LoRA or NF4 kernels (simulate prices them)");
+  }
 }
 
 scheduler::Policy PolicyFromFlags(const Flags& f) {

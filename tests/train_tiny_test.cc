@@ -425,9 +425,11 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
       {"--model=tiny --hf-config=/nonexistent/config.json", "--model and --hf-config"},
       {"--policy=hsdp --nranks=6", "shard_group = 4 does not divide the world size 6"},
       {"--trace=/nonexistent/trace.json", "--trace: cannot write /nonexistent/trace.json"},
-      {"--optimizer=adam", "--optimizer must be adamw or adamw8bit, got \"adam\""},
-      {"--recompute=attention", "--recompute must be full or selective"},
+      {"--optimizer=adam", "--optimizer: optimizer must be adamw or adamw8bit, got \"adam\""},
+      {"--recompute=attention", "--recompute: recompute must be full or selective"},
       {"--recompute-layers=-3", "--recompute-layers"},
+      {"--lora-rank=8", "--lora-rank: this program's model has no LoRA or NF4 kernels"},
+      {"--base-dtype=nf4", "--base-dtype: this program's model has no LoRA or NF4 kernels"},
       {"--policy=zenflow --optimizer=adamw8bit",
        "optimizer = adamw8bit does not combine with zenflow"},
   };
