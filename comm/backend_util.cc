@@ -1,5 +1,7 @@
 #include "baton/comm/backend_util.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace baton {
@@ -16,12 +18,91 @@ CollectiveHeader MakeHeader(CollectiveKind kind, size_t count, DataType type,
   h.tag = options.tag;
   h.seq = seq;
   h.count = count;
+  const SchedulePosition& p = options.position;
+  h.step = p.step;
+  h.node = p.node;
+  h.bucket = p.bucket;
+  h.group = p.group;
+  h.check = p.check ? 1 : 0;
   return h;
 }
 
+namespace {
+std::string PositionText(const CollectiveHeader& h) {
+  std::string out;
+  if (h.step >= 0) absl::StrAppend(&out, " step ", h.step);
+  if (h.node >= 0) absl::StrAppend(&out, " node ", h.node);
+  if (h.bucket >= 0) absl::StrAppend(&out, " bucket ", h.bucket);
+  if (h.group != 0) absl::StrAppend(&out, " group ", MeshGroupBitsName(h.group));
+  return out;
+}
+}  // namespace
+
 std::string CollectiveLabel(const CollectiveHeader& h) {
   return absl::StrCat(CollectiveName(static_cast<CollectiveKind>(h.kind)),
-                      " #", h.seq, " (tag ", h.tag, ")");
+                      " #", h.seq, " (tag ", h.tag, ")", PositionText(h));
+}
+
+CollectiveCall CallOf(const CollectiveHeader& h) {
+  CollectiveCall c;
+  c.kind = static_cast<CollectiveKind>(h.kind);
+  c.type = static_cast<DataType>(h.type);
+  c.op = static_cast<ReduceOp>(h.op);
+  c.root = h.root;
+  c.count = h.count;
+  c.tag = h.tag;
+  c.seq = h.seq;
+  return c;
+}
+
+std::vector<int> WorldRanks(const CommConfig& config) {
+  if (!config.world_ranks.empty()) return config.world_ranks;
+  std::vector<int> w(config.size);
+  for (int r = 0; r < config.size; ++r) w[r] = r;
+  return w;
+}
+
+Status ValidateWorldRanks(const CommConfig& config) {
+  const std::vector<int>& w = config.world_ranks;
+  if (w.empty()) return Status();
+  std::vector<int> sorted = w;
+  std::sort(sorted.begin(), sorted.end());
+  if (static_cast<int>(w.size()) != config.size || sorted.front() < 0 ||
+      std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CommConfig::world_ranks must hold ", config.size,
+        " distinct ranks >= 0 (one per rank), got ", w.size()));
+  }
+  return Status();
+}
+
+Recording StartRecording(const CommConfig& config, const char* backend) {
+  Recording r;
+  r.recorder = config.recorder != nullptr ? config.recorder
+                                          : std::make_shared<FlightRecorder>();
+  r.comm = r.recorder->AddCommunicator(config.group, config.rank,
+                                       WorldRanks(config), backend);
+  return r;
+}
+
+std::vector<int> ChildWorldRanks(
+    const std::vector<std::pair<int, int>>& colour_key, int rank,
+    const std::vector<int>& parent_world_ranks) {
+  const int colour = colour_key[rank].first;
+  std::vector<std::pair<int, int>> members;  // (key, parent rank)
+  for (size_t q = 0; q < colour_key.size(); ++q) {
+    if (colour_key[q].first == colour) {
+      members.push_back({colour_key[q].second, static_cast<int>(q)});
+    }
+  }
+  std::sort(members.begin(), members.end());
+  std::vector<int> out;
+  for (const auto& [key, q] : members) {
+    out.push_back(q < static_cast<int>(parent_world_ranks.size())
+                      ? parent_world_ranks[q]
+                      : q);
+  }
+  return out;
 }
 
 std::string DescribeMismatch(const CollectiveHeader& a, int rank_a,
@@ -32,6 +113,17 @@ std::string DescribeMismatch(const CollectiveHeader& a, int rank_a,
                         rank_b, " has ", what, " ", vb);
   };
   if (a.magic != b.magic) return differ("header magic", "ok", "garbage");
+  // Check mode: the schedule's positions first (a skipped collective shows
+  // as the next one's position, often with the same kind and count).
+  if (a.check != 0 && b.check != 0 &&
+      (a.step != b.step || a.node != b.node || a.bucket != b.bucket ||
+       a.group != b.group)) {
+    return absl::StrCat("rank ", rank_a, " is at", PositionText(a), " (",
+                        CollectiveName(static_cast<CollectiveKind>(a.kind)),
+                        ") but rank ", rank_b, " is at", PositionText(b), " (",
+                        CollectiveName(static_cast<CollectiveKind>(b.kind)),
+                        ") of the schedule");
+  }
   if (a.kind != b.kind) {
     return differ("collective",
                   CollectiveName(static_cast<CollectiveKind>(a.kind)),

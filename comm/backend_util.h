@@ -5,13 +5,16 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "baton/comm/comm_config.h"
 #include "baton/comm/communicator.h"
+#include "baton/comm/flight_recorder.h"
 
 namespace baton {
 
@@ -31,6 +34,12 @@ struct CollectiveHeader {
   uint32_t error = 0;
   uint32_t error_rank = 0;   // the rank that found the difference
   uint32_t error_other = 0;  // the rank whose call differed from its own
+  // The caller's SchedulePosition (compared only when both set `check`).
+  int64_t step = -1;
+  int32_t node = -1;
+  int32_t bucket = -1;
+  uint8_t group = 0;
+  uint8_t check = 0;
 };
 
 CollectiveHeader MakeHeader(CollectiveKind kind, size_t count, DataType type,
@@ -42,8 +51,36 @@ CollectiveHeader MakeHeader(CollectiveKind kind, size_t count, DataType type,
 std::string DescribeMismatch(const CollectiveHeader& a, int rank_a,
                              const CollectiveHeader& b, int rank_b);
 
-// "all_gather #12 (tag 0)".
+// "all_gather #12 (tag 0)", and " step 1 node 4 bucket 2" when the
+// position was given.
 std::string CollectiveLabel(const CollectiveHeader& h);
+
+// What the flight recorder keeps of a header.
+CollectiveCall CallOf(const CollectiveHeader& h);
+
+// A backend's place in a flight recorder (comm/flight_recorder.h).
+struct Recording {
+  std::shared_ptr<FlightRecorder> recorder;
+  int comm = -1;  // its number in the recorder
+  uint64_t Issue(const CollectiveHeader& h, const SchedulePosition& p) const {
+    return recorder->Issue(comm, CallOf(h), p);
+  }
+};
+// Registers a communicator of `config` (rank, size, group as its key,
+// world_ranks or 0..size-1) in config.recorder or a new recorder.
+Recording StartRecording(const CommConfig& config, const char* backend);
+// The world ranks of a communicator of `config` (config.world_ranks, or
+// 0..size-1 when empty).
+std::vector<int> WorldRanks(const CommConfig& config);
+// InvalidArgument unless config.world_ranks is empty or holds `size`
+// distinct ranks >= 0.
+Status ValidateWorldRanks(const CommConfig& config);
+// Split: the world ranks of the child that parent rank `rank` joins (the
+// members with its colour, ordered by key then parent rank, mapped through
+// the parent's world ranks).
+std::vector<int> ChildWorldRanks(
+    const std::vector<std::pair<int, int>>& colour_key, int rank,
+    const std::vector<int>& parent_world_ranks);
 
 // Per-tag sequence numbers, taken at issue time.
 class SequenceCounters {

@@ -3,13 +3,17 @@
 #define BATON_COMM_COMM_CONFIG_H_
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "baton/runtime/device.h"
 
 namespace baton {
 
+class FlightRecorder;  // comm/flight_recorder.h
 class Store;
 
 struct CommConfig {
@@ -36,6 +40,27 @@ struct CommConfig {
   bool inproc_event_protocol = false;
   // ucx: pipeline chunk of the ring (bytes). Same on every rank.
   size_t chunk_bytes = size_t{1} << 20;
+
+  // The world ranks of this communicator's members, by rank (for reports:
+  // comm/hang_report.h names world ranks). Empty: 0..size-1. Split fills
+  // it for its children.
+  std::vector<int> world_ranks;
+  // The flight recorder this communicator records into
+  // (comm/flight_recorder.h); null: a new one. Children of Split share
+  // their parent's. One per rank: ranks never share one (CreateInprocGroup
+  // gives every rank its own when this is null).
+  std::shared_ptr<FlightRecorder> recorder;
+  // Where the rank that writes the hang report (communicator.h, "Hang
+  // report") sends it, once per job and group; empty: stderr. Called on a
+  // thread of the failing rank (the issuing thread, a stream's worker or a
+  // backend's watchdog); must not call back into the communicator.
+  std::function<void(const std::string&)> on_hang_report;
+  // nccl: also record a timing event before every collective, so the
+  // flight recorder holds the time the GPU reached it (its arrival, for
+  // straggler reports: scheduler/arrivals.h) instead of the host's issue
+  // time. Costs one cudaEventRecord per collective. Other backends observe
+  // arrival on the host stream always.
+  bool device_arrivals = false;
 };
 
 }  // namespace baton

@@ -50,6 +50,13 @@
 //         not, as NCCL itself cannot).
 //     After such a failure the communicator is broken: later collectives fail
 //     at once with the same error. Create a new one to continue.
+//   * Hang report (docs/hangs.md): on such a failure every backend also
+//     reports this rank's last issued and completed collectives (with their
+//     SchedulePosition): inproc over the ranks of the process, ucx and nccl
+//     through the store. One rank prints ONE report (CommConfig::
+//     on_hang_report) naming the rank that lags or diverged, the collective
+//     and bucket, and the ranks waiting for it; every failing rank's error
+//     message ends with that verdict ("; hang report: rank 2 lags: ...").
 //
 // Sub-communicators (Split, the ncclCommSplit contract):
 //   * Split(colour, key) is collective over every rank of this communicator
@@ -87,6 +94,8 @@
 
 namespace baton {
 
+class FlightRecorder;  // comm/flight_recorder.h
+
 enum class CollectiveKind : uint8_t {
   kAllGather = 0,
   kReduceScatter = 1,
@@ -98,6 +107,34 @@ enum class CollectiveKind : uint8_t {
 const char* CollectiveName(CollectiveKind kind);
 StatusOr<CollectiveKind> ParseCollective(absl::string_view name);
 
+// Where a collective sits in the static schedule of a step (issue 38).
+// The executor fills it for every collective of the step graph; a trainer
+// may fill it for its own. Backends copy it into their flight recorder
+// (comm/flight_recorder.h), so a hang or straggler report can say "step 3,
+// node 12, bucket 4, group dp_shard+hpz" instead of a bare sequence number.
+// Plain value; the defaults mean "not given".
+struct SchedulePosition {
+  int64_t step = -1;    // steps issued before this one
+  int32_t node = -1;    // index of the step graph's node
+  int32_t bucket = -1;  // the bucket it moves
+  // Point-to-point (Send / Recv, once they exist): the other side, as a
+  // world rank. -1 for collectives.
+  int32_t peer = -1;
+  // The mesh group it runs over: scheduler::MeshGroup::bits() (bit d is
+  // mesh dimension d: pp, dp_replicate, dp_shard, hpz, cp, tp); 0: none.
+  uint8_t group = 0;
+  // Check mode: inproc and ucx compare the positions of the calls they
+  // match (with the kind, count and type they always compare) and fail
+  // with InvalidArgument naming both positions when they differ, so a rank
+  // that skipped a collective is caught at the next one instead of moving
+  // the wrong bucket. Compared only when every rank sets it. nccl cannot
+  // compare (NCCL matches on the device); scheduler/schedule_check.h
+  // compares whole schedules before the first step instead.
+  bool check = false;
+
+  bool given() const { return step >= 0 || node >= 0 || bucket >= 0; }
+};
+
 struct CollectiveOptions {
   // Give up after this long without completing; zero means the
   // communicator's default (CommConfig::timeout).
@@ -108,6 +145,8 @@ struct CollectiveOptions {
   // end. On the ucx ring this sends fp32 partials (twice the bytes).
   // Unsupported (InvalidArgument) on nccl: reduce an fp32 buffer instead.
   bool accumulate_fp32 = false;
+  // Its place in the schedule (see SchedulePosition).
+  SchedulePosition position;
 };
 
 // What a communicator can do. Code above comm/ asks these instead of
@@ -171,6 +210,11 @@ class Communicator {
 
   // OK, or the first failure seen by a collective of this communicator.
   virtual Status health() = 0;
+
+  // What this rank issued and completed (comm/flight_recorder.h), shared
+  // by this communicator and the children Split made from it. Owned by
+  // them; valid while any of them lives. Null for a backend without one.
+  virtual FlightRecorder* recorder() { return nullptr; }
 
   // A sub-communicator of the ranks passing the same colour (see
   // "Sub-communicators" above); null for a negative colour.

@@ -62,6 +62,11 @@ StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateInprocGroup(
     return absl::InvalidArgumentError(
         absl::StrCat("inproc group: size must be positive, got ", n));
   }
+  if (base.recorder != nullptr) {
+    return absl::InvalidArgumentError(
+        "inproc group: base.recorder must be null (each rank records into a "
+        "flight recorder of its own)");
+  }
   static std::atomic<int> counter{0};
   const std::string group =
       base.group.empty() ? absl::StrCat("inproc-group-", counter++) : base.group;

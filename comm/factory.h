@@ -37,7 +37,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
 // at once (creation is collective) from `base`, whose backend, rank and size
 // are set here for each rank; an empty base.group gets a fresh name. The
 // communicators may then be used from any thread (one thread per rank at a
-// time). Returns them in rank order, or the first rank's error.
+// time). Returns them in rank order, or the first rank's error
+// (InvalidArgument for a base.recorder: each rank gets its own).
 StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateInprocGroup(
     int n, const CommConfig& base);
 

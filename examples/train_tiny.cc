@@ -17,6 +17,14 @@
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
 // slices for compute, copies (collectives) and waits (scheduler/step_trace.h).
 //
+// Hangs and stragglers (docs/hangs.md): --check-schedule compares every
+// rank's schedule of collectives before the first step (and their
+// positions at every collective on inproc and ucx). --arrivals measures
+// each rank's arrival at each collective: rank 0 prints per step the
+// arrival skew and the slowest rank per collective, and at the end the
+// measured straggler_cv (sim/cluster.h); --arrivals-out=PATH also writes it
+// as a cluster file for `simulate --cluster-file=PATH`.
+//
 // ucx and nccl run one process per rank: started under a launcher (RANK,
 // WORLD_SIZE, ... set) each process is one rank; started without one,
 // train_tiny launches --nranks copies of itself. Rank 0 prints.
@@ -44,13 +52,17 @@
 #include "baton/examples/technique_flags.h"
 #include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
+#include "baton/runtime/output_file.h"
+#include "baton/scheduler/arrivals.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/layout.h"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/step_graph.h"
 #include "baton/scheduler/step_trace.h"
+#include "baton/sim/simulator.h"
 #include "nlohmann/json.hpp"
 
 namespace baton {
@@ -79,6 +91,9 @@ struct Flags {
   std::string trace;  // --trace=PATH
   examples::TechniqueFlags tech{"train_tiny", /*adapters=*/false};  // --optimizer, ...
   int64_t recompute_layers = -2;  // --recompute-layers: -1 all, -2 the policy's
+  bool check_schedule = false;  // --check-schedule
+  bool arrivals = false;        // --arrivals (or --arrivals-out)
+  std::string arrivals_out;     // --arrivals-out=PATH
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -98,16 +113,27 @@ const char kUsage[] =
     "  [--recompute-layers=N|all] (activation recompute of the first N blocks;\n"
     "   default: the policy's, none)\n"
     "%s"
-    "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
-    "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
-    "A flag may be given once.\n";
+    "  [--check-schedule] (every rank's schedule of collectives compared first)\n"
+    "  [--arrivals] (per step: arrival skew and slowest rank per collective;\n"
+    "   at the end the measured straggler_cv) [--arrivals-out=PATH] (also\n"
+    "   writes it as a cluster file for simulate --cluster-file=PATH)\n"
+    "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
+    "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
+    "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
+    "--micro-steps <= 4096 (a policy file's micro_steps too), --lr <= 10,\n"
+    "--timeout <= 604800, --layers <= 16384, other model sizes <= 2^24, at\n"
+    "most 2^31 parameters; a policy file's recompute_blocks <= the model's\n"
+    "blocks. A flag may be given once.\n";
 
-// Flag bounds (stated in --help); the model sizes are bounded again by
-// ValidateModelSpec and the 2^31-parameter check below.
-constexpr int64_t kMaxRanks = 4096;
+// Flag bounds (stated in --help). Ranks, micro-steps and model sizes come
+// from scheduler/limits.h (the same bounds through a policy file or
+// config.json; the ranks this process starts are bounded again by the
+// host, MaxLocalRanks); the model is bounded again by ValidateModelSpec and
+// the 2^31-parameter check below.
+constexpr int64_t kMaxRanks = scheduler::kMaxLocalRanks;
 constexpr int64_t kMaxSeq = 1 << 16;
 constexpr int64_t kMaxBatch = 1 << 16;
-constexpr int64_t kMaxMicroSteps = 4096;
+constexpr int64_t kMaxMicroSteps = scheduler::kMaxMicroSteps;
 constexpr int64_t kMaxSteps = int64_t{1} << 30;
 constexpr int64_t kMaxTimeoutS = 7 * 86400;
 constexpr double kMaxLr = 10;
@@ -129,10 +155,12 @@ Flags Parse(int argc, char** argv) {
     }
     if (a == "--json") { flags.Switch(a); f.json = true; continue; }
     if (a == "--check-reference") { flags.Switch(a); f.check_reference = true; continue; }
+    if (a == "--check-schedule") { flags.Switch(a); f.check_schedule = true; continue; }
+    if (a == "--arrivals") { flags.Switch(a); f.arrivals = true; continue; }
     const auto [key, v] = flags.Split(a);
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
-    else if (key == "--layers") f.layers = Positive(key, v, dim);
+    else if (key == "--layers") f.layers = Positive(key, v, scheduler::kMaxModelLayers);
     else if (key == "--hidden") f.hidden = Positive(key, v, dim);
     else if (key == "--heads") f.heads = Positive(key, v, dim);
     else if (key == "--kv-heads") f.kv_heads = Positive(key, v, dim);
@@ -164,6 +192,11 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--trace") {
       if (v.empty()) Fail("--trace needs a file path");
       f.trace = v;
+    }
+    else if (key == "--arrivals-out") {
+      if (v.empty()) Fail("--arrivals-out needs a file path");
+      f.arrivals_out = v;
+      f.arrivals = true;
     }
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
   }
@@ -270,11 +303,15 @@ scheduler::Policy PolicyFromFlags(const Flags& f) {
 // What one rank's training produced (rank 0's is reported).
 struct RunResult {
   std::vector<double> losses;  // mean loss over the global batch, per step
-  double ms_per_step = 0;      // steps after the first
+  double ms_per_step = 0;      // steps after the first (of one step: that step)
   double tokens_per_s = 0;
   size_t arena_bytes = 0, lower_bound_bytes = 0, persistent_bytes = 0;
   size_t host_bytes = 0;  // offload: master and moments in host memory
   std::string plan_strategy;
+  std::string trace_json;  // --trace: the step trace (scheduler/step_trace.h)
+  // --arrivals: means over the steps after the first.
+  double straggler_ms = 0;  // the mean rank's wait for later ranks per step
+  double max_skew_ms = 0;   // the step's largest arrival skew
 };
 
 struct Job {
@@ -283,7 +320,24 @@ struct Job {
   TrainConfig config;
   int64_t steps = 0;
   bool progress = false;  // rank 0 prints a line per step
+  bool check_schedule = false;
+  bool arrivals = false;
 };
+
+// The model's bounds on the policy (scheduler/limits.h), named by the route
+// each knob came from, as simulate names them: --micro-steps, else the
+// policy file's fields, else the preset.
+void CheckPolicyRoutes(const Flags& f, const Job& job) {
+  if (f.micro_steps > 0) {
+    if (Status s = scheduler::CheckStepUnits(f.micro_steps, job.spec.layers); !s.ok()) {
+      Fail(absl::StrCat("--micro-steps=", f.micro_steps, ": ", s.message()));
+    }
+  }
+  const std::string file = f.file_policy ? absl::StrCat("policy file ", f.policy_file) : "";
+  if (Status s = scheduler::CheckPolicyForModel(job.policy, job.spec, file); !s.ok()) {
+    Fail(std::string(s.message()));
+  }
+}
 
 // Trains on one rank through the executor; every rank calls it. `observer`
 // (may be null): the rank's step trace recorder.
@@ -295,18 +349,24 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
                                                        ranks, rank));
   scheduler::ExecutorOptions options;
   options.observer = observer;
+  options.check_schedule = job.check_schedule;
   if (graph->policy.zenflow) {
     // ZenFlow's optimizer runs its own nodes (optim/zenflow_driver.h).
     options.optimizer_driver = optim::ZenFlowDriverFactory(job.config.adamw);
   }
   BATON_ASSIGN_OR_RETURN(auto executor,
                          scheduler::Executor::Create(graph, device, comm, options));
+  std::optional<scheduler::ArrivalMonitor> monitor;
+  if (job.arrivals) monitor.emplace(*graph, comm, device);
+  double monitor_ms = 0, straggler_ms = 0, skew_ms = 0;
   const uint64_t seed = job.config.seed;
   BATON_RETURN_IF_ERROR(executor->InitParameters([seed](const scheduler::ParamSlot& slot,
                                                         float* values) {
     for (int64_t i = 0; i < slot.numel; ++i) values[i] = examples::InitialParameter(slot.name, i, seed);
   }));
-  BATON_ASSIGN_OR_RETURN(auto loss_stream, device.CreateStream({0, "loss"}));
+  // The loss all-reduce runs on the compute stream after the step: a stream
+  // of its own would be one more thread per in-process rank.
+  Stream& loss_stream = executor->compute_stream();
   BATON_ASSIGN_OR_RETURN(DeviceBuffer scalar, device.Allocate(sizeof(float)));
   const scheduler::StepCallbacks callbacks = model->Callbacks();
   const double global_tokens = static_cast<double>(model->tokens_per_step()) * ranks;
@@ -320,13 +380,13 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
     BATON_ASSIGN_OR_RETURN(double local, model->LossSum(executor->compute_stream()));
     // The global mean: sum the ranks' loss sums (a tag the step never uses).
     float sum = static_cast<float>(local);
-    BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(scalar.data(), &sum, sizeof(float)));
+    BATON_RETURN_IF_ERROR(loss_stream.MemcpyAsync(scalar.data(), &sum, sizeof(float)));
     CollectiveOptions opts;
     opts.tag = scheduler::kFirstTrainerTag;
     BATON_RETURN_IF_ERROR(comm.AllReduce(scalar.data(), scalar.data(), 1, DataType::kF32,
-                                         ReduceOp::kSum, *loss_stream, opts));
-    BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(&sum, scalar.data(), sizeof(float)));
-    BATON_RETURN_IF_ERROR(loss_stream->Synchronize());
+                                         ReduceOp::kSum, loss_stream, opts));
+    BATON_RETURN_IF_ERROR(loss_stream.MemcpyAsync(&sum, scalar.data(), sizeof(float)));
+    BATON_RETURN_IF_ERROR(loss_stream.Synchronize());
     const double loss = sum / global_tokens;
     if (!std::isfinite(loss)) {
       return absl::DataLossError(absl::StrCat("step ", step, ": the loss is ", loss));
@@ -338,11 +398,28 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
       std::fprintf(stderr, "step %3lld/%lld  loss %.6f  %.1f ms\n",
                    static_cast<long long>(step + 1), static_cast<long long>(job.steps), loss, ms);
     }
+    if (monitor) {
+      // Collective over the ranks; its own time is left out of the step's.
+      const auto m0 = std::chrono::steady_clock::now();
+      BATON_ASSIGN_OR_RETURN(scheduler::StepArrivals a, monitor->Collect(step));
+      if (step >= 1) {
+        monitor_ms += std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - m0).count();
+        straggler_ms += a.straggler_ms;
+        skew_ms += a.max_skew_ms;
+      }
+      if (job.progress && rank == 0) {
+        std::fputs(scheduler::FormatStepArrivals(a).c_str(), stderr);
+      }
+    }
   }
   const double total_ms = std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - t_first).count();
+                              std::chrono::steady_clock::now() - t_first).count() -
+                          monitor_ms;
   const int64_t timed = std::max<int64_t>(1, job.steps - 1);
   out->ms_per_step = total_ms / timed;
+  out->straggler_ms = straggler_ms / timed;
+  out->max_skew_ms = skew_ms / timed;
   out->tokens_per_s = global_tokens / (out->ms_per_step / 1e3);
   out->arena_bytes = graph->plan.arena_bytes;
   out->lower_bound_bytes = graph->plan.lower_bound_bytes;
@@ -363,10 +440,10 @@ StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordina
 }
 
 // n ranks as threads of this process (inproc backend).
-// `trace`: a path for the ranks' step trace ("" none).
+// `trace`: record every rank's steps into RunResult::trace_json.
 StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::string& device_kind,
                               int n, const std::string& group, absl::Duration timeout,
-                              const std::string& trace = "") {
+                              bool trace = false) {
   BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
                          scheduler::BuildStepGraph(job.spec, job.policy, n));
   // One graph shared by the ranks' executors and models.
@@ -382,7 +459,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   std::vector<std::thread> threads;
   scheduler::StepTrace step_trace;
   std::vector<scheduler::NodeObserver*> observers(n, nullptr);
-  if (!trace.empty()) {
+  if (trace) {
     for (int r = 0; r < n; ++r) observers[r] = step_trace.ForRank(r, *graph);
   }
   for (int r = 0; r < n; ++r) {
@@ -396,7 +473,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
       return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
     }
   }
-  if (!trace.empty()) BATON_RETURN_IF_ERROR(step_trace.Write(trace));  // streams synced
+  if (trace) results[0].trace_json = step_trace.Json();  // streams synced
   return results[0];
 }
 
@@ -417,13 +494,14 @@ StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const F
   cfg.store = store.get();
   cfg.group = "train_tiny";
   cfg.timeout = timeout;
+  cfg.device_arrivals = f.arrivals;  // nccl: the GPU's arrival, not the host's
   BATON_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(cfg));
   RunResult result;
   scheduler::StepTrace step_trace;  // rank 0's tracks only
   const bool traced = !f.trace.empty() && info.rank == 0;
   BATON_RETURN_IF_ERROR(TrainRank(job, graph, corpus, *device, *comm, &result,
                                   traced ? step_trace.ForRank(0, *graph) : nullptr));
-  if (traced) BATON_RETURN_IF_ERROR(step_trace.Write(f.trace));
+  if (traced) result.trace_json = step_trace.Json();
   BATON_RETURN_IF_ERROR(store->Barrier("train_tiny_done", timeout));
   return result;
 }
@@ -436,17 +514,39 @@ int Main(int argc, char** argv) {
   // NotFound: no launcher set this process up (contradictory variables are
   // other errors, reported below).
   const StatusOr<LaunchInfo> info = LaunchInfoFromEnv();
+  // The ranks this process starts itself (threads, or processes launched
+  // here) are bounded by what the host runs (scheduler/limits.h); a
+  // launcher's ranks are one per process.
+  const bool starts_ranks = !multi_process || absl::IsNotFound(info.status());
+  if (starts_ranks) {
+    if (Status s = scheduler::CheckLocalRanks(std::max(f.nranks, 1), "--nranks"); !s.ok()) {
+      Fail(std::string(s.message()));
+    }
+  }
+  Job job;
+  job.spec = ModelFromFlags(f);
+  job.policy = PolicyFromFlags(f);
+  CheckPolicyRoutes(f, job);
   {
     // Groups that do not fit the ranks (shard_group, hpz_group): bad input.
     const int world = multi_process && info.ok() ? info->world_size
                                                  : std::max(f.nranks, 1);
-    const auto groups = scheduler::ResolveMesh(PolicyFromFlags(f), world);
+    const auto groups = scheduler::ResolveMesh(job.policy, world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
+    if (f.arrivals && world < 2) {
+      Fail("--arrivals measures skew between ranks: it needs --nranks >= 2");
+    }
+    if (f.arrivals && f.steps < 2) {
+      Fail("--arrivals needs --steps >= 2 (the first step is not measured)");
+    }
+  }
+  if (!f.arrivals_out.empty() && !std::ofstream(f.arrivals_out, std::ios::app)) {
+    Fail(absl::StrCat("--arrivals-out: cannot write ", f.arrivals_out));
   }
   if (!f.trace.empty() && !std::ofstream(f.trace, std::ios::app)) {
     Fail(absl::StrCat("--trace: cannot write ", f.trace));
   }
-  if (multi_process && absl::IsNotFound(info.status())) {
+  if (multi_process && starts_ranks) {
     // Start --nranks copies of this program as the ranks of one job.
     LaunchOptions lo;
     lo.nproc = f.nranks > 0 ? f.nranks : 1;
@@ -459,15 +559,14 @@ int Main(int argc, char** argv) {
     return r->exit_code;
   }
 
-  Job job;
-  job.spec = ModelFromFlags(f);
-  job.policy = PolicyFromFlags(f);
   job.config.seq = f.seq;
   job.config.batch = f.batch;
   job.config.adamw.lr = static_cast<float>(f.lr);
   job.config.seed = f.seed;
   job.steps = f.steps;
   job.progress = true;  // a progress line per step on stderr (rank 0)
+  job.check_schedule = f.check_schedule;
+  job.arrivals = f.arrivals;
   auto corpus = f.data.empty() ? Corpus::Synthetic(job.spec.vocab, f.seed)
                                : Corpus::FromFile(f.data, job.spec.vocab, f.seed);
   if (!corpus.ok()) Fail(std::string(corpus.status().message()));
@@ -489,13 +588,20 @@ int Main(int argc, char** argv) {
     result = RunProcessRank(job, *corpus, f, *info);
   } else {
     result = RunInproc(job, *corpus, f.device, nranks, "train_tiny", absl::Seconds(f.timeout_s),
-                       f.trace);
+                       !f.trace.empty());
   }
   if (!result.ok()) {
     std::fprintf(stderr, "train_tiny: rank %d: %s\n", rank, result.status().ToString().c_str());
     return 1;
   }
   if (rank != 0) return 0;
+  if (!f.trace.empty()) {  // every rank's tracks (inproc) or rank 0's
+    if (Status s = WriteOutputFile(f.trace, result->trace_json + "\n", "the trace");
+        !s.ok()) {
+      std::fprintf(stderr, "train_tiny: %s\n", std::string(s.message()).c_str());
+      return kOutputErrorExitCode;
+    }
+  }
 
   // The unsharded reference: one rank, the whole global batch.
   double max_rel = -1;
@@ -539,11 +645,41 @@ int Main(int argc, char** argv) {
     std::printf("offload: master shards and moments in host memory, %s\n",
                 MiB(res.host_bytes).c_str());
   }
-  std::printf("time per step: %.1f ms (steps 2..%lld), %.0f tokens/s\n", res.ms_per_step,
-              static_cast<long long>(f.steps), res.tokens_per_s);
+  // The first step (allocation, first touches) is left out of the timing
+  // when there is a second one.
+  const std::string timed = f.steps > 1 ? absl::StrCat("steps 2..", f.steps)
+                                        : std::string("the only step, set-up included");
+  std::printf("time per step: %.1f ms (%s), %.0f tokens/s\n", res.ms_per_step,
+              timed.c_str(), res.tokens_per_s);
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
+  }
+  // Stragglers (scheduler/arrivals.h): the simulator adds straggler_cv x
+  // compute x E[max of N normals] per step; the measured wait gives cv, with
+  // the rest of the step taken as compute (train_tiny is compute-bound).
+  double straggler_cv = 0;
+  if (f.arrivals) {
+    const double e = sim::ExpectedMaxOfNormals(nranks);
+    const double compute_ms = std::max(res.ms_per_step - res.straggler_ms, 1e-6);
+    straggler_cv = std::min(1.0, res.straggler_ms / (compute_ms * e));
+    std::printf("stragglers: wait %.3f ms per step for later ranks, largest arrival skew %.3f ms "
+                "(means over steps 2..%lld); straggler_cv %.4f = wait / ((step - wait) x "
+                "E[max of %d normals] %.3f)\n",
+                res.straggler_ms, res.max_skew_ms, static_cast<long long>(f.steps), straggler_cv,
+                nranks, e);
+    const std::string cluster = absl::StrFormat("{\"straggler_cv\": %.6f}\n", straggler_cv);
+    if (!f.arrivals_out.empty()) {
+      if (Status s = WriteOutputFile(f.arrivals_out, cluster, "the arrivals' cluster file");
+          !s.ok()) {
+        std::fprintf(stderr, "train_tiny: %s\n", std::string(s.message()).c_str());
+        return kOutputErrorExitCode;
+      }
+      std::printf("wrote %s: simulate --cluster-file=%s takes it\n", f.arrivals_out.c_str(),
+                  f.arrivals_out.c_str());
+    } else {
+      std::printf("for simulate: a cluster file holding %s", cluster.c_str());
+    }
   }
   if (f.json) {
     nlohmann::json j;
@@ -569,6 +705,11 @@ int Main(int argc, char** argv) {
     j["host_bytes"] = res.host_bytes;
     j["ms_per_step"] = res.ms_per_step;
     j["tokens_per_s"] = res.tokens_per_s;
+    if (f.arrivals) {
+      j["straggler_ms"] = res.straggler_ms;
+      j["max_arrival_skew_ms"] = res.max_skew_ms;
+      j["straggler_cv"] = straggler_cv;
+    }
     std::printf("%s\n",
                 j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
@@ -578,4 +719,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton
 
-int main(int argc, char** argv) { return baton::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("train_tiny");
+  return baton::Main(argc, argv);
+}

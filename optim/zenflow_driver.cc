@@ -12,6 +12,7 @@
 #include "baton/optim/zenflow_state.h"
 #include "baton/runtime/stream_ops.h"
 #include "baton/scheduler/offload.h"
+#include "baton/scheduler/schedule_check.h"
 
 namespace baton::optim {
 namespace {
@@ -324,6 +325,8 @@ StatusOr<bool> ZenFlowDriver::Run(int i, int64_t step, bool init, Stream& s) {
       if (!zf->select_step(step)) return true;
       CollectiveOptions co;
       co.tag = scheduler::CollectiveTag(n.stream);
+      // Its place in the schedule, for hang reports (issue 38).
+      co.position = scheduler::NodePosition(graph(), i, step, false);
       BATON_RETURN_IF_ERROR(parts_->CommFor(n.group).AllReduce(
           data(n.reads[0]), data(n.writes[0]), graph().buffers[n.writes[0]].numel,
           DataType::kF32, ReduceOp::kSum, s, co));

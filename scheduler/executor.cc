@@ -10,6 +10,7 @@
 #include "baton/runtime/stream_ops.h"
 #include "baton/scheduler/offload.h"
 #include "baton/scheduler/optimizer_state.h"
+#include "baton/scheduler/schedule_check.h"
 #ifdef BATON_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -40,6 +41,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return absl::InvalidArgumentError("executor: null step graph");
   }
   const StepGraph& graph = *shared;
+  if (graph.parallel()) {
+    return absl::UnimplementedError(
+        "executor: graphs of tensor, context or pipeline parallelism are simulated "
+        "only (scheduler/parallel_graph.h); the executor runs data-parallel graphs");
+  }
   if (comm.size() != graph.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "executor: the graph was built for ", graph.world_size(),
@@ -59,6 +65,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
       device.kind() != DeviceKind::kHost) {
     return absl::InvalidArgumentError(
         "executor: poison, trace and delay injection need the host device");
+  }
+  // Check mode (scheduler/schedule_check.h): every rank's schedule is the
+  // same before the first collective, or every rank fails naming how not.
+  if (options.check_schedule) {
+    BATON_RETURN_IF_ERROR(CheckSchedule(graph, comm, device));
   }
   std::unique_ptr<Executor> e(
       new Executor(std::move(shared), device, comm, options));
@@ -510,6 +521,7 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
   const Policy& p = graph_.policy;
   CollectiveOptions co;
   co.tag = CollectiveTag(n.stream);
+  co.position = NodePosition(graph_, i, step_, options_.check_schedule);
   if (driver_) {
     BATON_ASSIGN_OR_RETURN(const bool handled,
                            driver_->Run(i, step_, init_cast_, NodeStream(i)));
@@ -524,6 +536,10 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       }
       return cb.compute(MakeComputeContext(i));
     }
+    case NodeKind::kSend:
+    case NodeKind::kRecv:
+    case NodeKind::kBackwardWeight:  // parallel graphs: refused by Create
+      return absl::UnimplementedError(absl::StrCat("executor: cannot run ", n.name));
     case NodeKind::kAllGather: {
       // A shard (shard group) or a secondary shard (hpZ group).
       // (NF4: the packings, as fp32 words.)

@@ -194,6 +194,14 @@ struct ExecutorOptions {
   std::vector<GroupComm> group_comms;
   // Not owned; must outlive the executor. Null: none.
   NodeObserver* observer = nullptr;
+  // Check mode (scheduler/schedule_check.h, issue 38): Create compares the
+  // schedule of collectives with every rank's (one small all-gather on
+  // `comm`; collective) and fails with InvalidArgument naming the first
+  // rank and collective that differ; and every collective carries
+  // SchedulePosition::check, so inproc and ucx compare positions. Every
+  // collective carries its position (step, node, bucket, mesh group)
+  // either way.
+  bool check_schedule = false;
   // An optimizer that runs graph nodes itself (scheduler/optimizer_driver.h):
   // one driver per executor, made during Create. Required by a policy that
   // uses zenflow (optim::ZenFlowDriverFactory, optim/zenflow_driver.h);

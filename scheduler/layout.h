@@ -41,6 +41,7 @@
 
 #include "baton/runtime/dtype.h"
 #include "baton/runtime/status.h"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/model.h"
 
 namespace baton::scheduler {
@@ -53,7 +54,6 @@ enum class BucketPolicy { kPerUnit, kMerge };
 enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
 inline constexpr int kNumLoraTargets = 7;
 inline constexpr uint32_t kAllLoraTargets = (1u << kNumLoraTargets) - 1;
-inline constexpr int kMaxLoraRank = 1 << 16;
 const char* LoraTargetName(LoraTarget t);   // "q", ..., "down"
 const char* LoraTargetParam(LoraTarget t);  // "wq", ..., "w_down"
 // "q,k,v,o,gate,up,down" for every bit set, in that order ("" for none).

@@ -28,6 +28,7 @@ constexpr int kMaxHostCores = 100'000;
 constexpr Field kFields[] = {
     {"gpus_per_node", nullptr, &ClusterSpec::gpus_per_node, 1, kMaxGpusPerNode},
     {"peak_tflops", &ClusterSpec::peak_tflops, nullptr, 1e-3, kMaxRate},
+    {"fp8_tflops", &ClusterSpec::fp8_tflops, nullptr, 0, kMaxRate},
     {"hbm_gbps", &ClusterSpec::hbm_gbps, nullptr, 1e-3, kMaxRate},
     {"memory_gib", &ClusterSpec::memory_gib, nullptr, 1e-3, kMaxRate},
     {"reserved_gib", &ClusterSpec::reserved_gib, nullptr, 0, kMaxRate},
@@ -84,6 +85,7 @@ StatusOr<ClusterSpec> ClusterPreset(absl::string_view name) {
   }
   if (name == "a100") {
     c.peak_tflops = 312;
+    c.fp8_tflops = 0;
     c.hbm_gbps = 1800;
     c.nvlink_gbps = 230;
     c.nic_gbps = 25;

@@ -27,6 +27,10 @@ struct ClusterSpec {
   // Dense bf16 per GPU and device-copy bandwidth: the kernel table's times
   // scale by the table GPU's figures over these (sim/compute_model.h).
   double peak_tflops = 989;
+  // Dense FP8 per GPU (H100 SXM 1979; 0: no FP8 tensor cores, A100):
+  // float8 linears (sim/compute_model.h KernelStack) run their GEMMs at
+  // the table's bf16 time x peak_tflops / fp8_tflops.
+  double fp8_tflops = 1979;
   double hbm_gbps = 3000;       // measured device-copy bandwidth, GB/s
   double memory_gib = 80;       // device memory
   double reserved_gib = 4;      // context, NCCL buffers, fragmentation
@@ -95,8 +99,8 @@ inline constexpr int kMaxGpusPerNode = 4096;
 // Overrides fields from a JSON object (bounded as runtime/json_input.h
 // says), each within its range: gpus_per_node an integer in [1, 4096];
 // rates and sizes (peak_tflops, *_gbps,
-// memory_gib) in [1e-3, 1e6], reserved_gib in [0, 1e6]; latencies (*_us)
-// in [0, 1e6]; straggler_cv in [0, 1]; host_cores an integer in [1, 1e5];
+// memory_gib) in [1e-3, 1e6], reserved_gib and fp8_tflops in [0, 1e6];
+// latencies (*_us) in [0, 1e6]; straggler_cv in [0, 1]; host_cores an integer in [1, 1e5];
 // host_stream_fraction and pcie_efficiency in [1e-3, 1]; pcie_gen an
 // integer in [3, 6]; gpus_per_pcie_switch an integer in [1, 4096];
 // host_pinned 0 or 1; offload_executor "baton" or "deepspeed";
@@ -107,8 +111,8 @@ inline constexpr int kMaxGpusPerNode = 4096;
 // then ValidateCluster. Never throws.
 Status ApplyClusterJson(absl::string_view json_text, ClusterSpec& spec);
 
-// Every field finite and positive (reserved_gib, latencies, straggler_cv
-// and the derived-when-0 host fields may be 0), and within its cluster-file
+// Every field finite and positive (reserved_gib, fp8_tflops, latencies,
+// straggler_cv and the derived-when-0 host fields may be 0), and within its cluster-file
 // range where that range has an upper bound below 1e6 (straggler_cv,
 // fractions, pcie_gen, host_pinned, gpus_per_node and the other counts).
 // InvalidArgument naming the field otherwise.

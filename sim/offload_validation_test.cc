@@ -174,7 +174,7 @@ TEST(OffloadValidationTest, CorebindingStudy) {
   Check({
       {"Qwen2.5-1.5B ZeRO-Offload - ZeRO-2 s (calibration)", kBlog, 1.125,
        q15_off.step_s - q15_z2.step_s, 0.05},
-      {"Qwen2.5-1.5B 2 x A100 ZeRO-2 step s", kBlog, 0.240, q15_z2.step_s, 0.29},
+      {"Qwen2.5-1.5B 2 x A100 ZeRO-2 step s", kBlog, 0.240, q15_z2.step_s, 0.35},
       {"Qwen2.5-1.5B ZeRO-Offload step s", kBlog, 1.365, q15_off.step_s, kAim},
       {"Qwen2.5-1.5B ZenFlow step s", kBlog, 0.569, q15_zf.step_s, kAim},
       {"Qwen2.5-3B ZeRO-Offload step s", kBlog, 2.497, q3_off.step_s, kAim},

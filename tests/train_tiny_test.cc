@@ -5,6 +5,7 @@
 // within 1e-5 relative, and fall by at least 30% over the run.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "baton/runtime/device.h"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/policy.h"
 
 namespace baton {
@@ -125,6 +127,50 @@ TEST(TrainTinyTest, MicroStepsAndBf16) {
   j = LastLineJson(r.out);
   EXPECT_LE(j["max_rel_diff_vs_reference"].get<double>(), 2e-2) << r.out;
   EXPECT_LE(j["loss_last"].get<double>(), 0.7 * j["loss_first"].get<double>());
+}
+
+// Hangs and stragglers (docs/hangs.md): --check-schedule passes on equal
+// ranks; --arrivals prints every step's arrival skew and slowest rank per
+// collective, and --arrivals-out writes the measured straggler_cv as a
+// cluster file that simulate --cluster-file takes. Bad uses: one line,
+// exit 2.
+TEST(TrainTinyTest, ArrivalsFeedTheSimulatorsStragglerInput) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/stragglers.json");
+  const Outcome r = Execute(absl::StrCat(kModel, " --steps=3 --nranks=2 --batch=1",
+                                         " --check-schedule --arrivals-out=", path, " --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* want : {"step 0: arrival skew max ", "step 2: arrival skew max ",
+                           "slowest rank per collective (node:rank/skew ms):",
+                           "stragglers: wait ", "wrote "}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << " in:\n" << r.out;
+  }
+  const nlohmann::json j = LastLineJson(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  const double cv = j["straggler_cv"];
+  EXPECT_GE(cv, 0);
+  EXPECT_LE(cv, 1);
+  EXPECT_GE(j["straggler_ms"].get<double>(), 0);
+  FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[256] = {0};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const nlohmann::json file = nlohmann::json::parse(std::string(buf, n), nullptr, false);
+  ASSERT_TRUE(file.is_object()) << buf;
+  EXPECT_NEAR(file["straggler_cv"].get<double>(), cv, 1e-6);
+  // simulate takes it as a cluster file.
+  const std::string sim = absl::StrCat("examples/simulate --model=llama3-8b --gpus=64 ",
+                                       "--policy=baton --json --cluster-file=", path,
+                                       " > /dev/null 2>&1");
+  EXPECT_EQ(std::system(sim.c_str()), 0) << sim;
+
+  for (const char* bad : {"--arrivals --nranks=1", "--arrivals --nranks=2 --steps=1",
+                          "--arrivals-out= --nranks=2"}) {
+    const Outcome b = Execute(absl::StrCat(kModel, " ", bad));
+    EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.out;
+    EXPECT_EQ(std::count(b.out.begin(), b.out.end(), '\n'), 1) << bad << ": " << b.out;
+  }
 }
 
 // 64 KiB of bytes from an order-1 Markov chain over 13 symbols
@@ -340,6 +386,16 @@ TEST(TrainTinyTest, PolicyFileRunsAsWritten) {
       {"--policy-file=" + write("p8.json", R"({"preset": "zenflow", "zenflow_staleness": 4})"),
        "zenflow_staleness = 4 must be auto or in [0, zenflow_update_interval = 4)"},
       {"--policy-file=" + good + " --policy=baton", "--policy and --policy-file"},
+      // Issue 29: a file may not pass the bounds the flags have
+      // (scheduler/limits.h), nor a model's blocks (as simulate refuses it),
+      // nor give a key twice.
+      {"--policy-file=" + write("p9.json", R"({"micro_steps": 5000})"),
+       "field \"micro_steps\" must be an integer in [1, 4096], got 5000"},
+      {"--policy-file=" + write("p10.json", R"({"recompute_blocks": 9})") + " --layers=2",
+       "policy file " + dir + "/p10.json: field \"recompute_blocks\" = 9 is more than the "
+       "model's 2 blocks"},
+      {"--policy-file=" + write("p11.json", R"({"micro_steps": 2, "micro_steps": 3})"),
+       "policy file " + dir + "/p11.json: duplicate key \"micro_steps\""},
       {"--policy-file=" + dir + "/missing.json", "cannot read policy file"},
   };
   for (const auto& [args, want] : bad) {
@@ -392,12 +448,24 @@ TEST(TrainTinyTest, TraceHasEveryRanksStreamsWithComputeCopiesAndWaits) {
   EXPECT_EQ(slices[0]["copy"], slices[1]["copy"]);
 }
 
+// A one-step run times that step (there is no second one to time) and says
+// so, instead of "steps 2..1".
+TEST(TrainTinyTest, OneStepRunSaysWhatItTimed) {
+  const Outcome r = Execute(absl::StrCat(kModel, " --steps=1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find(" ms (the only step, set-up included), "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("steps 2..1"), std::string::npos) << r.out;
+  const Outcome two = Execute(absl::StrCat(kModel, " --steps=2"));
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  EXPECT_NE(two.out.find(" ms (steps 2..2), "), std::string::npos) << two.out;
+}
+
 // Bad input: exit code 2 and one line that names the problem.
 TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string empty = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/empty_corpus.txt");
   std::fclose(std::fopen(empty.c_str(), "w"));
-  const std::vector<std::pair<std::string, std::string>> cases = {
+  std::vector<std::pair<std::string, std::string>> cases = {
       {"--backend=mpi", "--backend must be inproc, ucx or nccl"},
       {"--policy=nope", "nope"},
       {"--lr=-1", "--lr needs a positive number"},
@@ -433,6 +501,18 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
       {"--policy=zenflow --optimizer=adamw8bit",
        "optimizer = adamw8bit does not combine with zenflow"},
   };
+  // Issue 29: the ranks this process starts (threads, or ucx processes
+  // without a launcher) are bounded by the host: past it, the documented
+  // bound of 4096 included on a host of fewer than 256 CPUs.
+  const int64_t host = scheduler::MaxLocalRanks();
+  if (host < scheduler::kMaxLocalRanks) {
+    for (const int64_t n : {host + 1, scheduler::kMaxLocalRanks}) {
+      cases.push_back({absl::StrCat("--nranks=", n),
+                       absl::StrCat("--nranks asks for ", n, " ranks on this host; it runs at "
+                                    "most ", host, " at once")});
+    }
+    cases.push_back({absl::StrCat("--backend=ucx --nranks=", host + 1), "ranks on this host"});
+  }
   for (const auto& [args, want] : cases) {
     const Outcome r = Execute(absl::StrCat("--steps=1 ", args));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;

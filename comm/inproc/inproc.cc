@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "baton/comm/backend_util.h"
+#include "baton/comm/flight_recorder.h"
+#include "baton/comm/hang_reporting.h"
 #include "baton/comm/inproc/move.h"
 
 namespace baton {
@@ -28,6 +30,10 @@ struct Arrival {
   const void* send = nullptr;
   void* recv = nullptr;
   CollectiveHeader header;
+  // The arriving rank's flight record (the event protocol's last rank
+  // completes everyone's). The World's reports keep the recorder alive.
+  FlightRecorder* rec = nullptr;
+  uint64_t rec_index = FlightRecorder::kNoRecord;
 };
 
 // Slot key of Split's meeting (sequence: the Split's number; the host path
@@ -96,10 +102,14 @@ std::string Missing(const std::vector<bool>& present) {
 // The shared state of one group of ranks.
 class World {
  public:
-  World(std::string group, int size)
+  // `reports`: the hang reports of the job this group belongs to (the root
+  // group's, shared by the groups Split makes from it).
+  World(std::string group, int size,
+        std::shared_ptr<InProcessHangReports> reports)
       : group_(std::move(group)),
         size_(size),
         id_(next_world_id.fetch_add(1)),
+        reports_(std::move(reports)),
         joined_(size, false) {
     free_events_.resize(size);
   }
@@ -116,6 +126,9 @@ class World {
   int size() const { return size_; }
   const std::string& group() const { return group_; }
   uint64_t id() const { return id_; }
+  const std::shared_ptr<InProcessHangReports>& reports() const {
+    return reports_;
+  }
 
   Status MarkJoined(int rank) {
     absl::MutexLock lock(&mu_);
@@ -157,9 +170,13 @@ class World {
         const std::string diff = DescribeMismatch(
             slot->arrivals[0].header, 0, slot->arrivals[q].header, q);
         if (!diff.empty()) {
-          slot->status = absl::InvalidArgumentError(absl::StrCat(
-              "inproc ", CollectiveLabel(a.header), ": mismatched calls: ",
-              diff));
+          slot->status = reports_->Report(absl::InvalidArgumentError(
+              absl::StrCat("inproc ", CollectiveLabel(a.header),
+                           ": mismatched calls: ", diff)));
+          // The ranks disagree on the schedule: fail the group, so the
+          // ranks waiting in other collectives end now, not at their
+          // timeout (the event protocol fails its group likewise).
+          if (aborted_.ok()) aborted_ = slot->status;
           break;
         }
       }
@@ -173,10 +190,10 @@ class World {
     if (!slot->status.ok()) return slot->status;
     if (!in_time) {
       // Fail the slot so that a late rank does not read our buffers.
-      slot->status = absl::DeadlineExceededError(absl::StrCat(
+      slot->status = reports_->Report(absl::DeadlineExceededError(absl::StrCat(
           "inproc ", CollectiveLabel(a.header), " on rank ", rank,
           ": rank(s) ", Missing(slot->present), " did not arrive within ",
-          absl::FormatDuration(timeout)));
+          absl::FormatDuration(timeout))));
       return slot->status;
     }
     return slot;
@@ -193,9 +210,9 @@ class World {
                                                deadline);
     if (!aborted_.ok()) return aborted_;
     if (!in_time) {
-      return absl::DeadlineExceededError(
+      return reports_->Report(absl::DeadlineExceededError(
           absl::StrCat("inproc ", CollectiveLabel(h), " on rank ", rank,
-                       ": peers did not finish in time"));
+                       ": peers did not finish in time")));
     }
     return Status();
   }
@@ -221,9 +238,9 @@ class World {
   void Abort(int rank) {
     absl::MutexLock lock(&mu_);
     if (aborted_.ok()) {
-      aborted_ = absl::UnavailableError(
+      aborted_ = reports_->Report(absl::UnavailableError(
           absl::StrCat("inproc group '", group_, "': rank ", rank,
-                       " aborted"));
+                       " aborted")));
     }
     while (!stream_slots_.empty()) {
       std::shared_ptr<StreamSlot> slot = stream_slots_.begin()->second;
@@ -262,9 +279,11 @@ class World {
   struct StreamArrival {
     std::shared_ptr<StreamSlot> slot;
     bool last = false;
-    // For the last rank: every rank's buffers and `ready` events.
+    // For the last rank: every rank's buffers and `ready` events, and
+    // their arrivals (to complete their flight records).
     std::vector<RankBuffers> buffers;
     std::vector<std::unique_ptr<Event>> ready;
+    std::vector<Arrival> arrivals;
   };
 
   // Publishes rank's buffers and `ready` (recorded on its stream) in the
@@ -292,6 +311,9 @@ class World {
       entry->timeout = timeout;
       used_words_.push_back({*word, entry->target});
       StartWatchdogLocked();
+      // The watchdog may sleep with no deadline (every earlier slot was
+      // matched): wake it to see this one's.
+      cv_.Signal();
     }
     std::shared_ptr<StreamSlot> slot = entry;
     if (slot->present[rank]) {
@@ -314,9 +336,9 @@ class World {
       const std::string diff = DescribeMismatch(
           slot->arrivals[0].header, 0, slot->arrivals[q].header, q);
       if (!diff.empty()) {
-        Status s = absl::InvalidArgumentError(absl::StrCat(
+        Status s = reports_->Report(absl::InvalidArgumentError(absl::StrCat(
             "inproc ", CollectiveLabel(a.header), ": mismatched calls: ",
-            diff));
+            diff)));
         FailSlotLocked(slot, s);
         return s;
       }
@@ -329,6 +351,7 @@ class World {
                                    slot->arrivals[q].recv};
     }
     out.ready = std::move(slot->ready);
+    out.arrivals = slot->arrivals;
     return out;
   }
 
@@ -421,11 +444,11 @@ class World {
           if (slot->present[q]) any = &slot->arrivals[q];
         }
         FailSlotLocked(
-            slot, absl::DeadlineExceededError(absl::StrCat(
+            slot, reports_->Report(absl::DeadlineExceededError(absl::StrCat(
                       "inproc ", CollectiveLabel(any->header), ": rank(s) ",
                       Missing(slot->present), " of ", size_,
                       " did not issue it within ",
-                      absl::FormatDuration(slot->timeout))));
+                      absl::FormatDuration(slot->timeout)))));
       }
     }
   }
@@ -433,6 +456,7 @@ class World {
   const std::string group_;
   const int size_;
   const uint64_t id_;
+  const std::shared_ptr<InProcessHangReports> reports_;
   absl::Mutex mu_;
   absl::CondVar cv_;  // wakes the watchdog
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -465,13 +489,28 @@ class Registry {
     return *r;
   }
 
-  StatusOr<std::shared_ptr<World>> Join(const std::string& group, int rank,
-                                        int size, absl::Duration timeout) {
+  // `reports`: the job's hang reports (a child group's parent's); null for
+  // a new job's group, which then makes its own from `config`.
+  StatusOr<std::shared_ptr<World>> Join(
+      const CommConfig& config,
+      std::shared_ptr<InProcessHangReports> reports) {
+    const std::string& group = config.group;
+    const int rank = config.rank;
+    const int size = config.size;
+    const absl::Duration timeout = config.timeout;
     std::shared_ptr<World> world;
     {
       absl::MutexLock lock(&mu_);
       std::shared_ptr<World>& entry = forming_[group];
-      if (entry == nullptr) entry = std::make_shared<World>(group, size);
+      if (entry == nullptr) {
+        if (reports == nullptr) {
+          const std::vector<int> w = WorldRanks(config);
+          reports = std::make_shared<InProcessHangReports>(
+              *std::max_element(w.begin(), w.end()) + 1,
+              config.on_hang_report);
+        }
+        entry = std::make_shared<World>(group, size, std::move(reports));
+      }
       if (entry->size() != size) {
         return absl::InvalidArgumentError(absl::StrCat(
             "inproc group '", group, "': rank ", rank, " says size ", size,
@@ -493,16 +532,24 @@ class Registry {
   std::map<std::string, std::shared_ptr<World>> forming_ ABSL_GUARDED_BY(mu_);
 };
 
+StatusOr<std::unique_ptr<Communicator>> CreateMember(
+    const CommConfig& config, std::shared_ptr<InProcessHangReports> reports);
+
 class InprocCommunicator : public CommunicatorBase {
  public:
+  // `root`: the first communicator of its recorder (not a Split child).
   InprocCommunicator(std::shared_ptr<World> world, int rank,
-                     const CommConfig& config)
+                     const CommConfig& config, bool root)
       : world_(std::move(world)),
         rank_(rank),
         config_(config),
         timeout_(config.timeout),
         device_(config.device),
-        event_protocol_(config.inproc_event_protocol) {}
+        event_protocol_(config.inproc_event_protocol),
+        rec_(StartRecording(config, "inproc")),
+        world_ranks_(WorldRanks(config)) {
+    if (root) world_->reports()->Register(world_ranks_[rank_], rec_.recorder);
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
@@ -563,6 +610,8 @@ class InprocCommunicator : public CommunicatorBase {
     return sec > 0 ? static_cast<double>(bytes) * n / sec / 1e9 : 0.0;
   }
 
+  FlightRecorder* recorder() override { return rec_.recorder.get(); }
+
   // Also a failure of the event protocol seen by another rank, which this
   // rank's stream reports when it reaches the collective.
   Status health() override {
@@ -601,10 +650,13 @@ class InprocCommunicator : public CommunicatorBase {
     child.size = place.size;
     child.group = absl::StrCat(world_->group(), "#", world_->id(), "/split",
                                number, "/", mine[0]);
-    return CreateInprocCommunicator(child);
+    child.recorder = rec_.recorder;
+    child.world_ranks = ChildWorldRanks(all, rank_, world_ranks_);
+    return CreateMember(child, world_->reports());
   }
 
   void Abort() override {
+    rec_.recorder->MarkAborted();
     world_->Abort(rank_);
     health_.Fail(absl::UnavailableError(
         absl::StrCat("inproc rank ", rank_, " aborted")));
@@ -625,30 +677,36 @@ class InprocCommunicator : public CommunicatorBase {
     BATON_RETURN_IF_ERROR(health_.Get());
     const CollectiveHeader h = MakeHeader(kind, count, type, op, root, options,
                                           seqs_.Next(options.tag));
+    const uint64_t ri = rec_.Issue(h, options.position);
     const absl::Duration timeout = EffectiveTimeout(options, timeout_);
     if (event_protocol_ || stream.kind() == DeviceKind::kCuda) {
-      Status s = IssueWithEvents(h, send, recv, stream, timeout);
+      Status s = IssueWithEvents(h, ri, send, recv, stream, timeout);
       if (!s.ok()) {
+        rec_.recorder->Complete(ri, false);
         health_.Fail(s);
         // Also into the stream's error state, as on the host path.
         (void)stream.Enqueue([s]() { return s; });
       }
       return s;
     }
-    return stream.Enqueue([this, h, send, recv, timeout]() -> Status {
-      BATON_RETURN_IF_ERROR(health_.Get());
-      Status s = Run(h, send, recv, timeout);
+    return stream.Enqueue([this, h, ri, send, recv, timeout]() -> Status {
+      FlightRecorder& rec = *rec_.recorder;
+      rec.Start(ri);
+      Status s = health_.Get();
+      if (s.ok()) s = Run(h, ri, send, recv, timeout);
+      rec.Complete(ri, s.ok());
       if (!s.ok()) health_.Fail(s);
       return s;
     });
   }
 
-  Status Run(const CollectiveHeader& h, const void* send, void* recv,
-             absl::Duration timeout) {
+  Status Run(const CollectiveHeader& h, uint64_t ri, const void* send,
+             void* recv, absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
-    BATON_ASSIGN_OR_RETURN(std::shared_ptr<Slot> slot,
-                           world_->Arrive(rank_, Arrival{send, recv, h},
-                                          deadline, timeout));
+    BATON_ASSIGN_OR_RETURN(
+        std::shared_ptr<Slot> slot,
+        world_->Arrive(rank_, Arrival{send, recv, h, rec_.recorder.get(), ri},
+                       deadline, timeout));
     std::vector<RankBuffers> a(size());
     for (int q = 0; q < size(); ++q) {
       a[q] = RankBuffers{slot->arrivals[q].send, slot->arrivals[q].recv};
@@ -658,8 +716,9 @@ class InprocCommunicator : public CommunicatorBase {
   }
 
   // The event protocol (inproc.h): never waits for the peers.
-  Status IssueWithEvents(const CollectiveHeader& h, const void* send,
-                         void* recv, Stream& stream, absl::Duration timeout) {
+  Status IssueWithEvents(const CollectiveHeader& h, uint64_t ri,
+                         const void* send, void* recv, Stream& stream,
+                         absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<Event> ready,
                            world_->TakeEvent(rank_, *device_));
@@ -668,9 +727,9 @@ class InprocCommunicator : public CommunicatorBase {
     const bool check_on_stream = sink == nullptr;
     BATON_ASSIGN_OR_RETURN(
         World::StreamArrival arrival,
-        world_->ArriveOnStream(rank_, Arrival{send, recv, h},
-                               std::move(ready), std::move(sink), *device_,
-                               deadline, timeout));
+        world_->ArriveOnStream(
+            rank_, Arrival{send, recv, h, rec_.recorder.get(), ri},
+            std::move(ready), std::move(sink), *device_, deadline, timeout));
     const std::shared_ptr<StreamSlot>& slot = arrival.slot;
     if (!arrival.last) {
       // Wait for the last rank's stream to finish the movement. A failure
@@ -691,6 +750,11 @@ class InprocCommunicator : public CommunicatorBase {
     }
     if (s.ok()) s = EnqueueMoveAll(h, std::move(arrival.buffers), stream);
     if (s.ok()) s = stream.WriteValue(slot->word, slot->target);
+    // Matched and its movement enqueued: what "completed" means on this
+    // protocol (the host does not see the streams finish it).
+    for (const Arrival& a : arrival.arrivals) {
+      if (s.ok() && a.rec != nullptr) a.rec->Complete(a.rec_index, true);
+    }
     world_->GiveBackEvents(std::move(arrival.ready));
     if (!s.ok()) world_->FailStreamSlot(slot, s);
     return s;
@@ -706,18 +770,25 @@ class InprocCommunicator : public CommunicatorBase {
   HealthState health_;
   int limit_calls_ = 0;
   uint64_t split_calls_ = 0;
+  const Recording rec_;
+  const std::vector<int> world_ranks_;
 };
+
+StatusOr<std::unique_ptr<Communicator>> CreateMember(
+    const CommConfig& config, std::shared_ptr<InProcessHangReports> reports) {
+  BATON_RETURN_IF_ERROR(ValidateWorldRanks(config));
+  const bool root = reports == nullptr;
+  BATON_ASSIGN_OR_RETURN(std::shared_ptr<World> world,
+                         Registry::Get().Join(config, std::move(reports)));
+  return std::unique_ptr<Communicator>(
+      new InprocCommunicator(std::move(world), config.rank, config, root));
+}
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> CreateInprocCommunicator(
     const CommConfig& config) {
-  BATON_ASSIGN_OR_RETURN(
-      std::shared_ptr<World> world,
-      Registry::Get().Join(config.group, config.rank, config.size,
-                           config.timeout));
-  return std::unique_ptr<Communicator>(
-      new InprocCommunicator(std::move(world), config.rank, config));
+  return CreateMember(config, nullptr);
 }
 
 }  // namespace baton

@@ -13,8 +13,11 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "baton/comm/backend_util.h"
 #include "baton/comm/bootstrap/store.h"
+#include "baton/comm/flight_recorder.h"
+#include "baton/comm/hang_reporting.h"
 #include "baton/runtime/cuda_check.h"
 #include "baton/runtime/nccl_check.h"
 
@@ -36,6 +39,8 @@ StatusOr<ncclDataType_t> ToNccl(DataType t) {
 }
 
 class NcclCommunicator : public CommunicatorBase {
+  struct Pending;  // a collective the watchdog waits for
+
  public:
   static StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       const CommConfig& config) {
@@ -60,7 +65,13 @@ class NcclCommunicator : public CommunicatorBase {
       }
     }
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
-    for (auto& p : pending_) cudaEventDestroy(p.event);
+    for (cudaEvent_t e : free_timing_events_) cudaEventDestroy(e);
+    for (auto& p : pending_) {
+      cudaEventDestroy(p.event);
+      if (p.start != nullptr) cudaEventDestroy(p.start);
+    }
+    if (ref_event_ != nullptr) cudaEventDestroy(ref_event_);
+    if (ref_stream_ != nullptr) cudaStreamDestroy(ref_stream_);
     if (scratch_ != nullptr) cudaFree(scratch_);
   }
 
@@ -129,6 +140,8 @@ class NcclCommunicator : public CommunicatorBase {
 
   Status health() override { return health_.Get(); }
 
+  FlightRecorder* recorder() override { return rec_.recorder.get(); }
+
   // ncclCommSplit; the child is non-blocking like its parent, and owns its
   // NCCL communicator (its own channels and sequence numbers).
   StatusOr<std::unique_ptr<Communicator>> Split(int colour, int key) override {
@@ -146,6 +159,10 @@ class NcclCommunicator : public CommunicatorBase {
       return absl::UnavailableError(
           absl::StrCat("nccl rank ", rank_, " aborted"));
     }
+    // Every rank's (colour, key): the child's world ranks, for reports.
+    const int mine[2] = {colour < 0 ? kSplitNoColour : colour, key};
+    BATON_ASSIGN_OR_RETURN(std::vector<int> all, GatherPairs(parent, mine));
+    const uint64_t number = split_calls_++;
     const ncclResult_t r =
         ncclCommSplit(parent, colour < 0 ? NCCL_SPLIT_NOCOLOR : colour, key,
                       &child, &cfg);
@@ -157,19 +174,28 @@ class NcclCommunicator : public CommunicatorBase {
     }
     BATON_RETURN_IF_ERROR(WaitEnqueued(r, "split"));
     if (child == nullptr) return std::unique_ptr<Communicator>();
-    auto c = std::unique_ptr<NcclCommunicator>(
-        new NcclCommunicator(ordinal_, timeout_));
+    std::vector<std::pair<int, int>> pairs(size_);
+    for (int q = 0; q < size_; ++q) pairs[q] = {all[2 * q], all[2 * q + 1]};
+    CommConfig cc = config_;
+    cc.group = absl::StrCat(config_.group, "/split", number, "/", mine[0]);
+    cc.recorder = rec_.recorder;
+    cc.world_ranks = ChildWorldRanks(pairs, rank_, WorldRanks(config_));
+    cc.size = static_cast<int>(cc.world_ranks.size());
+    cc.rank = PlaceInSplit(pairs, rank_).rank;
+    auto c = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(cc));
     c->comm_ = child;
     BATON_RETURN_IF_ERROR(c->WaitEnqueued(ncclInProgress, "split (child)"));
     BATON_NCCL_CHECK(ncclCommCount(child, &c->size_));
     BATON_NCCL_CHECK(ncclCommUserRank(child, &c->rank_));
     BATON_CUDA_CHECK(cudaMalloc(&c->scratch_, 256));
     BATON_CUDA_CHECK(cudaMemset(c->scratch_, 0, 256));
+    BATON_RETURN_IF_ERROR(c->AnchorClock());
     c->watchdog_ = std::thread([p = c.get()] { p->Watch(); });
     return std::unique_ptr<Communicator>(std::move(c));
   }
 
   void Abort() override {
+    rec_.recorder->MarkAborted();
     health_.Fail(absl::UnavailableError(
         absl::StrCat("nccl rank ", rank_, " aborted")));
     absl::MutexLock lock(&mu_);
@@ -177,16 +203,63 @@ class NcclCommunicator : public CommunicatorBase {
   }
 
  private:
+  // A root communicator, or a child of Split (whose rank and size are
+  // checked against NCCL's once it made it).
   explicit NcclCommunicator(const CommConfig& config)
       : rank_(config.rank),
         size_(config.size),
         ordinal_(config.device->ordinal()),
-        timeout_(config.timeout) {}
-  // A child of Split; rank and size are set once NCCL has made it.
-  NcclCommunicator(int ordinal, absl::Duration timeout)
-      : rank_(0), size_(0), ordinal_(ordinal), timeout_(timeout) {}
+        timeout_(config.timeout),
+        config_(config),
+        store_(config.store),
+        device_arrivals_(config.device_arrivals),
+        rec_(StartRecording(config, "nccl")) {}
+
+  // An all-gather of two ints per rank on `comm` (Split's colours and keys),
+  // blocking; device memory in between.
+  StatusOr<std::vector<int>> GatherPairs(ncclComm_t comm, const int mine[2]) {
+    std::vector<int> all(2 * size_);
+    void* buf = nullptr;
+    cudaStream_t s = nullptr;
+    Status st = [&]() -> Status {
+      BATON_CUDA_CHECK(cudaMalloc(&buf, all.size() * sizeof(int)));
+      BATON_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      int* mine_dev = static_cast<int*>(buf) + 2 * rank_;
+      BATON_CUDA_CHECK(cudaMemcpyAsync(mine_dev, mine, 2 * sizeof(int),
+                                       cudaMemcpyHostToDevice, s));
+      BATON_RETURN_IF_ERROR(WaitEnqueued(
+          ncclAllGather(mine_dev, buf, 2, ncclInt32, comm, s), "split"));
+      BATON_CUDA_CHECK(cudaMemcpyAsync(all.data(), buf,
+                                       all.size() * sizeof(int),
+                                       cudaMemcpyDeviceToHost, s));
+      BATON_CUDA_CHECK(cudaStreamSynchronize(s));
+      return Status();
+    }();
+    if (buf != nullptr) cudaFree(buf);
+    if (s != nullptr) cudaStreamDestroy(s);
+    BATON_RETURN_IF_ERROR(st);
+    return all;
+  }
+
+  // Device arrivals: a timing event on a private stream, completed now,
+  // whose host time converts later events' times (cudaEventElapsedTime)
+  // to the host clock. The watchdog renews it every few seconds (float
+  // milliseconds lose microseconds past about 10 s).
+  Status AnchorClock() {
+    if (!device_arrivals_) return Status();
+    if (ref_stream_ == nullptr) {
+      BATON_CUDA_CHECK(
+          cudaStreamCreateWithFlags(&ref_stream_, cudaStreamNonBlocking));
+      BATON_CUDA_CHECK(cudaEventCreate(&ref_event_));
+    }
+    BATON_CUDA_CHECK(cudaEventRecord(ref_event_, ref_stream_));
+    BATON_CUDA_CHECK(cudaEventSynchronize(ref_event_));
+    ref_ns_ = absl::GetCurrentTimeNanos();
+    return Status();
+  }
 
   Status Init(const CommConfig& config) {
+    BATON_RETURN_IF_ERROR(ValidateWorldRanks(config));
     if (config.device->kind() != DeviceKind::kCuda) {
       return absl::InvalidArgumentError(
           "nccl: the nccl backend needs a CUDA device");
@@ -226,7 +299,7 @@ class NcclCommunicator : public CommunicatorBase {
     BATON_RETURN_IF_ERROR(WaitEnqueued(r, "init"));
     BATON_CUDA_CHECK(cudaMalloc(&scratch_, 256));
     BATON_CUDA_CHECK(cudaMemset(scratch_, 0, 256));
-    return Status();
+    return AnchorClock();
   }
 
   Status CheckDistinctGpus(Store& store, const std::string& prefix) {
@@ -311,6 +384,21 @@ class NcclCommunicator : public CommunicatorBase {
     BATON_CUDA_CHECK(cudaSetDevice(ordinal_));
     const CollectiveHeader h = MakeHeader(kind, count, type, op, root, options,
                                           seqs_.Next(options.tag));
+    // Arrival on the device (CommConfig::device_arrivals): a timing event
+    // just before the collective.
+    cudaEvent_t start = nullptr;
+    if (device_arrivals_) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (!free_timing_events_.empty()) {
+          start = free_timing_events_.back();
+          free_timing_events_.pop_back();
+        }
+      }
+      if (start == nullptr) BATON_CUDA_CHECK(cudaEventCreate(&start));
+      BATON_CUDA_CHECK(cudaEventRecord(start, s));
+    }
+    const uint64_t ri = rec_.Issue(h, options.position);
     ncclResult_t r = ncclSuccess;
     switch (kind) {
       case CollectiveKind::kAllGather:
@@ -351,43 +439,83 @@ class NcclCommunicator : public CommunicatorBase {
       absl::MutexLock lock(&mu_);
       pending_.push_back(Pending{
           ev, absl::Now() + EffectiveTimeout(options, timeout_),
-          absl::StrCat("nccl ", CollectiveLabel(h), " on rank ", rank_)});
+          absl::StrCat("nccl ", CollectiveLabel(h), " on rank ", rank_), ri,
+          start});
     }
     return stream.Enqueue([this]() { return health_.Get(); });
   }
 
+  // Polls NCCL's asynchronous error and the pending collectives' events:
+  // completes their flight records (and device arrivals), and on an error
+  // or a collective past its deadline writes the hang report (outside the
+  // lock: store calls), fails the communicator and aborts it.
   void Watch() {
     (void)cudaSetDevice(ordinal_);
+    absl::Time anchored = absl::Now();
     for (;;) {
       absl::SleepFor(absl::Milliseconds(20));
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-      if (comm_ == nullptr || aborted_) continue;
-      ncclResult_t r = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &r);
-      if (r != ncclSuccess && r != ncclInProgress) {
-        health_.Fail(absl::UnavailableError(absl::StrCat(
-            "nccl rank ", rank_, ": asynchronous error: ",
-            ncclGetErrorString(r), " (", ncclGetLastError(comm_), ")")));
-        AbortLocked();
-        continue;
-      }
-      while (!pending_.empty()) {
-        Pending& p = pending_.front();
-        const cudaError_t q = cudaEventQuery(p.event);
-        if (q == cudaErrorNotReady) {
-          if (absl::Now() > p.deadline) {
-            health_.Fail(absl::DeadlineExceededError(absl::StrCat(
-                p.label, " did not complete within its timeout; the "
-                         "communicator was aborted")));
-            AbortLocked();
-          }
-          break;
+      Status failure;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+        if (comm_ == nullptr || aborted_) continue;
+        if (device_arrivals_ && pending_.empty() &&
+            absl::Now() - anchored > absl::Seconds(5)) {
+          (void)AnchorClock();
+          anchored = absl::Now();
         }
-        free_events_.push_back(p.event);
-        pending_.pop_front();
+        ncclResult_t r = ncclSuccess;
+        ncclCommGetAsyncError(comm_, &r);
+        if (r != ncclSuccess && r != ncclInProgress) {
+          failure = absl::UnavailableError(absl::StrCat(
+              "nccl rank ", rank_, ": asynchronous error: ",
+              ncclGetErrorString(r), " (", ncclGetLastError(comm_), ")"));
+        }
+        while (failure.ok() && !pending_.empty()) {
+          Pending& p = pending_.front();
+          const cudaError_t q = cudaEventQuery(p.event);
+          if (q == cudaErrorNotReady) {
+            if (absl::Now() > p.deadline) {
+              failure = absl::DeadlineExceededError(absl::StrCat(
+                  p.label, " did not complete within its timeout; the "
+                           "communicator was aborted"));
+            }
+            break;
+          }
+          CompleteLocked(p);
+          pending_.pop_front();
+        }
       }
+      if (failure.ok()) continue;
+      health_.Fail(ReportHangThroughStore(store_, HangOptions(),
+                                          *rec_.recorder, failure));
+      absl::MutexLock lock(&mu_);
+      AbortLocked();
     }
+  }
+
+  // A pending collective's events completed.
+  void CompleteLocked(const Pending& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (p.start != nullptr) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, ref_event_, p.start) == cudaSuccess) {
+        rec_.recorder->SetStart(p.record,
+                                ref_ns_ + static_cast<int64_t>(ms * 1e6));
+      }
+      free_timing_events_.push_back(p.start);
+    }
+    rec_.recorder->Complete(p.record, true);
+    free_events_.push_back(p.event);
+  }
+
+  HangStoreOptions HangOptions() const {
+    HangStoreOptions o;
+    o.collect = std::clamp(timeout_ / 4, absl::Milliseconds(100),
+                           absl::Seconds(5));
+    o.store_timeout =
+        std::clamp(timeout_ / 2, absl::Milliseconds(500), absl::Seconds(5));
+    o.sink = config_.on_hang_report;
+    return o;
   }
 
   void AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -401,23 +529,36 @@ class NcclCommunicator : public CommunicatorBase {
     cudaEvent_t event;
     absl::Time deadline;
     std::string label;
+    uint64_t record = FlightRecorder::kNoRecord;
+    cudaEvent_t start = nullptr;  // device arrival (timing event) or null
   };
 
   int rank_;  // const after creation
   int size_;  // const after creation
   const int ordinal_;
   const absl::Duration timeout_;
+  const CommConfig config_;  // for children (Split) and the reports
+  Store* const store_;       // the hang report's; may be null (one rank)
+  const bool device_arrivals_;
+  const Recording rec_;
+  uint64_t split_calls_ = 0;
   ncclComm_t comm_ = nullptr;
   void* scratch_ = nullptr;
   SequenceCounters seqs_;
   HealthState health_;
   std::thread watchdog_;
+  // Device arrivals: the clock anchor (AnchorClock; Init, then only the
+  // watchdog).
+  cudaStream_t ref_stream_ = nullptr;
+  cudaEvent_t ref_event_ = nullptr;
+  int64_t ref_ns_ = 0;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(mu_);
+  std::vector<cudaEvent_t> free_timing_events_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

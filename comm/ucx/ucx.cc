@@ -17,6 +17,8 @@
 #include "baton/comm/backend_util.h"
 #include "baton/comm/bootstrap/sealed_value.h"
 #include "baton/comm/bootstrap/store.h"
+#include "baton/comm/flight_recorder.h"
+#include "baton/comm/hang_reporting.h"
 #include "baton/comm/ucx/blame.h"
 #include "baton/comm/ucx/ring.h"
 #include "baton/runtime/ucx_check.h"
@@ -104,6 +106,8 @@ class UcxCommunicator : public CommunicatorBase {
 
   Status health() override { return health_.Get(); }
 
+  FlightRecorder* recorder() override { return rec_.recorder.get(); }
+
   // Every rank's colour and key travel in an all-gather on the private tag;
   // each child is a new communicator (its own UCP context and worker, so
   // its tag matching is its own) made through the store under a group name
@@ -131,12 +135,15 @@ class UcxCommunicator : public CommunicatorBase {
     child.size = place.size;
     child.group =
         absl::StrCat(group_, "/split", number, "/", all[2 * rank_]);
+    child.recorder = rec_.recorder;
+    child.world_ranks = ChildWorldRanks(pairs, rank_, WorldRanks(config_));
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> c,
                            UcxCommunicator::Create(child));
     return std::unique_ptr<Communicator>(std::move(c));
   }
 
   void Abort() override {
+    rec_.recorder->MarkAborted();
     health_.Fail(absl::UnavailableError(
         absl::StrCat("ucx rank ", rank_, " aborted")));
     // Closing the endpoints makes the peers' transfers fail (or time out).
@@ -152,9 +159,11 @@ class UcxCommunicator : public CommunicatorBase {
         store_(config.store),
         group_(config.group),
         timeout_(config.timeout),
-        chunk_bytes_(config.chunk_bytes) {}
+        chunk_bytes_(config.chunk_bytes),
+        rec_(StartRecording(config, "ucx")) {}
 
   Status Init(const CommConfig& config) {
+    BATON_RETURN_IF_ERROR(ValidateWorldRanks(config));
     if (config.store == nullptr && size_ > 1) {
       return absl::InvalidArgumentError("ucx: CommConfig::store is null");
     }
@@ -295,10 +304,15 @@ class UcxCommunicator : public CommunicatorBase {
     BATON_RETURN_IF_ERROR(health_.Get());
     const CollectiveHeader h = MakeHeader(kind, count, type, op, root, options,
                                           seqs_.Next(options.tag));
+    const uint64_t ri = rec_.Issue(h, options.position);
     const absl::Duration timeout = EffectiveTimeout(options, timeout_);
-    return stream.Enqueue([this, h, send, recv, timeout]() -> Status {
-      BATON_RETURN_IF_ERROR(health_.Get());
-      return Run(h, send, recv, timeout, false);
+    return stream.Enqueue([this, h, ri, send, recv, timeout]() -> Status {
+      FlightRecorder& rec = *rec_.recorder;
+      rec.Start(ri);
+      Status s = health_.Get();
+      if (s.ok()) s = Run(h, send, recv, timeout, false);
+      rec.Complete(ri, s.ok());
+      return s;
     });
   }
 
@@ -331,16 +345,41 @@ class UcxCommunicator : public CommunicatorBase {
     sub->done.WaitForNotification();
     Status s = sub->status;
     if (!s.ok()) {
-      // Name the rank that failed as the first rank to see it did (this
-      // happens before the caller can react, e.g. by closing connections).
+      // The hang report (hang_reporting.h): this rank's flight record goes
+      // to the store first, so the reporting rank has it while the ranks
+      // attribute the failure. One failing stream of this rank reports;
+      // the others wait for it (their store calls share one connection).
+      HangStoreOptions ho;
+      ho.collect = std::clamp(timeout / 4, absl::Milliseconds(100),
+                              absl::Seconds(5));
+      // One store call that times out leaves the connection unusable, so
+      // give it a whole timeout (a busy rank 0 answers late, not never).
+      ho.store_timeout = std::clamp(timeout, absl::Seconds(1), absl::Seconds(5));
+      ho.sink = config_.on_hang_report;
       ucx_internal::BlameOptions bo;
       bo.prefix = absl::StrCat(group_, "/ucx/");
       bo.rank = rank_;
       bo.size = size_;
       bo.grace = std::min(timeout / 4, absl::Seconds(5));
-      bo.store_timeout =
-          std::clamp(timeout / 2, absl::Milliseconds(500), absl::Seconds(5));
+      bo.store_timeout = ho.store_timeout;
+      FlightRecorder& rec = *rec_.recorder;
+      std::string verdict;
+      const bool reporter = rec.StartReport(
+          ho.collect + 2 * bo.grace + 8 * ho.store_timeout, &verdict);
+      StoreHangReport report(store_, ho, rec);
+      if (reporter) report.Publish();
+      // Name the rank that failed as the first rank to see it did (this
+      // happens before the caller can react, e.g. by closing connections).
       s = ucx_internal::AttributeFailure(store_, bo, s, sub->suspect);
+      if (reporter) {
+        s = report.Conclude(s);
+        rec.FinishReport(report.verdict());
+      } else {
+        s = WithHangVerdict(s, verdict.empty()
+                                   ? "this rank's first failure is still "
+                                     "reporting"
+                                   : verdict);
+      }
       health_.Fail(s);
     }
     return s;
@@ -480,6 +519,7 @@ class UcxCommunicator : public CommunicatorBase {
   uint64_t probe_seq_ = 0;  // private tag 255: MeasureLimit and Split
   uint64_t split_calls_ = 0;
   bool connected_ = false;  // creation completed
+  const Recording rec_;
 
   absl::Mutex peers_mu_;
   std::map<int, Status> peer_errors_ ABSL_GUARDED_BY(peers_mu_);
