@@ -273,7 +273,7 @@ Status Executor::InitParameters(
     if (bk.nf4 && !nf4) {
       return absl::InvalidArgumentError(absl::StrCat(
           "executor: bucket ", bk.name, " stores its weights as NF4: InitParameters needs "
-          "the packer (optim::Nf4Packer, optim/nf4_hook.h)"));
+          "the packer (Nf4Packer)"));
     }
   }
   for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
@@ -600,7 +600,7 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
     case NodeKind::kDequantize: {
       if (!cb.dequantize) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "executor: ", n.name, " needs StepCallbacks::dequantize (optim/nf4_hook.h)"));
+            "executor: ", n.name, " needs StepCallbacks::dequantize"));
       }
       const Bucket& bk = layout.buckets[n.bucket];
       DequantizeContext ctx;

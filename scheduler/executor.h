@@ -144,7 +144,7 @@ using Nf4Packer = std::function<Status(const float* values, int64_t n, void* pac
 struct StepCallbacks {
   std::function<Status(const ComputeContext&)> compute;
   // Required by a graph with NF4 buckets (base_dtype nf4): runs its
-  // dequantize nodes (optim/nf4_hook.h).
+  // dequantize nodes (the caller's NF4 kernel; baton ships none yet).
   std::function<Status(const DequantizeContext&)> dequantize;
   std::function<Status(const OptimizerContext&)> optimizer;
   // The optimizer also casts the updated master into the shard

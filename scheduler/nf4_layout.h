@@ -1,8 +1,8 @@
 // The packed NF4 storage of a frozen bucket's shard (LayoutOptions::
 // base_dtype = nf4; QLoRA, Dettmers et al. 2023), as sizes and offsets:
 // the step graph plans the shard and the gathered buffers with them, the
-// executor hands them to the dequantize callback, and ops/nf4.h's kernels
-// read and write them (optim/nf4_hook.cc checks they agree).
+// executor hands them to the dequantize callback, whose NF4 kernels (the
+// caller's: baton ships none yet) read and write them.
 //
 // n elements (a multiple of kNf4AlignNumel: every parameter and shard of
 // an NF4 layout is, Sharding::block) are stored as

@@ -87,7 +87,8 @@ class Session {
   const StepGraph& graph() const { return executor_->graph(); }
 
   // A graph with NF4 buckets (base_dtype nf4): the dequantize the hooks
-  // issue before compute (StepCallbacks::dequantize; optim/nf4_hook.h).
+  // issue before compute (StepCallbacks::dequantize; the caller's kernel:
+  // baton ships no NF4 kernels yet).
   void set_dequantize(std::function<Status(const DequantizeContext&)> dequantize) {
     callbacks_.dequantize = std::move(dequantize);
   }
