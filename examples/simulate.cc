@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "baton/cli/flags.h"
+#include "baton/examples/technique_flags.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
 #include "baton/runtime/output_file.h"
@@ -33,6 +34,7 @@
 #include "baton/scheduler/parallel_graph.h"
 #include "baton/sim/cluster.h"
 #include "baton/sim/host_cost.h"
+#include "baton/sim/memory_report.h"
 #include "baton/sim/parallel_sim.h"
 #include "baton/sim/report.h"
 #include "baton/sim/simulator.h"
@@ -61,6 +63,9 @@ struct Flags {
   // Policy files and the tuner.
   std::string policy_file, policy_out;
   bool tune = false;
+  bool memory = false;  // --memory: the W / A / G / O split per policy
+  bool policies_given = false;  // --policy, --compare or --policy-file
+  examples::TechniqueFlags tech{"simulate", /*adapters=*/true};
   bool micro_batch_given = false, recompute_given = false;
   bool parallel = false;  // --tp, --cp or --pp > 1
 };
@@ -105,6 +110,9 @@ const char kUsage[] =
     "   micro-batch, reduce dtype, shard and hpZ groups, with the fewest\n"
     "   recomputed layers that fit; print the best 5 and write the best as\n"
     "   a policy file that --policy-file runs)\n"
+    "  [--memory] (per GPU: weights, activations, gradients, optimizer state,\n"
+    "   communication buffers, reserve, and host memory; also in --json)\n"
+    "%s"
     "Limits (scheduler/limits.h): --gpus <= 2^20, --seq <= 2^24, batches <=\n"
     "2^30, at most 4096 micro-steps (global batch / gpus / micro-batch) and\n"
     "32768 micro-steps x (layers + 3); a policy file's knobs have the same\n"
@@ -158,7 +166,7 @@ Flags Parse(int argc, char** argv) {
     const std::string a = argv[i];
     cli::VersionFlag("simulate", a);
     if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
+      std::printf(kUsage, f.tech.Usage());
       std::exit(0);
     }
     if (a == "--json") {
@@ -169,6 +177,11 @@ Flags Parse(int argc, char** argv) {
     if (a == "--tune") {
       flags.Switch(a);
       f.tune = true;
+      continue;
+    }
+    if (a == "--memory") {
+      flags.Switch(a);
+      f.memory = true;
       continue;
     }
     if (a == "--sp" || a == "--tp-overlap" || a == "--tp-across-nodes") {
@@ -219,6 +232,7 @@ Flags Parse(int argc, char** argv) {
       f.policies = key == "--policy" ? std::vector<std::string>{v}
                                      : cli::ListFlag("simulate", key, v);
     }
+    else if (f.tech.Parse(key, v)) {}
     else if (key == "--trace") f.trace = v;
     else if (key == "--svg") f.svg = v;
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
@@ -226,6 +240,7 @@ Flags Parse(int argc, char** argv) {
   if (!f.hf_config.empty() && f.model_given) {
     Fail("--model and --hf-config name two models; give one");
   }
+  f.tech.Check();
   const bool chosen = !f.policies.empty();
   if (f.tune && (chosen || !f.policy_file.empty())) {
     Fail("--tune searches the policy; drop --policy, --compare and --policy-file");
@@ -245,7 +260,12 @@ Flags Parse(int argc, char** argv) {
          "drop --recompute-layers, --shard-group, --hpz-group, --trace and --svg");
   }
   if (!f.policy_out.empty() && !f.tune) Fail("--policy-out needs --tune");
+  f.policies_given = !f.policies.empty() || !f.policy_file.empty();
   ParseParallel(f);
+  if (f.parallel && (f.memory || f.tech.any())) {
+    Fail("--memory and the techniques' flags (--optimizer, --recompute, --lora-*, "
+         "--base-dtype, --offload) cover the data-parallel step; drop --tp, --cp and --pp");
+  }
   if (f.policies.empty()) {
     // Tensor, context and pipeline parallelism run Megatron's distributed
     // optimizer (scheduler/policy.h): the baton preset's knobs.
@@ -307,6 +327,36 @@ scheduler::Policy PolicyFromFile(const Flags& f, const scheduler::ModelSpec& mod
     Fail(absl::StrCat("policy file ", f.policy_file, ": ", g.status().message()));
   }
   return *std::move(p);
+}
+
+// --memory: one line per policy, bytes per GPU by what holds them.
+void PrintMemory(const sim::MemoryReport& m, const sim::ClusterSpec& c, bool fits) {
+  const double gib = 1073741824.0;
+  std::printf("        memory per GPU (GiB): weights %.2f, activations %.2f, gradients %.2f, "
+              "optimizer %.2f, comm buffers %.2f, reserve %.2f = %.2f of %.0f (%s)",
+              m.weights / gib, m.activations / gib, m.gradients / gib, m.optimizer / gib,
+              m.comm_buffers / gib, m.reserve / gib, m.total() / gib, c.memory_gib,
+              fits ? "fits" : "does NOT fit");
+  if (m.host() > 0) {
+    std::printf("; host %.2f (weights %.2f, gradients %.2f, optimizer %.2f)", m.host() / gib,
+                m.host_weights / gib, m.host_gradients / gib, m.host_optimizer / gib);
+  }
+  std::printf("; %.3gB of %.3gB parameters trained\n", m.trainable / 1e9, m.parameters / 1e9);
+}
+
+nlohmann::json MemoryJson(const sim::MemoryReport& m) {
+  return {{"weights_bytes", m.weights},
+          {"activations_bytes", m.activations},
+          {"gradients_bytes", m.gradients},
+          {"optimizer_bytes", m.optimizer},
+          {"comm_buffers_bytes", m.comm_buffers},
+          {"reserve_bytes", m.reserve},
+          {"total_bytes", m.total()},
+          {"host_weights_bytes", m.host_weights},
+          {"host_gradients_bytes", m.host_gradients},
+          {"host_optimizer_bytes", m.host_optimizer},
+          {"parameters", m.parameters},
+          {"trainable_parameters", m.trainable}};
 }
 
 // --tune: the search, its best candidates, and --policy-out.
@@ -467,6 +517,10 @@ int Main(int argc, char** argv) {
                 f.kernel_stack.c_str(), f.gemm_dtype.c_str());
   }
   const bool parallel = f.parallel || (file_policy && scheduler::IsParallel(*file_policy));
+  if (parallel && (f.memory || f.tech.any())) {
+    Fail("--memory and the techniques' flags cover the data-parallel step; the policy file "
+         "sets tensor, context or pipeline parallelism");
+  }
   if (parallel) {
     auto p = file_policy ? StatusOr<scheduler::Policy>(*file_policy)
                          : sim::SimPolicy(f.policies[0], w, cluster->gpus_per_node);
@@ -501,18 +555,21 @@ int Main(int argc, char** argv) {
     o.stack = *stack;
     o.timeline = first && (!f.trace.empty() || !f.svg.empty());
     scheduler::StepGraph graph;
-    scheduler::ParallelStep step;
-    StatusOr<sim::SimResult> r = absl::UnknownError("");
-    if (parallel) {
-      auto p = file_policy ? StatusOr<scheduler::Policy>(*file_policy)
-                           : sim::SimPolicy(name, w, cluster->gpus_per_node);
-      if (!p.ok()) Fail(absl::StrCat(name, ": ", p.status().message()));
-      r = sim::SimulateParallel(*model, *cluster, w, *p, recompute, o, &step, &graph);
-    } else {
-      r = file_policy ? sim::SimulatePolicy(*model, *cluster, w, *file_policy, recompute, o,
-                                            &graph)
-                      : sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);
+    StatusOr<scheduler::Policy> policy =
+        file_policy ? StatusOr<scheduler::Policy>(*file_policy)
+                    : sim::SimPolicy(name, w, cluster->gpus_per_node);
+    if (!policy.ok()) Fail(absl::StrCat(name, ": ", policy.status().message()));
+    f.tech.Apply(*policy);  // the techniques' flags
+    if (Status st = scheduler::ValidatePolicy(*policy); !st.ok()) {
+      // A preset the techniques do not combine with, when none was chosen.
+      if (f.policies_given) Fail(std::string(st.message()));
+      std::printf("# %s: skipped (%s)\n", name.c_str(), std::string(st.message()).c_str());
+      continue;
     }
+    scheduler::ParallelStep step;
+    StatusOr<sim::SimResult> r =
+        parallel ? sim::SimulateParallel(*model, *cluster, w, *policy, recompute, o, &step, &graph)
+                 : sim::SimulatePolicy(*model, *cluster, w, *policy, recompute, o, &graph);
     if (!r.ok()) Fail(absl::StrCat(name, ": ", r.status().message()));
     if (Status s = sim::ValidateResult(*r); !s.ok()) Fail(std::string(s.message()));
     const sim::MemoryBreakdown& m = r->memory;
@@ -540,6 +597,9 @@ int Main(int argc, char** argv) {
                   h.opt_gparams, h.opt_memory_bound ? "memory" : "core",
                   h.ranks_on_node);
     }
+    std::optional<sim::MemoryReport> mr;  // the data-parallel step's
+    if (!parallel) mr = sim::ReportMemory(graph, *cluster, w);
+    if (f.memory) PrintMemory(*mr, *cluster, r->fits);
     if (!r->stages.empty()) std::fputs(sim::StagesText(*r).c_str(), stdout);
     rows.push_back({{"policy", name},
                     {"step_time_s", r->step_s},
@@ -548,7 +608,9 @@ int Main(int argc, char** argv) {
                     {"peak_memory_bytes", m.peak()},
                     {"fits", r->fits},
                     {"recompute_blocks", r->recompute_blocks},
+                    {"recompute", scheduler::RecomputeName(graph.policy.recompute)},
                     {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu}});
+    if (mr) rows.back()["memory"] = MemoryJson(*mr);
     if (!r->stages.empty()) rows.back()["pipeline"] = sim::StagesJson(*r);
     if (o.timeline) {
       const std::string title =
