@@ -8,6 +8,13 @@
 //     [--policy=baton] [--backend=inproc|ucx|nccl] [--nranks=N]
 //     [--device=cpu|cuda] [--dtype=f32|bf16] [--data=PATH]
 //     [--check-reference] [--json] [--timeout=SECONDS] [--trace=PATH]
+//     [--save-dir=DIR --save-every=N] [--resume=DIR]
+//
+// --save-dir=DIR --save-every=N saves a checkpoint (scheduler/checkpoint.h)
+// to DIR/step-S after every N-th step, in the background; --resume=DIR
+// starts from the newest complete checkpoint in DIR (or that checkpoint
+// directory) and trains up to --steps, on any rank count or policy with the
+// same global batch (--batch x ranks x micro-steps). docs/checkpoints.md.
 //
 // --trace=PATH writes a Perfetto / Chrome trace of every step: one process
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
@@ -72,6 +79,9 @@ struct Flags {
   std::optional<scheduler::Policy> file_policy;
   bool policy_given = false, dtype_given = false;
   std::string trace;  // --trace=PATH
+  // Checkpoints: --save-dir, --save-every, --resume.
+  std::string save_dir, resume;
+  int64_t save_every = 0;
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -88,6 +98,8 @@ const char kUsage[] =
     "   simulate --tune --policy-out: its knobs as written, except that\n"
     "   --dtype and --micro-steps override its param_dtype and micro_steps)\n"
     "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
+    "  [--save-dir=DIR --save-every=N] (a checkpoint after every N-th step)\n"
+    "  [--resume=DIR] (from the newest complete checkpoint in DIR; same global batch)\n"
     "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
     "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
     "A flag may be given once.\n";
@@ -147,11 +159,26 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--device") f.device = v;
     else if (key == "--dtype") { f.dtype = v; f.dtype_given = true; }
     else if (key == "--data") f.data = v;
+    else if (key == "--save-dir") {
+      if (v.empty()) Fail("--save-dir needs a directory");
+      f.save_dir = v;
+    }
+    else if (key == "--save-every") f.save_every = Positive(key, v, kMaxSteps);
+    else if (key == "--resume") {
+      if (v.empty()) Fail("--resume needs a checkpoint directory");
+      f.resume = v;
+    }
     else if (key == "--trace") {
       if (v.empty()) Fail("--trace needs a file path");
       f.trace = v;
     }
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
+  }
+  if (f.save_dir.empty() != (f.save_every == 0)) {
+    Fail("--save-dir and --save-every go together: where and how often to save");
+  }
+  if (!f.resume.empty() && f.check_reference) {
+    Fail("--check-reference trains from step 0; it cannot follow --resume");
   }
   if (f.model_given && !f.hf_config.empty()) {
     Fail("--model and --hf-config name two models; give one");
@@ -240,7 +267,17 @@ scheduler::Policy PolicyFromFlags(const Flags& f) {
 
 // What one rank's training produced (rank 0's is reported).
 struct RunResult {
+  int64_t first_step = 0;      // 0, or the step resumed from
   std::vector<double> losses;  // mean loss over the global batch, per step
+  std::vector<double> step_end_ms;  // per step: when it ended (from the first step's start)
+  // Checkpoints saved (this rank's figures) and the wait for the last one
+  // at the end of the run.
+  struct Save {
+    double at_ms = 0;  // when Save was called (as step_end_ms)
+    scheduler::SaveStats stats;
+  };
+  std::vector<Save> saves;
+  double final_save_wait_ms = 0;
   double ms_per_step = 0;      // steps after the first
   double tokens_per_s = 0;
   size_t arena_bytes = 0, lower_bound_bytes = 0, persistent_bytes = 0;
@@ -254,7 +291,39 @@ struct Job {
   TrainConfig config;
   int64_t steps = 0;
   bool progress = false;  // rank 0 prints a line per step
+  std::string save_dir, resume;
+  int64_t save_every = 0;
 };
+
+// Fills the executor's state: from the checkpoint (returns the step it
+// holds) or from the initial values (0). The data position saved is the
+// sequences consumed, so a global batch other than this run's is refused.
+StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
+                             int64_t global_batch) {
+  if (job.resume.empty()) {
+    const uint64_t seed = job.config.seed;
+    BATON_RETURN_IF_ERROR(executor.InitParameters([seed](const scheduler::ParamSlot& slot,
+                                                         float* values) {
+      for (int64_t i = 0; i < slot.numel; ++i) {
+        values[i] = examples::InitialParameter(slot.name, i, seed);
+      }
+    }));
+    return 0;
+  }
+  BATON_ASSIGN_OR_RETURN(const scheduler::CheckpointInfo info, executor.Load(job.resume));
+  if (info.data_position != info.step * global_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", info.dir, " was saved after ", info.step, " steps at data position ",
+        info.data_position, " (sequences); this run's global batch is ", global_batch,
+        " sequences per step: resume with the same global batch (--batch is per rank)"));
+  }
+  if (info.step >= job.steps) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", info.dir, " is at step ",
+                                                   info.step, "; --steps=", job.steps,
+                                                   " leaves nothing to train"));
+  }
+  return info.step;
+}
 
 // Trains on one rank through the executor; every rank calls it. `observer`
 // (may be null): the rank's step trace recorder.
@@ -272,21 +341,37 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   }
   BATON_ASSIGN_OR_RETURN(auto executor,
                          scheduler::Executor::Create(graph, device, comm, options));
-  const uint64_t seed = job.config.seed;
-  BATON_RETURN_IF_ERROR(executor->InitParameters([seed](const scheduler::ParamSlot& slot,
-                                                        float* values) {
-    for (int64_t i = 0; i < slot.numel; ++i) values[i] = examples::InitialParameter(slot.name, i, seed);
-  }));
+  const int64_t global_batch = job.config.batch * graph->policy.micro_steps * ranks;
+  BATON_ASSIGN_OR_RETURN(const int64_t first, StartState(job, *executor, global_batch));
+  out->first_step = first;
   BATON_ASSIGN_OR_RETURN(auto loss_stream, device.CreateStream({0, "loss"}));
   BATON_ASSIGN_OR_RETURN(DeviceBuffer scalar, device.Allocate(sizeof(float)));
   const scheduler::StepCallbacks callbacks = model->Callbacks();
   const double global_tokens = static_cast<double>(model->tokens_per_step()) * ranks;
-  auto t_first = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < job.steps; ++step) {
-    if (step == 1) t_first = std::chrono::steady_clock::now();
+  const auto t_start = std::chrono::steady_clock::now();
+  auto since_start = [&t_start]() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start)
+        .count();
+  };
+  auto t_first = t_start;
+  for (int64_t step = first; step < job.steps; ++step) {
+    if (step == first + 1) t_first = std::chrono::steady_clock::now();
     const auto t0 = std::chrono::steady_clock::now();
     BATON_RETURN_IF_ERROR(model->LoadBatch(executor->compute_stream(), step));
     BATON_RETURN_IF_ERROR(executor->Step(callbacks));
+    if (job.save_every > 0 && (step + 1) % job.save_every == 0) {
+      // In the background: the copies run on the device after this step,
+      // the writer thread writes the files during the next steps.
+      RunResult::Save save;
+      save.at_ms = since_start();
+      scheduler::SaveOptions so;
+      so.root = job.save_dir;
+      so.data_position = (step + 1) * global_batch;
+      BATON_RETURN_IF_ERROR(executor->WaitForSave(&save.stats));  // the previous one's figures
+      if (!out->saves.empty()) out->saves.back().stats = save.stats;
+      BATON_RETURN_IF_ERROR(executor->Save(so));
+      out->saves.push_back(save);
+    }
     BATON_RETURN_IF_ERROR(executor->Synchronize());
     BATON_ASSIGN_OR_RETURN(double local, model->LossSum(executor->compute_stream()));
     // The global mean: sum the ranks' loss sums (a tag the step never uses).
@@ -303,6 +388,7 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
       return absl::DataLossError(absl::StrCat("step ", step, ": the loss is ", loss));
     }
     out->losses.push_back(loss);
+    out->step_end_ms.push_back(since_start());
     if (job.progress && rank == 0) {
       const double ms = std::chrono::duration<double, std::milli>(
                             std::chrono::steady_clock::now() - t0).count();
@@ -312,7 +398,12 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   }
   const double total_ms = std::chrono::duration<double, std::milli>(
                               std::chrono::steady_clock::now() - t_first).count();
-  const int64_t timed = std::max<int64_t>(1, job.steps - 1);
+  if (!out->saves.empty()) {
+    const double t = since_start();
+    BATON_RETURN_IF_ERROR(executor->WaitForSave(&out->saves.back().stats));
+    out->final_save_wait_ms = since_start() - t;
+  }
+  const int64_t timed = std::max<int64_t>(1, job.steps - first - 1);
   out->ms_per_step = total_ms / timed;
   out->tokens_per_s = global_tokens / (out->ms_per_step / 1e3);
   out->arena_bytes = graph->plan.arena_bytes;
@@ -439,6 +530,9 @@ int Main(int argc, char** argv) {
   job.config.seed = f.seed;
   job.steps = f.steps;
   job.progress = true;  // a progress line per step on stderr (rank 0)
+  job.save_dir = f.save_dir;
+  job.save_every = f.save_every;
+  job.resume = f.resume;
   auto corpus = f.data.empty() ? Corpus::Synthetic(job.spec.vocab, f.seed)
                                : Corpus::FromFile(f.data, job.spec.vocab, f.seed);
   if (!corpus.ok()) Fail(std::string(corpus.status().message()));
@@ -509,8 +603,19 @@ int Main(int argc, char** argv) {
     std::printf("offload: master shards and moments in host memory, %s\n",
                 MiB(res.host_bytes).c_str());
   }
-  std::printf("time per step: %.1f ms (steps 2..%lld), %.0f tokens/s\n", res.ms_per_step,
-              static_cast<long long>(f.steps), res.tokens_per_s);
+  std::printf("time per step: %.1f ms (steps %lld..%lld), %.0f tokens/s\n", res.ms_per_step,
+              static_cast<long long>(res.first_step + 2), static_cast<long long>(f.steps),
+              res.tokens_per_s);
+  if (res.first_step > 0) {
+    std::printf("resumed from %s at step %lld\n", f.resume.c_str(),
+                static_cast<long long>(res.first_step));
+  }
+  for (const RunResult::Save& sv : res.saves) {
+    std::printf("checkpoint %s: %s on rank 0, copied after %.1f ms, written %.1f ms, done %.1f ms "
+                "(host %.2f ms in Save)\n",
+                sv.stats.dir.c_str(), MiB(sv.stats.bytes).c_str(), sv.stats.copied_ms,
+                sv.stats.written_ms, sv.stats.done_ms, sv.stats.issue_ms);
+  }
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
@@ -535,6 +640,17 @@ int Main(int argc, char** argv) {
     j["persistent_bytes"] = res.persistent_bytes;
     j["host_bytes"] = res.host_bytes;
     j["ms_per_step"] = res.ms_per_step;
+    j["first_step"] = res.first_step;
+    j["step_end_ms"] = res.step_end_ms;
+    nlohmann::json saves = nlohmann::json::array();
+    for (const RunResult::Save& sv : res.saves) {
+      saves.push_back({{"step", sv.stats.step}, {"dir", sv.stats.dir}, {"at_ms", sv.at_ms},
+                       {"issue_ms", sv.stats.issue_ms}, {"copied_ms", sv.stats.copied_ms},
+                       {"written_ms", sv.stats.written_ms}, {"done_ms", sv.stats.done_ms},
+                       {"bytes", sv.stats.bytes}});
+    }
+    j["saves"] = saves;
+    j["final_save_wait_ms"] = res.final_save_wait_ms;
     j["tokens_per_s"] = res.tokens_per_s;
     std::printf("%s\n",
                 j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
