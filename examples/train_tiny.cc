@@ -24,6 +24,7 @@
 // WORLD_SIZE, ... set) each process is one rank; started without one,
 // train_tiny launches --nranks copies of itself. Rank 0 prints.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -447,16 +448,23 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   if (!trace.empty()) {
     for (int r = 0; r < n; ++r) observers[r] = step_trace.ForRank(r, *graph);
   }
+  // A rank that fails (a damaged checkpoint file, say) aborts its
+  // communicator so that its peers fail at once instead of at the timeout;
+  // the first to fail is the one reported.
+  std::atomic<int> first_failed{-1};
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r]() {
       status[r] = TrainRank(job, graph, corpus, *device, *comms[r], &results[r], observers[r]);
+      if (!status[r].ok()) {
+        int none = -1;
+        first_failed.compare_exchange_strong(none, r);
+        comms[r]->Abort();
+      }
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    if (!status[r].ok()) {
-      return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
-    }
+  if (const int r = first_failed.load(); r >= 0) {
+    return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
   }
   if (!trace.empty()) BATON_RETURN_IF_ERROR(step_trace.Write(trace));  // streams synced
   return results[0];
