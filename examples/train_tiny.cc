@@ -274,7 +274,8 @@ struct RunResult {
   // Checkpoints saved (this rank's figures) and the wait for the last one
   // at the end of the run.
   struct Save {
-    double at_ms = 0;  // when Save was called (as step_end_ms)
+    double at_ms = 0;    // when the save began (as step_end_ms)
+    double wait_ms = 0;  // the host's wait for the previous save first
     scheduler::SaveStats stats;
   };
   std::vector<Save> saves;
@@ -360,19 +361,6 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
     const auto t0 = std::chrono::steady_clock::now();
     BATON_RETURN_IF_ERROR(model->LoadBatch(executor->compute_stream(), step));
     BATON_RETURN_IF_ERROR(executor->Step(callbacks));
-    if (job.save_every > 0 && (step + 1) % job.save_every == 0) {
-      // In the background: the copies run on the device after this step,
-      // the writer thread writes the files during the next steps.
-      RunResult::Save save;
-      save.at_ms = since_start();
-      scheduler::SaveOptions so;
-      so.root = job.save_dir;
-      so.data_position = (step + 1) * global_batch;
-      BATON_RETURN_IF_ERROR(executor->WaitForSave(&save.stats));  // the previous one's figures
-      if (!out->saves.empty()) out->saves.back().stats = save.stats;
-      BATON_RETURN_IF_ERROR(executor->Save(so));
-      out->saves.push_back(save);
-    }
     BATON_RETURN_IF_ERROR(executor->Synchronize());
     BATON_ASSIGN_OR_RETURN(double local, model->LossSum(executor->compute_stream()));
     // The global mean: sum the ranks' loss sums (a tag the step never uses).
@@ -389,6 +377,23 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
       return absl::DataLossError(absl::StrCat("step ", step, ": the loss is ", loss));
     }
     out->losses.push_back(loss);
+    if (job.save_every > 0 && (step + 1) % job.save_every == 0) {
+      // In the background: the copies run on the checkpoint stream (the
+      // next step's optimizer waits for them on the device), the writer
+      // thread writes the files during the next steps.
+      RunResult::Save save;
+      save.at_ms = since_start();
+      scheduler::SaveOptions so;
+      so.root = job.save_dir;
+      so.data_position = (step + 1) * global_batch;
+      // One save at a time: the previous one's figures, and how long the
+      // host waited for it (0 when it was done).
+      BATON_RETURN_IF_ERROR(executor->WaitForSave(&save.stats));
+      save.wait_ms = since_start() - save.at_ms;
+      if (!out->saves.empty()) out->saves.back().stats = save.stats;
+      BATON_RETURN_IF_ERROR(executor->Save(so));
+      out->saves.push_back(save);
+    }
     out->step_end_ms.push_back(since_start());
     if (job.progress && rank == 0) {
       const double ms = std::chrono::duration<double, std::milli>(
@@ -652,7 +657,7 @@ int Main(int argc, char** argv) {
     j["step_end_ms"] = res.step_end_ms;
     nlohmann::json saves = nlohmann::json::array();
     for (const RunResult::Save& sv : res.saves) {
-      saves.push_back({{"step", sv.stats.step}, {"dir", sv.stats.dir}, {"at_ms", sv.at_ms},
+      saves.push_back({{"step", sv.stats.step}, {"dir", sv.stats.dir}, {"at_ms", sv.at_ms}, {"wait_ms", sv.wait_ms},
                        {"issue_ms", sv.stats.issue_ms}, {"copied_ms", sv.stats.copied_ms},
                        {"written_ms", sv.stats.written_ms}, {"done_ms", sv.stats.done_ms},
                        {"bytes", sv.stats.bytes}});

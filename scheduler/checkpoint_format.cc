@@ -28,7 +28,9 @@ json HeaderJson(const CheckpointHeader& h) {
   j["data_position"] = h.data_position;
   j["model"] = h.model;
   j["policy_name"] = h.policy_name;
-  j["policy"] = h.policy_json;
+  // The policy file's JSON (scheduler/policy_file.h) as an object.
+  json policy = json::parse(h.policy_json, nullptr, /*allow_exceptions=*/false);
+  j["policy"] = policy.is_object() ? policy : json::object();
   json mesh = json::object();
   for (MeshDim d : DefaultMeshOrder()) mesh[MeshDimName(d)] = h.mesh[d];
   j["mesh"] = mesh;
@@ -57,6 +59,28 @@ json FileJson(const CheckpointFileInfo& f) {
   return {{"name", f.name},       {"rank", f.rank},
           {"bytes", f.bytes},     {"crc32c", f.crc32c},
           {"block_crc32c", f.block_crc32c}, {"chunks", chunks}};
+}
+
+// An object one key per line, an array of objects one element per line,
+// everything else compact: readable, and a file's chunks stay on its line.
+std::string Lines(const json& j) {
+  std::string out = "{\n";
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    absl::StrAppend(&out, first ? "" : ",\n", " ", json(it.key()).dump(), ": ");
+    first = false;
+    const json& v = *it;
+    if (v.is_array() && !v.empty() && v.front().is_object()) {
+      out += "[\n";
+      for (size_t i = 0; i < v.size(); ++i) {
+        absl::StrAppend(&out, "  ", v[i].dump(), i + 1 < v.size() ? ",\n" : "\n");
+      }
+      out += " ]";
+    } else {
+      out += v.dump();
+    }
+  }
+  return out + "\n}\n";
 }
 
 // Field readers: InvalidArgument "<what>: field <key> ...".
@@ -108,7 +132,8 @@ StatusOr<CheckpointHeader> ParseHeader(const Reader& r, const json& j) {
   BATON_ASSIGN_OR_RETURN(h.data_position, r.Int(j, "data_position", INT64_MIN, INT64_MAX));
   BATON_ASSIGN_OR_RETURN(h.model, r.Str(j, "model"));
   BATON_ASSIGN_OR_RETURN(h.policy_name, r.Str(j, "policy_name"));
-  BATON_ASSIGN_OR_RETURN(h.policy_json, r.Str(j, "policy"));
+  BATON_ASSIGN_OR_RETURN(const json* policy, r.Field(j, "policy", json::value_t::object));
+  h.policy_json = policy->dump();
   BATON_ASSIGN_OR_RETURN(const json* mesh, r.Field(j, "mesh", json::value_t::object));
   for (MeshDim d : DefaultMeshOrder()) {
     BATON_ASSIGN_OR_RETURN(const int64_t s, r.Int(*mesh, MeshDimName(d), 1, 1 << 30));
@@ -283,7 +308,7 @@ std::string ManifestToJson(const Manifest& m) {
   j["files"] = files;
   const std::string body = j.dump();
   j["manifest_crc32c"] = Crc32c(body.data(), body.size());
-  return j.dump(1) + "\n";
+  return Lines(j);
 }
 
 StatusOr<Manifest> ManifestFromJson(absl::string_view text, absl::string_view what) {

@@ -95,7 +95,7 @@ struct CheckpointHeader {
   int64_t data_position = 0;
   std::string model;
   std::string policy_name;
-  std::string policy_json;  // scheduler/policy_file.h
+  std::string policy_json = "{}";  // a JSON object: scheduler/policy_file.h
   MeshSizes mesh;
   int world_size = 1;
   std::string param_dtype;
