@@ -16,9 +16,10 @@
 //   1. rank 0 draws the save's nonce, broadcast on the executor's
 //      communicator (tag kCheckpointTag) on the checkpoint stream;
 //   2. that stream waits for the last step's streams (events), copies this
-//      rank's share of the state into host staging (pinned on CUDA) and
-//      records the "copied" event; Save returns: the host never waits for
-//      the copies;
+//      rank's share of the state into host staging (pinned on CUDA; 12
+//      bytes per element the rank writes, allocated by the first Save and
+//      kept) and records the "copied" event; Save returns: the host never
+//      waits for the copies;
 //   3. in the next step, every node that writes a master or a moment
 //      (the optimizer) first waits on "copied" on its stream (an event
 //      wait, no host blocking): the forward and backward overlap the
@@ -41,7 +42,8 @@
 // or mesh; the parameters are matched by name and shape), casts the
 // shards and sets the step count. Every block read is checked against its
 // CRC-32C: DataLoss naming the file on a mismatch or a truncated file.
-// Blocks the host until done.
+// Blocks the host until done; holds one bucket's shards in host memory at
+// a time.
 //
 // Not supported (FailedPrecondition naming the policy): an executor with
 // an optimizer driver (ZenFlow): its state (column selections, the packed

@@ -72,34 +72,35 @@ StatusOr<CheckpointInfo> Executor::Load(const std::string& path, const LoadOptio
   };
   auto pieces = PlanRankLoad(m, graph_, rank());
   if (!pieces.ok()) return in_dir(pieces.status());
-  // This rank's shards of every bucket and tensor, padding zero.
-  const auto& buckets = graph_.layout.buckets;
-  std::vector<std::vector<float>> host(buckets.size() * kNumStateTensors);
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    for (int t = 0; t < kNumStateTensors; ++t) {
-      host[b * kNumStateTensors + t].assign(buckets[b].shard_numel, 0.0f);
-    }
-  }
-  BATON_RETURN_IF_ERROR(ReadPieces(fs, dir, m, *pieces, [&](const LoadPiece& p) {
-    auto& v = host[p.bucket * kNumStateTensors + static_cast<int>(p.tensor)];
-    return reinterpret_cast<char*>(v.data() + p.shard_elem);
-  }));
+  // Bucket by bucket (host memory for one bucket's shards at a time):
+  // read its pieces into zeroed host shards (padding stays zero), copy
+  // them into the master and moment buffers.
   const BufferRole roles[kNumStateTensors] = {BufferRole::kMaster, BufferRole::kMoment1,
                                               BufferRole::kMoment2};
+  const auto& buckets = graph_.layout.buckets;
   Stream& s = compute_stream();
+  std::vector<float> host[kNumStateTensors];
   for (size_t b = 0; b < buckets.size(); ++b) {
+    std::vector<LoadPiece> mine;
+    for (const LoadPiece& p : *pieces) {
+      if (p.bucket == static_cast<int>(b)) mine.push_back(p);
+    }
+    for (auto& v : host) v.assign(buckets[b].shard_numel, 0.0f);
+    BATON_RETURN_IF_ERROR(ReadPieces(fs, dir, m, mine, [&](const LoadPiece& p) {
+      return reinterpret_cast<char*>(host[static_cast<int>(p.tensor)].data() + p.shard_elem);
+    }));
     for (int t = 0; t < kNumStateTensors; ++t) {
       const int buf = BucketBuffer(static_cast<int>(b), roles[t]);
-      const auto& v = host[b * kNumStateTensors + t];
-      if (buf < 0 || graph_.buffers[buf].numel != static_cast<int64_t>(v.size())) {
+      if (buf < 0 || graph_.buffers[buf].numel != static_cast<int64_t>(host[t].size())) {
         return absl::InternalError(absl::StrCat("executor: Load: no ",
                                                 StateTensorName(static_cast<StateTensor>(t)),
                                                 " shard of bucket ", buckets[b].name));
       }
-      BATON_RETURN_IF_ERROR(s.MemcpyAsync(BufferData(buf), v.data(), v.size() * sizeof(float)));
+      BATON_RETURN_IF_ERROR(
+          s.MemcpyAsync(BufferData(buf), host[t].data(), host[t].size() * sizeof(float)));
     }
+    BATON_RETURN_IF_ERROR(s.Synchronize());  // `host` is read until here
   }
-  BATON_RETURN_IF_ERROR(s.Synchronize());  // `host` is read until here
   BATON_RETURN_IF_ERROR(CastMasters());
   step_ = m.header.step;
   CheckpointInfo info;
