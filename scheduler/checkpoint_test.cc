@@ -25,6 +25,7 @@
 #include "baton/scheduler/checkpoint_io.h"
 #include "baton/scheduler/checkpoint_plan.h"
 #include "baton/scheduler/executor.h"
+#include "baton/scheduler/session.h"
 #include "baton/scheduler/testing/checkpoint_toy.h"
 #include "baton/scheduler/testing/fault_fs.h"
 #include "baton/scheduler/testing/toy_model.h"
@@ -613,6 +614,48 @@ TEST(CheckpointTest, RefusedInsideAStepAndWithAnOptimizerDriver) {
   const Status st = (*driven)->Save(so);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(st.message(), "ZenFlow")) << st;
+}
+
+// The session saves and loads between steps and refuses inside one,
+// naming the hook the plan expects.
+TEST(CheckpointTest, SessionSavesAndLoadsBetweenSteps) {
+  const std::string root = TempDir("ckpt_session");
+  auto group = CreateInprocGroup(1);
+  ASSERT_TRUE(group.ok());
+  auto session = Session::Create(Micro(), Preset("baton"), *group->device, *group->comms[0]);
+  ASSERT_TRUE(session.ok()) << session.status();
+  Session& s = **session;
+  ASSERT_TRUE(s.executor().InitParameters([](const ParamSlot& p, float* v) {
+    for (int64_t i = 0; i < p.numel; ++i) v[i] = testing::InitialValue(p, i);
+  }).ok());
+  ToyModel toy(1);
+  ASSERT_TRUE(s.executor().Step(toy.Callbacks(0)).ok());
+  SaveOptions so;
+  so.root = root;
+  so.data_position = 7;
+  ASSERT_TRUE(s.BeginStep().ok());
+  const Status inside = s.Save(so);
+  EXPECT_EQ(inside.code(), absl::StatusCode::kFailedPrecondition) << inside;
+  EXPECT_TRUE(absl::StrContains(inside.message(), "PreForward(embedding)")) << inside;
+  EXPECT_EQ(s.Load(root).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto other = Session::Create(Micro(), Preset("baton"), *group->device, *group->comms[0]);
+  ASSERT_TRUE(other.ok());
+  Session& fresh = **other;
+  ASSERT_TRUE(fresh.executor().InitParameters([](const ParamSlot& p, float* v) {
+    for (int64_t i = 0; i < p.numel; ++i) v[i] = testing::InitialValue(p, i);
+  }).ok());
+  ASSERT_TRUE(fresh.executor().Step(toy.Callbacks(0)).ok());
+  ASSERT_TRUE(fresh.Save(so).ok());
+  ASSERT_TRUE(fresh.WaitForSave().ok());
+  auto third = Session::Create(Micro(), Preset("baton"), *group->device, *group->comms[0]);
+  ASSERT_TRUE(third.ok());
+  auto info = (*third)->Load(root);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->step, 1);
+  EXPECT_EQ(info->data_position, 7);
+  EXPECT_EQ(info->world_size, 1);
+  EXPECT_EQ((*third)->executor().steps_issued(), 1);
+  EXPECT_EQ(ToyModel::CompareShards((*third)->executor(), Advance(Initial(), 1, 1)), "");
 }
 
 }  // namespace
