@@ -14,7 +14,9 @@ the same directory, and prints:
     writer overlapped (the step that called Save included), and the
     exposed time: their difference, per step and summed per save, against
     the save's own duration (what a synchronous save would stop training
-    for); also against the steps of the same run that no writer overlapped.
+    for); also against the steps of the same run that no writer overlapped,
+    and the writer thread's CPU time (what it can take from a host-runtime
+    step, whose compute runs on the same cores).
 The last line is the same as JSON.
 
   bench/checkpoint_bench.py --train-tiny=PATH --dir=DIR [--steps=20]
@@ -119,7 +121,8 @@ def main():
         saves.append({"step": sv["step"], "bytes": total, "wait_ms": sv["wait_ms"],
                       "issue_ms": sv["issue_ms"],
                       "copied_ms": sv["copied_ms"], "written_ms": sv["written_ms"],
-                      "done_ms": sv["done_ms"], "write_mb_s": total / write_s / 1e6,
+                      "done_ms": sv["done_ms"], "writer_cpu_ms": sv["writer_cpu_ms"],
+                      "write_mb_s": total / write_s / 1e6,
                       "steps_overlapped": len(steps),
                       "exposed_ms": sum(t - baseline for t in steps)})
     dd_bps, dd_bytes = dd_rate(opts["dir"], max(s["bytes"] for s in saves))
@@ -129,7 +132,8 @@ def main():
     for s in saves:
         print(f"save of step {s['step']}: {s['bytes'] / 2**20:.1f} MiB; host {s['issue_ms']:.2f} ms "
               f"in Save (+{s['wait_ms']:.1f} ms for the previous save); copied {s['copied_ms']:.1f} ms, written {s['written_ms']:.1f} ms, done "
-              f"{s['done_ms']:.1f} ms after the call; write {s['write_mb_s']:.0f} MB/s; "
+              f"{s['done_ms']:.1f} ms after the call (writer CPU {s['writer_cpu_ms']:.0f} ms); "
+              f"write {s['write_mb_s']:.0f} MB/s; "
               f"{s['steps_overlapped']} steps overlapped, exposed {s['exposed_ms']:+.1f} ms")
     print(f"dd (bs=4M conv=fsync, {dd_bytes / 2**20:.0f} MiB): {dd_bps / 1e6:.0f} MB/s")
     print(f"step time: {baseline:.1f} ms without saves ({len(base_steps)} steps), "

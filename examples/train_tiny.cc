@@ -660,7 +660,7 @@ int Main(int argc, char** argv) {
       saves.push_back({{"step", sv.stats.step}, {"dir", sv.stats.dir}, {"at_ms", sv.at_ms}, {"wait_ms", sv.wait_ms},
                        {"issue_ms", sv.stats.issue_ms}, {"copied_ms", sv.stats.copied_ms},
                        {"written_ms", sv.stats.written_ms}, {"done_ms", sv.stats.done_ms},
-                       {"bytes", sv.stats.bytes}});
+                       {"writer_cpu_ms", sv.stats.writer_cpu_ms}, {"bytes", sv.stats.bytes}});
     }
     j["saves"] = saves;
     j["final_save_wait_ms"] = res.final_save_wait_ms;

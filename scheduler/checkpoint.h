@@ -99,6 +99,7 @@ struct SaveStats {
   double copied_ms = 0;    // when the copies to staging were done
   double written_ms = 0;   // when the data file and part were durable
   double done_ms = 0;      // when this rank's writer finished (commit included)
+  double writer_cpu_ms = 0;  // CPU time of the writer thread (CRCs, copies, syscalls)
   bool committed = false;  // this rank wrote the manifest
 };
 
