@@ -1,7 +1,7 @@
 // A process killed at every file operation of a checkpoint save (issue 37):
 // the save of step 5 by two ranks (one process, inproc ranks) is killed
-// with SIGKILL at its k-th operation, for every k (a write is cut in half
-// first: a torn file). Afterwards the newest complete checkpoint in the
+// with SIGKILL at its k-th operation, for every other k over the whole
+// save (22 trials; a write is cut in half first: a torn file). Afterwards the newest complete checkpoint in the
 // directory is step 3 (the previous one) or, once the manifest of step 5
 // was committed, step 5, and it loads: every file verifies, and every
 // tensor equals the one an uninterrupted run saved, bit for bit. A partial
@@ -98,11 +98,12 @@ TEST(CheckpointKillTest, AKillAtAnyOperationLeavesALoadableCheckpoint) {
   ASSERT_TRUE(WIFEXITED(clean) && WEXITSTATUS(clean) == 0) << clean;
   const std::string ref5 = ref + "/step-00000005";
   ASSERT_EQ(CompareCheckpoints(step3, ref + "/step-00000003"), "");
-  // The count varies a little (one or two ranks may commit); kill points
-  // past the end are runs that complete.
-  const int64_t kTrials = 44;
+  // A save of two ranks makes about 40 file operations (one or two ranks
+  // may commit); every other one is a kill point, and those past the end
+  // are runs that complete.
+  const int64_t kTrials = 22;
   int killed = 0, previous = 0, newer = 0;
-  for (int64_t k = 0; k < kTrials; ++k) {
+  for (int64_t k = 0; k < 2 * kTrials; k += 2) {
     SCOPED_TRACE(absl::StrCat("killed at operation ", k));
     RemoveDir(root + "/step-00000005");
     const int status = RunChild(root, 2, k);
@@ -136,8 +137,8 @@ TEST(CheckpointKillTest, AKillAtAnyOperationLeavesALoadableCheckpoint) {
   }
   std::printf("%lld trials: %d killed; the newest complete checkpoint was step 3 in %d, "
               "step 5 in %d\n", static_cast<long long>(kTrials), killed, previous, newer);
-  EXPECT_GE(killed, 30);
-  EXPECT_GE(previous, 20);  // every kill before the manifest's rename
+  EXPECT_GE(killed, 15);
+  EXPECT_GE(previous, 10);  // every kill before the manifest's rename
   EXPECT_GE(newer, 1);
 }
 
