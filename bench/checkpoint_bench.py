@@ -105,6 +105,7 @@ def main():
     saved = train(opts, extra, save_root)
     base_steps = [e - s for s, e in step_times(base)]
     baseline = sum(base_steps) / len(base_steps)
+    spread = (sum((t - baseline) ** 2 for t in base_steps) / len(base_steps)) ** 0.5
     saves = []
     overlapped = []
     busy = [(sv["at_ms"], sv["at_ms"] + sv["wait_ms"] + sv["done_ms"]) for sv in saved["saves"]]
@@ -136,13 +137,15 @@ def main():
               f"write {s['write_mb_s']:.0f} MB/s; "
               f"{s['steps_overlapped']} steps overlapped, exposed {s['exposed_ms']:+.1f} ms")
     print(f"dd (bs=4M conv=fsync, {dd_bytes / 2**20:.0f} MiB): {dd_bps / 1e6:.0f} MB/s")
-    print(f"step time: {baseline:.1f} ms without saves ({len(base_steps)} steps), "
+    print(f"step time: {baseline:.1f} ms without saves ({len(base_steps)} steps, standard "
+          f"deviation {spread:.1f} ms), "
           f"{same_run:.1f} ms in the run with saves when no writer ran ({len(free)} steps), "
           f"{mean_overlapped:.1f} ms while a writer ran ({len(overlapped)} steps): exposed "
           f"{mean_overlapped - baseline:+.1f} ms per step against the run without saves, "
           f"{mean_overlapped - same_run:+.1f} ms against the same run")
     print(json.dumps({"model": saved["model"], "parameters": saved["parameters"],
                       "nranks": saved["nranks"], "baseline_step_ms": baseline,
+                      "baseline_step_ms_stdev": spread,
                       "overlapped_step_ms": mean_overlapped,
                       "same_run_free_step_ms": same_run,
                       "exposed_ms_per_step": mean_overlapped - baseline,
