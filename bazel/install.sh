@@ -2,7 +2,7 @@
 # ./bazelw run //:install -- --prefix=DIR
 #
 # Installs baton for programs built outside Bazel:
-#   DIR/lib/libbaton.so{,.MAJOR,.VERSION}          the API (see README)
+#   DIR/lib/libbaton.so{,.MAJOR,.VERSION}          the API (docs/linking.md)
 #   DIR/lib/libbaton_{ucx,nccl}.so{,.MAJOR,.VERSION}  one library per backend
 #   DIR/include/baton/...                          the installed headers
 #   DIR/lib/pkgconfig/baton{,-ucx,-nccl}.pc

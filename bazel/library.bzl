@@ -1,7 +1,7 @@
 """What a program outside the project links: the public headers and the
 pieces of the shared libraries of `./bazelw run //:install`.
 
-PUBLIC_HEADERS is the API (README, "Linking baton"): what a trainer includes
+PUBLIC_HEADERS is the API (docs/linking.md): what a trainer includes
 as "baton/<path>". SUPPORT_HEADERS are installed only because public headers
 include them; they are not API. //:public_headers_test checks that the two
 lists together are closed under #include "baton/...".
@@ -24,6 +24,7 @@ PUBLIC_HEADERS = [
     "scheduler/checkpoint_fs.h",
     "scheduler/executor.h",
     "scheduler/layout.h",
+    "scheduler/limits.h",
     "scheduler/mesh.h",
     "scheduler/model.h",
     "scheduler/optimizer_driver.h",

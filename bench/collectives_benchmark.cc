@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
@@ -36,7 +35,9 @@
 #include "baton/comm/bootstrap/store.h"
 #include "nlohmann/json.hpp"
 #include "baton/runtime/device.h"
+#include "baton/runtime/output_file.h"
 #include "baton/runtime/version.h"
+#include "baton/scheduler/limits.h"
 
 namespace baton {
 namespace {
@@ -190,7 +191,7 @@ int Parse(int argc, char** argv, Options* o) {
         return Usage("bad --device '" + val + "' (host, cuda)");
       }
     } else if (key == "nranks") {
-      rc = int_flag(&o->nranks, 1, 4096);
+      rc = int_flag(&o->nranks, 1, static_cast<int>(scheduler::kMaxLocalRanks));
     } else if (key == "b" || key == "minbytes") {
       rc = size_flag(&o->min_bytes);
     } else if (key == "e" || key == "maxbytes") {
@@ -248,6 +249,13 @@ int Parse(int argc, char** argv, Options* o) {
   if (o->device.empty()) o->device = o->backend == "nccl" ? "cuda" : "host";
   if (o->inproc_events && o->backend != "inproc") {
     return Usage("--inproc_events needs --backend=inproc");
+  }
+  // Ranks this process starts itself (threads, or processes launched here
+  // when no launcher set RANK) are bounded by the host (scheduler/limits.h).
+  if (o->backend == "inproc" || std::getenv("RANK") == nullptr) {
+    if (Status s = scheduler::CheckLocalRanks(o->nranks, "--nranks"); !s.ok()) {
+      return Usage(std::string(s.message()));
+    }
   }
   return 0;
 }
@@ -603,11 +611,10 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
       }
       j["peak_busbw_over_limit"] = ratio;
     }
-    std::ofstream f(o.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "collectives: cannot write %s\n", o.json_path.c_str());
-      return 2;
+    if (Status s = WriteOutputFile(o.json_path, j.dump(2) + "\n", "the JSON results");
+        !s.ok()) {
+      std::fprintf(stderr, "collectives: %s\n", std::string(s.message()).c_str());
+      return kOutputErrorExitCode;
     }
   }
   return wrong == 0 ? 0 : 1;
@@ -737,6 +744,7 @@ int RunProcessRank(const Options& o) {
 }  // namespace baton
 
 int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("collectives");
   baton::Options o;
   if (int rc = baton::Parse(argc, argv, &o); rc != 0) return rc;
   if (o.backend == "inproc") return baton::RunInproc(o);

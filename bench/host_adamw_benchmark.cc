@@ -45,6 +45,7 @@
 #include "baton/ops/host_pool.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/dtype.h"
+#include "baton/runtime/output_file.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::ops {
@@ -235,4 +236,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton::ops
 
-int main(int argc, char** argv) { return baton::ops::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("host_adamw");
+  return baton::ops::Main(argc, argv);
+}

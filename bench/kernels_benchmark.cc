@@ -25,6 +25,7 @@
 #include "baton/bench/bench_cli.h"
 #include "baton/bench/kernel_table_json.h"
 #include "baton/bench/op_suite.h"
+#include "baton/runtime/output_file.h"
 #include "baton/runtime/version.h"
 #include "baton/scheduler/model.h"
 
@@ -162,11 +163,10 @@ int Main(int argc, char** argv) {
       " MiB copy); bf16 GEMM ", limits.gemm_n, "^3: ", limits.gemm_tflops, " TFLOP/s.");
   StatusOr<nlohmann::json> table = KernelTableJson(gpu, provenance, limits, *rows);
   if (!table.ok()) Die(kProgram, table.status());
-  std::ofstream out(f.out);
-  out << table->dump(1) << "\n";
-  if (!out) {
-    std::fprintf(stderr, "%s: cannot write %s\n", kProgram, f.out.c_str());
-    return 1;
+  if (Status s = WriteOutputFile(f.out, table->dump(1) + "\n", "the kernel table");
+      !s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProgram, std::string(s.message()).c_str());
+    return kOutputErrorExitCode;
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -188,4 +188,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton::bench
 
-int main(int argc, char** argv) { return baton::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit(baton::bench::kProgram);
+  return baton::bench::Main(argc, argv);
+}

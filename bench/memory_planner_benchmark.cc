@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_format.h"
 #include "baton/memory/planner.h"
+#include "baton/runtime/output_file.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::memory {
@@ -208,4 +209,7 @@ int Main() {
 }  // namespace
 }  // namespace baton::memory
 
-int main() { return baton::memory::Main(); }
+int main() {
+  baton::CheckStdoutAtExit("memory_planner");
+  return baton::memory::Main();
+}

@@ -12,7 +12,7 @@
 //     llama3-8b forward GEMMs; each with PyTorch's H100 time at that shape
 //     where the table has one (reference_s).
 //   OpsBenchSpecs, host: one small shape per op, so a run takes seconds
-//     (written in the .cc and in the README).
+//     (written in the .cc and in docs/benchmarks.md).
 //   KernelTableSpecs: per model and token count, the GEMMs of a Llama block
 //     and LM head (forward, input gradient, weight gradient: the shapes of
 //     sim/compute_model.cc), RMSNorm, SwiGLU, cross-entropy, rotary and

@@ -24,6 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "baton/bench/bench_cli.h"
 #include "baton/bench/op_suite.h"
+#include "baton/runtime/output_file.h"
 #include "baton/runtime/version.h"
 
 namespace baton::bench {
@@ -108,4 +109,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton::bench
 
-int main(int argc, char** argv) { return baton::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit(baton::bench::kProgram);
+  return baton::bench::Main(argc, argv);
+}

@@ -25,6 +25,7 @@
 
 #include "benchmark/benchmark.h"
 #include "baton/runtime/device.h"
+#include "baton/runtime/output_file.h"
 #if BATON_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -181,6 +182,7 @@ void PrintGpuHandoff() {
 }  // namespace baton
 
 int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("runtime");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

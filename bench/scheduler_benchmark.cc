@@ -25,7 +25,10 @@
 #include "absl/strings/str_format.h"
 #include "baton/comm/factory.h"
 #include "nlohmann/json.hpp"
+#include "baton/ops/adamw.h"
+#include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
+#include "baton/runtime/output_file.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/step_graph.h"
 #include "bench/cuda_graph_step.h"
@@ -104,7 +107,13 @@ StatusOr<IssueCost> MeasureIssue(const ModelSpec& spec, const Policy& policy,
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      auto exec = Executor::Create(graph, *device, *comms[r]);
+      // ZenFlow's optimizer runs its own nodes: its driver (with AdamW's
+      // defaults) is part of what issuing its step costs.
+      ExecutorOptions options;
+      if (policy.zenflow) {
+        options.optimizer_driver = optim::ZenFlowDriverFactory(ops::AdamWConfig{});
+      }
+      auto exec = Executor::Create(graph, *device, *comms[r], options);
       if (!exec.ok()) {
         status[r] = exec.status();
         return;
@@ -230,4 +239,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton::scheduler
 
-int main(int argc, char** argv) { return baton::scheduler::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("scheduler");
+  return baton::scheduler::Main(argc, argv);
+}

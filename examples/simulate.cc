@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,11 +24,16 @@
 #include "baton/cli/flags.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
+#include "baton/runtime/output_file.h"
 #include "nlohmann/json.hpp"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/policy_file.h"
+#include "baton/scheduler/parallel_graph.h"
 #include "baton/sim/cluster.h"
+#include "baton/sim/host_cost.h"
+#include "baton/sim/parallel_sim.h"
 #include "baton/sim/report.h"
 #include "baton/sim/simulator.h"
 #include "baton/sim/tune.h"
@@ -46,6 +50,9 @@ struct Flags {
   std::vector<std::string> calibration;
   std::string kernel_table;
   std::string attention_kernel = "table";
+  std::string kernel_stack = "eager";
+  std::string gemm_dtype = "bf16";
+  std::string pp_schedule;
   sim::Workload workload;
   std::string recompute = "auto";
   std::vector<std::string> policies;
@@ -55,6 +62,7 @@ struct Flags {
   std::string policy_file, policy_out;
   bool tune = false;
   bool micro_batch_given = false, recompute_given = false;
+  bool parallel = false;  // --tp, --cp or --pp > 1
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -76,6 +84,19 @@ const char kUsage[] =
     "   llm-foundry ran it, from published figures for h100 and a100;\n"
     "   triton-alibi: positions as ALiBi inside it, no RoPE; see\n"
     "   sim/compute_model.h AttentionKernelPreset)\n"
+    "  [--kernel-stack=eager|compiled] [--gemm-dtype=bf16|fp8] (the rest of\n"
+    "   the run's software stack: PyTorch eager as the table (default), or\n"
+    "   torch.compile's fused memory-bound kernels; float8 linears at the\n"
+    "   GPU's FP8 peak with their casts; sim/compute_model.h KernelStack)\n"
+    "  [--tp=N [--sp] [--tp-overlap] [--tp-across-nodes]] [--cp=N]\n"
+    "  [--pp=N [--pp-schedule=1f1b|interleaved|zb-h1] [--vpp=V]\n"
+    "   [--pp-first-layers=N] [--pp-last-layers=N]] (tensor parallelism over\n"
+    "   N GPUs of a node, with sequence parallelism, with its collectives\n"
+    "   decomposed and overlapped with the GEMMs; context parallelism (ring\n"
+    "   attention); pipeline parallelism with V virtual stages per GPU and\n"
+    "   the first / last stages' blocks; the data ranks are --gpus / (tp x\n"
+    "   cp x pp), --micro-batch is per data rank; prints each stage's\n"
+    "   memory and the bubble; sim/parallel_sim.h)\n"
     "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n"
     "  [--policy-file=PATH] (a policy file, scheduler/policy_file.h: its\n"
     "   micro_steps sets the micro-batch and its recompute_blocks the\n"
@@ -84,22 +105,46 @@ const char kUsage[] =
     "   micro-batch, reduce dtype, shard and hpZ groups, with the fewest\n"
     "   recomputed layers that fit; print the best 5 and write the best as\n"
     "   a policy file that --policy-file runs)\n"
-    "Limits: --gpus <= 2^20, --seq <= 2^24, batches <= 2^30, at most 4096\n"
-    "micro-steps (global batch / gpus / micro-batch) and 32768 micro-steps x\n"
-    "(layers + 3). A flag may be given once.\n";
+    "Limits (scheduler/limits.h): --gpus <= 2^20, --seq <= 2^24, batches <=\n"
+    "2^30, at most 4096 micro-steps (global batch / gpus / micro-batch) and\n"
+    "32768 micro-steps x (layers + 3); a policy file's knobs have the same\n"
+    "bounds (recompute_blocks <= the model's blocks). A flag may be given once.\n";
 
-// Flag bounds, documented in --help: past them a run is not a plausible
-// training job and would only burn time and memory.
-constexpr int64_t kMaxGpus = int64_t{1} << 20;
-constexpr int64_t kMaxSeq = int64_t{1} << 24;
-constexpr int64_t kMaxBatch = int64_t{1} << 30;
-// Micro-steps x units (layers + 3) of one simulated step: the step graph
-// and the event loop grow with it (llama3-405b at 256 micro-steps is
-// ~33k and takes seconds per policy).
-constexpr int64_t kMaxStepUnits = int64_t{1} << 15;
+// Flag bounds, documented in --help, from scheduler/limits.h (where they
+// are explained): the same bounds whatever route a value takes.
+constexpr int64_t kMaxGpus = scheduler::kMaxWorldSize;
+constexpr int64_t kMaxSeq = scheduler::kMaxSeq;
+constexpr int64_t kMaxBatch = scheduler::kMaxGlobalBatch;
 
 int64_t Positive(const std::string& flag, const std::string& value, int64_t hi) {
   return cli::PositiveFlag("simulate", flag, value, hi);
+}
+
+// The schedule and the flags that only make sense together.
+void ParseParallel(Flags& f) {
+  sim::Workload& w = f.workload;
+  if (!f.pp_schedule.empty()) {
+    auto s = scheduler::ParsePipelineSchedule(f.pp_schedule);
+    if (!s.ok()) Fail(absl::StrCat("--pp-schedule: ", s.status().message()));
+    w.schedule = *s;
+  } else if (w.vpp > 1) {
+    w.schedule = scheduler::PipelineSchedule::kInterleaved;
+  }
+  if ((w.sp || w.tp_overlap) && w.tp < 2) Fail("--sp and --tp-overlap need --tp=N with N > 1");
+  if (w.schedule == scheduler::PipelineSchedule::kInterleaved && w.vpp < 2) {
+    Fail("--pp-schedule=interleaved needs --vpp=V with V >= 2 virtual stages per GPU");
+  }
+  if (w.vpp > 1 && w.schedule != scheduler::PipelineSchedule::kInterleaved) {
+    Fail("--vpp needs --pp-schedule=interleaved");
+  }
+  if ((!f.pp_schedule.empty() || w.vpp > 1 || w.pp_first_layers > 0 ||
+       w.pp_last_layers > 0) && w.pp < 2) {
+    Fail("--pp-schedule, --vpp and --pp-first/last-layers need --pp=N with N > 1");
+  }
+  f.parallel = w.tp > 1 || w.cp > 1 || w.pp > 1;
+  if (f.parallel && (!f.policy_file.empty())) {
+    Fail("--tp, --cp and --pp set the mesh; a policy file carries its own: give one");
+  }
 }
 
 Flags Parse(int argc, char** argv) {
@@ -126,6 +171,12 @@ Flags Parse(int argc, char** argv) {
       f.tune = true;
       continue;
     }
+    if (a == "--sp" || a == "--tp-overlap" || a == "--tp-across-nodes") {
+      flags.Switch(a);
+      (a == "--sp" ? f.workload.sp : a == "--tp-overlap" ? f.workload.tp_overlap
+                                                         : f.workload.tp_across_nodes) = true;
+      continue;
+    }
     const auto [key, v] = flags.Split(a);
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
@@ -134,6 +185,18 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--calibration") f.calibration = cli::ListFlag("simulate", key, v);
     else if (key == "--kernel-table") f.kernel_table = v;
     else if (key == "--attention-kernel") f.attention_kernel = v;
+    else if (key == "--kernel-stack") f.kernel_stack = v;
+    else if (key == "--gemm-dtype") f.gemm_dtype = v;
+    else if (key == "--tp") f.workload.tp = static_cast<int>(Positive(key, v, kMaxGpus));
+    else if (key == "--cp") f.workload.cp = static_cast<int>(Positive(key, v, kMaxGpus));
+    else if (key == "--pp") f.workload.pp = static_cast<int>(Positive(key, v, kMaxGpus));
+    else if (key == "--vpp") f.workload.vpp = static_cast<int>(Positive(key, v, kMaxGpus));
+    else if (key == "--pp-schedule") f.pp_schedule = v;
+    else if (key == "--pp-first-layers") {
+      f.workload.pp_first_layers = static_cast<int>(Positive(key, v, kMaxGpus));
+    } else if (key == "--pp-last-layers") {
+      f.workload.pp_last_layers = static_cast<int>(Positive(key, v, kMaxGpus));
+    }
     else if (key == "--gpus") f.workload.gpus = static_cast<int>(Positive(key, v, kMaxGpus));
     else if (key == "--seq") f.workload.seq = Positive(key, v, kMaxSeq);
     else if (key == "--global-batch") f.workload.global_batch = Positive(key, v, kMaxBatch);
@@ -170,13 +233,25 @@ Flags Parse(int argc, char** argv) {
   if (!f.policy_file.empty() && chosen) {
     Fail("--policy-file and --policy / --compare both choose the policy; give one");
   }
+  if (f.tune && (f.workload.tp > 1 || f.workload.cp > 1 || f.workload.pp > 1 ||
+                 f.workload.sp || f.workload.tp_overlap || f.workload.vpp > 1 ||
+                 !f.pp_schedule.empty())) {
+    Fail("--tune searches the mesh (tensor, context, pipeline and data dimensions); "
+         "drop --tp, --sp, --tp-overlap, --cp, --pp, --vpp and --pp-schedule");
+  }
   if (f.tune && (f.recompute_given || f.workload.shard_group >= 0 ||
                  f.workload.hpz_group >= 0 || !f.trace.empty() || !f.svg.empty())) {
     Fail("--tune chooses recompute, shard and hpZ groups and draws no pictures; "
          "drop --recompute-layers, --shard-group, --hpz-group, --trace and --svg");
   }
   if (!f.policy_out.empty() && !f.tune) Fail("--policy-out needs --tune");
-  if (f.policies.empty()) f.policies = scheduler::PolicyPresetNames();
+  ParseParallel(f);
+  if (f.policies.empty()) {
+    // Tensor, context and pipeline parallelism run Megatron's distributed
+    // optimizer (scheduler/policy.h): the baton preset's knobs.
+    f.policies = f.parallel ? std::vector<std::string>{"baton"}
+                            : scheduler::PolicyPresetNames();
+  }
   return f;
 }
 
@@ -186,10 +261,8 @@ std::string ReadFile(const std::string& path, const char* what) {
   return *std::move(text);
 }
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) Fail(absl::StrCat("cannot write ", path));
+void WriteFile(const std::string& path, const std::string& text, const char* what) {
+  if (Status s = WriteOutputFile(path, text, what); !s.ok()) Fail(std::string(s.message()));
 }
 
 // The policy of --policy-file, with the flags given explicitly applied to
@@ -199,22 +272,36 @@ scheduler::Policy PolicyFromFile(const Flags& f, const scheduler::ModelSpec& mod
                                  sim::Workload& w) {
   auto p = scheduler::ReadPolicyFile(f.policy_file);
   if (!p.ok()) Fail(std::string(p.status().message()));
-  const int64_t local = w.global_batch / w.gpus;
+  // The file's mesh: the data ranks are what tp x cp x pp leave.
+  w.tp = p->tensor_parallel;
+  w.sp = p->sequence_parallel;
+  w.tp_overlap = p->tp_comm_overlap;
+  w.cp = p->context_parallel;
+  w.pp = p->pipeline_parallel;
+  w.vpp = p->virtual_stages;
+  w.schedule = p->pipeline_schedule;
+  if (Status s = sim::ValidateWorkload(w); !s.ok()) {
+    Fail(absl::StrCat("policy file ", f.policy_file, ": ", s.message()));
+  }
+  const int64_t local = w.global_batch / w.data_ranks();
   if (f.micro_batch_given) {
     p->micro_steps = static_cast<int>(local / w.micro_batch);
   } else if (local % p->micro_steps != 0) {
     Fail(absl::StrCat("policy file ", f.policy_file, ": field \"micro_steps\" = ",
                       p->micro_steps, " does not divide the local batch ", local,
-                      " (global batch / gpus)"));
+                      " (global batch / data ranks)"));
   } else {
     w.micro_batch = local / p->micro_steps;
   }
   if (w.shard_group >= 0) p->shard_group = w.shard_group;
   if (w.hpz_group >= 0) p->hpz_group = w.hpz_group;
-  if (!f.recompute_given && p->recompute_blocks > model.layers) {
-    Fail(absl::StrCat("policy file ", f.policy_file, ": field \"recompute_blocks\" = ",
-                      p->recompute_blocks, " is more than the model's ", model.layers,
-                      " blocks"));
+  // The model's bounds on the file's knobs (train_tiny checks the same).
+  scheduler::Policy checked = *p;
+  if (f.recompute_given) checked.recompute_blocks = 0;  // replaced by the flag
+  if (Status s = scheduler::CheckPolicyForModel(checked, model,
+                                                absl::StrCat("policy file ", f.policy_file));
+      !s.ok()) {
+    Fail(std::string(s.message()));
   }
   if (auto g = scheduler::ResolveMesh(*p, w.gpus); !g.ok()) {
     Fail(absl::StrCat("policy file ", f.policy_file, ": ", g.status().message()));
@@ -226,12 +313,13 @@ scheduler::Policy PolicyFromFile(const Flags& f, const scheduler::ModelSpec& mod
 int TuneMain(const Flags& f, const scheduler::ModelSpec& model,
              const sim::ClusterSpec& cluster, const sim::Workload& w,
              const sim::Calibration& calibration,
-             const sim::AttentionKernel& attention) {
+             const sim::AttentionKernel& attention, const sim::KernelStack& stack) {
   sim::TuneOptions o;
   if (!calibration.tables.empty()) o.sim.calibration = &calibration;
   if (calibration.kernels) o.sim.kernels = &*calibration.kernels;
   o.sim.attention = attention;
-  o.max_step_units = kMaxStepUnits;
+  o.sim.stack = stack;
+  o.max_step_units = scheduler::kMaxStepUnits;
   const auto start = std::chrono::steady_clock::now();
   auto t = sim::Tune(model, cluster, w, o);
   const double elapsed =
@@ -316,18 +404,20 @@ int Main(int argc, char** argv) {
   if (auto d = sim::KernelHeadDim(attention, model->head_dim); !d.ok()) {
     Fail(absl::StrCat("--attention-kernel=", f.attention_kernel, ": ", d.status().message()));
   }
-  if (Status s = sim::ValidateWorkload(f.workload); !s.ok()) {
+  const auto stack = sim::KernelStackFor(f.kernel_stack, f.gemm_dtype, *cluster);
+  if (!stack.ok()) Fail(std::string(stack.status().message()));
+  // --tune splits the batch per mesh and a policy file carries its own
+  // mesh: they check the batch themselves.
+  if (Status s = sim::ValidateWorkload(f.workload);
+      !s.ok() && !f.tune && f.policy_file.empty()) {
     Fail(std::string(s.message()));
   }
   sim::Workload w = f.workload;
   std::optional<scheduler::Policy> file_policy;
   if (!f.policy_file.empty()) file_policy = PolicyFromFile(f, *model, w);
-  const int64_t micro_steps = w.global_batch / w.gpus / w.micro_batch;
-  if (micro_steps * (model->layers + 3) > kMaxStepUnits) {
-    Fail(absl::StrCat("the step would run ", micro_steps, " micro-steps of ",
-                      model->layers + 3, " units (", micro_steps * (model->layers + 3),
-                      "); the limit is ", kMaxStepUnits,
-                      " unit-micro-steps: raise --micro-batch or --gpus"));
+  const int64_t micro_steps = w.global_batch / w.data_ranks() / w.micro_batch;
+  if (Status s = scheduler::CheckStepUnits(micro_steps, model->layers); !s.ok()) {
+    Fail(absl::StrCat(s.message(), ": raise --micro-batch or --gpus"));
   }
   int recompute = sim::kAutoRecompute;
   if (file_policy && !f.recompute_given) {
@@ -372,7 +462,21 @@ int Main(int argc, char** argv) {
                 attention.pad_head_dim ? ", head dim padded to a power of two" : "",
                 attention.no_rope ? ", ALiBi: no RoPE kernels" : "");
   }
-  if (f.tune) return TuneMain(f, *model, *cluster, w, calibration, attention);
+  if (stack->compiled || stack->fp8) {
+    std::printf("# kernel stack: %s, %s GEMMs (sim/compute_model.h KernelStack)\n",
+                f.kernel_stack.c_str(), f.gemm_dtype.c_str());
+  }
+  const bool parallel = f.parallel || (file_policy && scheduler::IsParallel(*file_policy));
+  if (parallel) {
+    auto p = file_policy ? StatusOr<scheduler::Policy>(*file_policy)
+                         : sim::SimPolicy(f.policies[0], w, cluster->gpus_per_node);
+    auto mesh = p.ok() ? scheduler::ResolveMesh(*p, w.gpus)
+                       : StatusOr<scheduler::DeviceMesh>(p.status());
+    if (!mesh.ok()) Fail(std::string(mesh.status().message()));
+    std::printf("# mesh: %s; %lld micro-batches per step per pipeline\n",
+                mesh->ToString().c_str(), static_cast<long long>(micro_steps));
+  }
+  if (f.tune) return TuneMain(f, *model, *cluster, w, calibration, attention, *stack);
   const std::vector<std::string> names =
       file_policy ? std::vector<std::string>{file_policy->name} : f.policies;
   int name_width = 7;  // the policy column fits the longest name printed
@@ -394,11 +498,21 @@ int Main(int argc, char** argv) {
     if (!calibration.tables.empty()) o.calibration = &calibration;
     if (calibration.kernels) o.kernels = &*calibration.kernels;
     o.attention = attention;
+    o.stack = *stack;
     o.timeline = first && (!f.trace.empty() || !f.svg.empty());
     scheduler::StepGraph graph;
-    auto r = file_policy ? sim::SimulatePolicy(*model, *cluster, w, *file_policy,
-                                               recompute, o, &graph)
-                         : sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);
+    scheduler::ParallelStep step;
+    StatusOr<sim::SimResult> r = absl::UnknownError("");
+    if (parallel) {
+      auto p = file_policy ? StatusOr<scheduler::Policy>(*file_policy)
+                           : sim::SimPolicy(name, w, cluster->gpus_per_node);
+      if (!p.ok()) Fail(absl::StrCat(name, ": ", p.status().message()));
+      r = sim::SimulateParallel(*model, *cluster, w, *p, recompute, o, &step, &graph);
+    } else {
+      r = file_policy ? sim::SimulatePolicy(*model, *cluster, w, *file_policy, recompute, o,
+                                            &graph)
+                      : sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);
+    }
     if (!r.ok()) Fail(absl::StrCat(name, ": ", r.status().message()));
     if (Status s = sim::ValidateResult(*r); !s.ok()) Fail(std::string(s.message()));
     const sim::MemoryBreakdown& m = r->memory;
@@ -413,10 +527,20 @@ int Main(int argc, char** argv) {
                     std::max<size_t>(r->lower_bound_bytes, 1),
                 r->fits ? "yes" : "NO");
     if (recompute == sim::kAutoRecompute) {
-      std::printf("        recompute-layers=auto chose %d of %lld blocks%s\n",
+      std::printf("        recompute-layers=auto chose %d of %lld blocks%s%s\n",
                   r->recompute_blocks, static_cast<long long>(model->layers),
+                  parallel ? " per virtual stage" : "",
                   r->fits ? "" : " (does not fit even with all recomputed)");
     }
+    if (graph.offload()) {  // the host side of the step (sim/host_cost.h)
+      const sim::HostRates h = sim::ResolveHostRates(*cluster, w.gpus);
+      std::printf("        offload: %s's executor; per GPU %.1f GB/s host link, host "
+                  "optimizer %.2fe9 params/s (%s-bound, %d ranks share the host)\n",
+                  sim::OffloadExecutorName(cluster->offload_executor), h.link_gbps,
+                  h.opt_gparams, h.opt_memory_bound ? "memory" : "core",
+                  h.ranks_on_node);
+    }
+    if (!r->stages.empty()) std::fputs(sim::StagesText(*r).c_str(), stdout);
     rows.push_back({{"policy", name},
                     {"step_time_s", r->step_s},
                     {"mfu", r->mfu},
@@ -425,13 +549,18 @@ int Main(int argc, char** argv) {
                     {"fits", r->fits},
                     {"recompute_blocks", r->recompute_blocks},
                     {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu}});
+    if (!r->stages.empty()) rows.back()["pipeline"] = sim::StagesJson(*r);
     if (o.timeline) {
-      if (!f.trace.empty()) WriteFile(f.trace, sim::TraceJson(graph, *r));
+      const std::string title =
+          absl::StrCat(model->name, " on ", w.gpus, " x ", cluster->name, ", policy ", name);
+      if (!f.trace.empty()) {
+        WriteFile(f.trace, parallel ? sim::PipelineTraceJson(step, *r) : sim::TraceJson(graph, *r),
+                  "the trace");
+      }
       if (!f.svg.empty()) {
         WriteFile(f.svg,
-                  sim::StepSvg(graph, *r,
-                               absl::StrCat(model->name, " on ", w.gpus, " x ",
-                                            cluster->name, ", policy ", name)));
+                  parallel ? sim::PipelineSvg(step, *r, title) : sim::StepSvg(graph, *r, title),
+                  "the SVG");
       }
     }
     first = false;
@@ -449,4 +578,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton
 
-int main(int argc, char** argv) { return baton::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("simulate");
+  return baton::Main(argc, argv);
+}

@@ -47,8 +47,10 @@
 #include "baton/examples/llama_trainer.h"
 #include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
+#include "baton/runtime/output_file.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/layout.h"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/policy_file.h"
@@ -101,16 +103,23 @@ const char kUsage[] =
     "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
     "  [--save-dir=DIR --save-every=N] (a checkpoint after every N-th step)\n"
     "  [--resume=DIR] (from the newest complete checkpoint in DIR; same global batch)\n"
-    "Limits: --nranks <= 4096, --seq and --batch <= 65536, --micro-steps <= 4096,\n"
-    "--lr <= 10, --timeout <= 604800, model sizes <= 2^24 and 2^31 parameters.\n"
-    "A flag may be given once.\n";
+    "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
+    "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
+    "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
+    "--micro-steps <= 4096 (a policy file's micro_steps too), --lr <= 10,\n"
+    "--timeout <= 604800, --layers <= 16384, other model sizes <= 2^24, at\n"
+    "most 2^31 parameters; a policy file's recompute_blocks <= the model's\n"
+    "blocks. A flag may be given once.\n";
 
-// Flag bounds (stated in --help); the model sizes are bounded again by
-// ValidateModelSpec and the 2^31-parameter check below.
-constexpr int64_t kMaxRanks = 4096;
+// Flag bounds (stated in --help). Ranks, micro-steps and model sizes come
+// from scheduler/limits.h (the same bounds through a policy file or
+// config.json; the ranks this process starts are bounded again by the
+// host, MaxLocalRanks); the model is bounded again by ValidateModelSpec and
+// the 2^31-parameter check below.
+constexpr int64_t kMaxRanks = scheduler::kMaxLocalRanks;
 constexpr int64_t kMaxSeq = 1 << 16;
 constexpr int64_t kMaxBatch = 1 << 16;
-constexpr int64_t kMaxMicroSteps = 4096;
+constexpr int64_t kMaxMicroSteps = scheduler::kMaxMicroSteps;
 constexpr int64_t kMaxSteps = int64_t{1} << 30;
 constexpr int64_t kMaxTimeoutS = 7 * 86400;
 constexpr double kMaxLr = 10;
@@ -135,7 +144,7 @@ Flags Parse(int argc, char** argv) {
     const auto [key, v] = flags.Split(a);
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
-    else if (key == "--layers") f.layers = Positive(key, v, dim);
+    else if (key == "--layers") f.layers = Positive(key, v, scheduler::kMaxModelLayers);
     else if (key == "--hidden") f.hidden = Positive(key, v, dim);
     else if (key == "--heads") f.heads = Positive(key, v, dim);
     else if (key == "--kv-heads") f.kv_heads = Positive(key, v, dim);
@@ -280,11 +289,12 @@ struct RunResult {
   };
   std::vector<Save> saves;
   double final_save_wait_ms = 0;
-  double ms_per_step = 0;      // steps after the first
+  double ms_per_step = 0;      // steps after the first (of one step: that step)
   double tokens_per_s = 0;
   size_t arena_bytes = 0, lower_bound_bytes = 0, persistent_bytes = 0;
   size_t host_bytes = 0;  // offload: master and moments in host memory
   std::string plan_strategy;
+  std::string trace_json;  // --trace: the step trace (scheduler/step_trace.h)
 };
 
 struct Job {
@@ -327,6 +337,21 @@ StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
   return info.step;
 }
 
+// The model's bounds on the policy (scheduler/limits.h), named by the route
+// each knob came from, as simulate names them: --micro-steps, else the
+// policy file's fields, else the preset.
+void CheckPolicyRoutes(const Flags& f, const Job& job) {
+  if (f.micro_steps > 0) {
+    if (Status s = scheduler::CheckStepUnits(f.micro_steps, job.spec.layers); !s.ok()) {
+      Fail(absl::StrCat("--micro-steps=", f.micro_steps, ": ", s.message()));
+    }
+  }
+  const std::string file = f.file_policy ? absl::StrCat("policy file ", f.policy_file) : "";
+  if (Status s = scheduler::CheckPolicyForModel(job.policy, job.spec, file); !s.ok()) {
+    Fail(std::string(s.message()));
+  }
+}
+
 // Trains on one rank through the executor; every rank calls it. `observer`
 // (may be null): the rank's step trace recorder.
 Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> graph,
@@ -346,7 +371,9 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   const int64_t global_batch = job.config.batch * graph->policy.micro_steps * ranks;
   BATON_ASSIGN_OR_RETURN(const int64_t first, StartState(job, *executor, global_batch));
   out->first_step = first;
-  BATON_ASSIGN_OR_RETURN(auto loss_stream, device.CreateStream({0, "loss"}));
+  // The loss all-reduce runs on the compute stream after the step: a stream
+  // of its own would be one more thread per in-process rank.
+  Stream& loss_stream = executor->compute_stream();
   BATON_ASSIGN_OR_RETURN(DeviceBuffer scalar, device.Allocate(sizeof(float)));
   const scheduler::StepCallbacks callbacks = model->Callbacks();
   const double global_tokens = static_cast<double>(model->tokens_per_step()) * ranks;
@@ -365,13 +392,13 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
     BATON_ASSIGN_OR_RETURN(double local, model->LossSum(executor->compute_stream()));
     // The global mean: sum the ranks' loss sums (a tag the step never uses).
     float sum = static_cast<float>(local);
-    BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(scalar.data(), &sum, sizeof(float)));
+    BATON_RETURN_IF_ERROR(loss_stream.MemcpyAsync(scalar.data(), &sum, sizeof(float)));
     CollectiveOptions opts;
     opts.tag = scheduler::kFirstTrainerTag;
     BATON_RETURN_IF_ERROR(comm.AllReduce(scalar.data(), scalar.data(), 1, DataType::kF32,
-                                         ReduceOp::kSum, *loss_stream, opts));
-    BATON_RETURN_IF_ERROR(loss_stream->MemcpyAsync(&sum, scalar.data(), sizeof(float)));
-    BATON_RETURN_IF_ERROR(loss_stream->Synchronize());
+                                         ReduceOp::kSum, loss_stream, opts));
+    BATON_RETURN_IF_ERROR(loss_stream.MemcpyAsync(&sum, scalar.data(), sizeof(float)));
+    BATON_RETURN_IF_ERROR(loss_stream.Synchronize());
     const double loss = sum / global_tokens;
     if (!std::isfinite(loss)) {
       return absl::DataLossError(absl::StrCat("step ", step, ": the loss is ", loss));
@@ -431,10 +458,10 @@ StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordina
 }
 
 // n ranks as threads of this process (inproc backend).
-// `trace`: a path for the ranks' step trace ("" none).
+// `trace`: record every rank's steps into RunResult::trace_json.
 StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::string& device_kind,
                               int n, const std::string& group, absl::Duration timeout,
-                              const std::string& trace = "") {
+                              bool trace = false) {
   BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
                          scheduler::BuildStepGraph(job.spec, job.policy, n));
   // One graph shared by the ranks' executors and models.
@@ -450,7 +477,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   std::vector<std::thread> threads;
   scheduler::StepTrace step_trace;
   std::vector<scheduler::NodeObserver*> observers(n, nullptr);
-  if (!trace.empty()) {
+  if (trace) {
     for (int r = 0; r < n; ++r) observers[r] = step_trace.ForRank(r, *graph);
   }
   // A rank that fails (a damaged checkpoint file, say) aborts its
@@ -471,7 +498,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   if (const int r = first_failed.load(); r >= 0) {
     return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
   }
-  if (!trace.empty()) BATON_RETURN_IF_ERROR(step_trace.Write(trace));  // streams synced
+  if (trace) results[0].trace_json = step_trace.Json();  // streams synced
   return results[0];
 }
 
@@ -498,7 +525,7 @@ StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const F
   const bool traced = !f.trace.empty() && info.rank == 0;
   BATON_RETURN_IF_ERROR(TrainRank(job, graph, corpus, *device, *comm, &result,
                                   traced ? step_trace.ForRank(0, *graph) : nullptr));
-  if (traced) BATON_RETURN_IF_ERROR(step_trace.Write(f.trace));
+  if (traced) result.trace_json = step_trace.Json();
   BATON_RETURN_IF_ERROR(store->Barrier("train_tiny_done", timeout));
   return result;
 }
@@ -511,17 +538,30 @@ int Main(int argc, char** argv) {
   // NotFound: no launcher set this process up (contradictory variables are
   // other errors, reported below).
   const StatusOr<LaunchInfo> info = LaunchInfoFromEnv();
+  // The ranks this process starts itself (threads, or processes launched
+  // here) are bounded by what the host runs (scheduler/limits.h); a
+  // launcher's ranks are one per process.
+  const bool starts_ranks = !multi_process || absl::IsNotFound(info.status());
+  if (starts_ranks) {
+    if (Status s = scheduler::CheckLocalRanks(std::max(f.nranks, 1), "--nranks"); !s.ok()) {
+      Fail(std::string(s.message()));
+    }
+  }
+  Job job;
+  job.spec = ModelFromFlags(f);
+  job.policy = PolicyFromFlags(f);
+  CheckPolicyRoutes(f, job);
   {
     // Groups that do not fit the ranks (shard_group, hpz_group): bad input.
     const int world = multi_process && info.ok() ? info->world_size
                                                  : std::max(f.nranks, 1);
-    const auto groups = scheduler::ResolveMesh(PolicyFromFlags(f), world);
+    const auto groups = scheduler::ResolveMesh(job.policy, world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
   }
   if (!f.trace.empty() && !std::ofstream(f.trace, std::ios::app)) {
     Fail(absl::StrCat("--trace: cannot write ", f.trace));
   }
-  if (multi_process && absl::IsNotFound(info.status())) {
+  if (multi_process && starts_ranks) {
     // Start --nranks copies of this program as the ranks of one job.
     LaunchOptions lo;
     lo.nproc = f.nranks > 0 ? f.nranks : 1;
@@ -534,9 +574,6 @@ int Main(int argc, char** argv) {
     return r->exit_code;
   }
 
-  Job job;
-  job.spec = ModelFromFlags(f);
-  job.policy = PolicyFromFlags(f);
   job.config.seq = f.seq;
   job.config.batch = f.batch;
   job.config.adamw.lr = static_cast<float>(f.lr);
@@ -567,13 +604,20 @@ int Main(int argc, char** argv) {
     result = RunProcessRank(job, *corpus, f, *info);
   } else {
     result = RunInproc(job, *corpus, f.device, nranks, "train_tiny", absl::Seconds(f.timeout_s),
-                       f.trace);
+                       !f.trace.empty());
   }
   if (!result.ok()) {
     std::fprintf(stderr, "train_tiny: rank %d: %s\n", rank, result.status().ToString().c_str());
     return 1;
   }
   if (rank != 0) return 0;
+  if (!f.trace.empty()) {  // every rank's tracks (inproc) or rank 0's
+    if (Status s = WriteOutputFile(f.trace, result->trace_json + "\n", "the trace");
+        !s.ok()) {
+      std::fprintf(stderr, "train_tiny: %s\n", std::string(s.message()).c_str());
+      return kOutputErrorExitCode;
+    }
+  }
 
   // The unsharded reference: one rank, the whole global batch.
   double max_rel = -1;
@@ -616,9 +660,13 @@ int Main(int argc, char** argv) {
     std::printf("offload: master shards and moments in host memory, %s\n",
                 MiB(res.host_bytes).c_str());
   }
-  std::printf("time per step: %.1f ms (steps %lld..%lld), %.0f tokens/s\n", res.ms_per_step,
-              static_cast<long long>(res.first_step + 2), static_cast<long long>(f.steps),
-              res.tokens_per_s);
+  // The first step (allocation, first touches) is left out of the timing
+  // when there is a second one.
+  const int64_t run = f.steps - res.first_step;  // the steps this run trained
+  const std::string timed = run > 1 ? absl::StrCat("steps ", res.first_step + 2, "..", f.steps)
+                                    : std::string("the only step, set-up included");
+  std::printf("time per step: %.1f ms (%s), %.0f tokens/s\n", res.ms_per_step,
+              timed.c_str(), res.tokens_per_s);
   if (res.first_step > 0) {
     std::printf("resumed from %s at step %lld\n", f.resume.c_str(),
                 static_cast<long long>(res.first_step));
@@ -674,4 +722,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton
 
-int main(int argc, char** argv) { return baton::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("train_tiny");
+  return baton::Main(argc, argv);
+}

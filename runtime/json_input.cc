@@ -1,6 +1,8 @@
 #include "baton/runtime/json_input.h"
 
 #include <cmath>
+#include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -35,6 +37,70 @@ int NestingDepth(absl::string_view text, int limit) {
   return deepest;
 }
 
+// Follows the parser's events to find the first key that appears twice in
+// one object, and where (nlohmann keeps the last value and says nothing).
+class DuplicateKeyFinder {
+ public:
+  bool Event(nlohmann::json::parse_event_t event, const nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        NextElement();
+        frames_.push_back({event == E::object_start, -1, {}, {}});
+        break;
+      case E::object_end:
+      case E::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        break;
+      case E::key:
+        if (!frames_.empty() && found_.empty()) {
+          Frame& f = frames_.back();
+          f.key = parsed.get<std::string>();
+          if (!f.keys.insert(f.key).second) found_ = Describe();
+        }
+        break;
+      case E::value:
+        NextElement();
+        break;
+    }
+    return true;  // keep everything: the caller refuses the whole text
+  }
+
+  // "" when every key was unique.
+  const std::string& found() const { return found_; }
+
+ private:
+  struct Frame {
+    bool object;
+    int64_t index;             // arrays: the element being read
+    std::string key;           // objects: the key being read
+    std::set<std::string> keys;
+  };
+
+  void NextElement() {
+    if (!frames_.empty() && !frames_.back().object) ++frames_.back().index;
+  }
+
+  // `"key"`, or `"key" at a.b[2]` for a key inside nested values.
+  std::string Describe() const {
+    std::string where;
+    for (size_t i = 0; i + 1 < frames_.size(); ++i) {
+      const Frame& f = frames_[i];
+      if (f.object) {
+        absl::StrAppend(&where, where.empty() ? "" : ".", f.key);
+      } else {
+        absl::StrAppend(&where, "[", f.index, "]");
+      }
+    }
+    const std::string key = JsonBrief(nlohmann::json(frames_.back().key));
+    return where.empty() ? key : absl::StrCat(key, " at ", where);
+  }
+
+  std::vector<Frame> frames_;
+  std::string found_;
+};
+
 }  // namespace
 
 StatusOr<nlohmann::json> ParseJsonInput(absl::string_view text,
@@ -49,10 +115,19 @@ StatusOr<nlohmann::json> ParseJsonInput(absl::string_view text,
         absl::StrCat(what, ": JSON nested deeper than ", kMaxJsonDepth,
                      " levels"));
   }
-  nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr,
-                                           /*allow_exceptions=*/false);
+  DuplicateKeyFinder duplicates;
+  nlohmann::json j = nlohmann::json::parse(
+      text.begin(), text.end(),
+      [&duplicates](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        return duplicates.Event(event, parsed);
+      },
+      /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": not valid JSON"));
+  }
+  if (!duplicates.found().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": duplicate key ", duplicates.found()));
   }
   return j;
 }

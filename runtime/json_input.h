@@ -5,7 +5,9 @@
 // ParseJsonInput refuses text longer than kMaxJsonInputBytes or nested
 // deeper than kMaxJsonDepth before nlohmann sees it (a scan outside string
 // literals), so no later recursive walk (dump, compare) can exhaust the
-// stack. JsonInt / JsonNumber never throw: a wrong type, a non-integer, a
+// stack; and an object with a key given twice (JSON leaves it undefined and
+// nlohmann keeps the last silently), naming the key and where it is, as a
+// flag given twice is refused. JsonInt / JsonNumber never throw: a wrong type, a non-integer, a
 // non-finite number or one outside [lo, hi] is InvalidArgument naming
 // `what` and the allowed range. JsonBrief describes a value for an error
 // message in at most ~40 characters (containers by type, not by content).
@@ -28,7 +30,9 @@ inline constexpr int kMaxJsonDepth = 64;
 inline constexpr size_t kMaxJsonInputBytes = size_t{64} << 20;  // 64 MiB
 
 // `what` labels the input in messages ("config.json", "cluster file ...").
-// InvalidArgument for text over the size or depth bound or not JSON.
+// InvalidArgument for text over the size or depth bound, not JSON, or with
+// a duplicate key: "<what>: duplicate key "k"" for a key of the top-level
+// object, "<what>: duplicate key "k" at a.b[2]" for one nested deeper.
 StatusOr<nlohmann::json> ParseJsonInput(absl::string_view text,
                                         absl::string_view what);
 

@@ -27,6 +27,30 @@ TEST(JsonInputTest, DeepNestingIsRefusedBeforeParsing) {
   EXPECT_FALSE(ParseJsonInput("]]]", "x").ok());
 }
 
+TEST(JsonInputTest, DuplicateKeysAreRefusedNamingTheKeyAndWhere) {
+  auto refused = [](const std::string& text) {
+    auto j = ParseJsonInput(text, "policy file x.json");
+    EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    return std::string(j.status().message());
+  };
+  EXPECT_EQ(refused(R"({"micro_steps": 2, "name": "a", "micro_steps": 3})"),
+            "policy file x.json: duplicate key \"micro_steps\"");
+  EXPECT_EQ(refused(R"({"results": [{"size": 1}, {"size": 2, "x": {}, "size": 3}]})"),
+            "policy file x.json: duplicate key \"size\" at results[1]");
+  EXPECT_EQ(refused(R"([[], [{"a": {"b": [7, {"c": 1, "c": 1}]}}]])"),
+            "policy file x.json: duplicate key \"c\" at [1][0].a.b[1]");
+  // Equal values are still two values; keys differing only by escapes are
+  // the same key once decoded.
+  EXPECT_EQ(refused(R"({"a": 1, "\u0061": 1})"), "policy file x.json: duplicate key \"a\"");
+  // The same key in sibling or nested objects is no duplicate.
+  auto ok = ParseJsonInput(
+      R"({"a": {"a": 1}, "b": [{"a": 1}, {"a": 2}], "c": {"d": {"a": [1, {"a": 0}]}}})", "x");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)["b"][1]["a"], 2);
+  EXPECT_TRUE(ParseJsonInput("[1, 2, 1]", "x").ok());
+  EXPECT_TRUE(ParseJsonInput("{}", "x").ok());
+}
+
 TEST(JsonInputTest, IntegersAreRangeCheckedNotWrapped) {
   const nlohmann::json j = nlohmann::json::parse(
       R"({"big": 4294967304, "huge": 18446744073709551615, "f": 8.0,

@@ -1,8 +1,7 @@
 #include "baton/runtime/trace_json.h"
 
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
+#include "baton/runtime/output_file.h"
 #include "nlohmann/json.hpp"
 
 namespace baton {
@@ -83,12 +82,7 @@ std::string TraceJsonWriter::Json() const {
 }
 
 Status TraceJsonWriter::Write(const std::string& path) const {
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write the trace to ", path));
-  out << Json() << "\n";
-  out.close();
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write the trace to ", path));
-  return absl::OkStatus();
+  return WriteOutputFile(path, Json() + "\n", "the trace");
 }
 
 }  // namespace baton

@@ -64,8 +64,9 @@ class TraceJsonWriter {
   // The whole trace as one line of JSON (no trailing newline).
   std::string Json() const;
 
-  // Json() and a newline into `path` (replacing it); InvalidArgument naming
-  // the path if it cannot be written.
+  // Json() and a newline into `path` (replacing it), every write, flush and
+  // close checked (runtime/output_file.h); Unavailable naming the path if it
+  // cannot be written.
   Status Write(const std::string& path) const;
 
  private:

@@ -98,8 +98,12 @@ TEST(TraceJsonTest, WriteReplacesTheFileAndNamesAPathItCannotWrite) {
   std::remove(path.c_str());
 
   const Status s = w.Write("/nonexistent-dir/t.json");
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("/nonexistent-dir/t.json"), std::string::npos) << s;
+  // A full disk shows only at the flush: still an error.
+  const Status full = w.Write("/dev/full");
+  EXPECT_EQ(full.message(), "cannot write the trace /dev/full: No space left on device")
+      << full;
 }
 
 }  // namespace

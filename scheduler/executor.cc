@@ -39,6 +39,11 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return absl::InvalidArgumentError("executor: null step graph");
   }
   const StepGraph& graph = *shared;
+  if (graph.parallel()) {
+    return absl::UnimplementedError(
+        "executor: graphs of tensor, context or pipeline parallelism are simulated "
+        "only (scheduler/parallel_graph.h); the executor runs data-parallel graphs");
+  }
   if (comm.size() != graph.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "executor: the graph was built for ", graph.world_size(),
@@ -519,6 +524,10 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       }
       return cb.compute(MakeComputeContext(i));
     }
+    case NodeKind::kSend:
+    case NodeKind::kRecv:
+    case NodeKind::kBackwardWeight:  // parallel graphs: refused by Create
+      return absl::UnimplementedError(absl::StrCat("executor: cannot run ", n.name));
     case NodeKind::kAllGather: {
       // A shard (shard group) or a secondary shard (hpZ group).
       const size_t count = graph_.buffers[n.reads[0]].numel;

@@ -27,6 +27,7 @@
 
 #include "absl/strings/string_view.h"
 #include "baton/runtime/status.h"
+#include "baton/scheduler/limits.h"
 
 namespace baton::scheduler {
 
@@ -44,11 +45,8 @@ struct ModelSpec {
   double rope_theta = 10000.0;
 };
 
-// Bounds that ValidateModelSpec enforces, so every size product and the
-// parameter count fit in int64 with room to spare.
-inline constexpr int64_t kMaxModelDim = int64_t{1} << 24;  // any one size
-inline constexpr int64_t kMaxModelLayers = int64_t{1} << 14;  // 130x llama3-405b
-inline constexpr int64_t kMaxModelParameters = int64_t{1} << 50;  // ~1.1e15
+// ValidateModelSpec's bounds (kMaxModelDim, kMaxModelLayers,
+// kMaxModelParameters) are in scheduler/limits.h with every other limit.
 
 // InvalidArgument naming the field for a size outside [1, kMaxModelDim]
 // (layers: [1, kMaxModelLayers]),

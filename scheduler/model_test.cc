@@ -71,6 +71,11 @@ TEST(ModelTest, HfConfigErrorsNameTheProblem) {
   EXPECT_NE(arch.status().message().find("GPT2LMHeadModel"), std::string::npos);
   auto notjson = ModelFromHfConfig("{not json");
   EXPECT_EQ(notjson.status().code(), absl::StatusCode::kInvalidArgument);
+  auto twice = ModelFromHfConfig(R"({"model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_hidden_layers": 32,
+    "num_attention_heads": 4, "vocab_size": 10})");
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(twice.status().message(), "config.json: duplicate key \"num_hidden_layers\"");
   auto kv = ModelFromHfConfig(R"({"model_type": "llama", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 3, "vocab_size": 10})");

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "baton/scheduler/limits.h"
 
 namespace baton::scheduler {
 
@@ -25,6 +26,24 @@ StatusOr<Offload> ParseOffload(absl::string_view name) {
   if (name == "optimizer") return Offload::kOptimizer;
   return absl::InvalidArgumentError(absl::StrCat(
       "offload must be none or optimizer, got \"", name, "\""));
+}
+
+const char* PipelineScheduleName(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::k1F1B: return "1f1b";
+    case PipelineSchedule::kInterleaved: return "interleaved";
+    case PipelineSchedule::kZbH1: return "zb-h1";
+  }
+  return "?";
+}
+
+StatusOr<PipelineSchedule> ParsePipelineSchedule(absl::string_view name) {
+  for (PipelineSchedule s : {PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved,
+                             PipelineSchedule::kZbH1}) {
+    if (name == PipelineScheduleName(s)) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "pipeline schedule must be 1f1b, interleaved or zb-h1, got \"", name, "\""));
 }
 
 ZenFlowIntervals ResolveZenFlow(const Policy& p) {
@@ -105,19 +124,86 @@ StatusOr<Policy> PolicyPreset(absl::string_view name) {
   return p;
 }
 
+namespace {
+
+// The tensor / context / pipeline knobs of ValidatePolicy.
+Status ValidateParallelKnobs(const Policy& p) {
+  auto bad = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("policy ", p.name, ": ", parts...));
+  };
+  for (auto [knob, v] : {std::pair<const char*, int>{"tensor_parallel", p.tensor_parallel},
+                         {"context_parallel", p.context_parallel},
+                         {"pipeline_parallel", p.pipeline_parallel},
+                         {"virtual_stages", p.virtual_stages}}) {
+    if (v < 1) return bad(knob, " = ", v, " must be >= 1");
+  }
+  if (p.sequence_parallel && p.tensor_parallel < 2) {
+    return bad("sequence_parallel needs tensor_parallel > 1 (it shards over the "
+               "tensor-parallel ranks)");
+  }
+  if (p.tp_comm_overlap && p.tensor_parallel < 2) {
+    return bad("tp_comm_overlap needs tensor_parallel > 1");
+  }
+  const bool interleaved = p.pipeline_schedule == PipelineSchedule::kInterleaved;
+  if (interleaved != (p.virtual_stages > 1)) {
+    return bad("virtual_stages = ", p.virtual_stages, " with pipeline_schedule ",
+               PipelineScheduleName(p.pipeline_schedule),
+               ": the interleaved schedule takes virtual_stages >= 2, the others 1");
+  }
+  if (p.pipeline_schedule != PipelineSchedule::k1F1B && p.pipeline_parallel < 2) {
+    return bad("pipeline_schedule ", PipelineScheduleName(p.pipeline_schedule),
+               " needs pipeline_parallel > 1");
+  }
+  if (p.pipeline_first_layers < 0 || p.pipeline_last_layers < 0) {
+    return bad("pipeline_first_layers / pipeline_last_layers must be >= 0");
+  }
+  if ((p.pipeline_first_layers > 0 || p.pipeline_last_layers > 0) &&
+      p.pipeline_parallel < 2) {
+    return bad("pipeline_first_layers / pipeline_last_layers need pipeline_parallel > 1");
+  }
+  if (IsParallel(p) && (p.offload != Offload::kNone || p.zenflow || p.hpz_group > 0)) {
+    return bad("tensor, context and pipeline parallelism are not modelled with ",
+               p.offload != Offload::kNone ? "offload" : "hpz_group");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Status ValidatePolicy(const Policy& p) {
   auto bad = [&](const char* knob, auto value) {
     return absl::InvalidArgumentError(absl::StrCat(
         "policy ", p.name, ": ", knob, " = ", value, " is out of range"));
   };
-  if (p.forward_prefetch < 0) return bad("forward_prefetch", p.forward_prefetch);
-  if (p.backward_prefetch < 0) {
-    return bad("backward_prefetch", p.backward_prefetch);
+  // The integer knobs' bounds (scheduler/limits.h): checked here, the step
+  // every route to a policy goes through (flags, files, presets, the API).
+  const std::string prefix = absl::StrCat("policy ", p.name, ": ");
+  const struct {
+    const char* knob;
+    int64_t value, lo, hi;
+  } ranged[] = {
+      {"forward_prefetch", p.forward_prefetch, 0, kMaxPrefetchDepth},
+      {"backward_prefetch", p.backward_prefetch, 0, kMaxPrefetchDepth},
+      {"micro_steps", p.micro_steps, 1, kMaxMicroSteps},
+      {"recompute_blocks", p.recompute_blocks, -1, kMaxModelLayers},
+      {"reduce_window", p.reduce_window, 1, kMaxPrefetchDepth},
+      {"host_limit", p.host_limit, 0, kMaxPrefetchDepth},
+      {"shard_group", p.shard_group, 0, kMaxWorldSize},
+      {"hpz_group", p.hpz_group, 0, kMaxWorldSize},
+      {"merge_target_bytes", p.layout.merge_target_bytes, 0, kMaxPolicyBytes},
+      {"resident_max_numel", p.layout.resident_max_numel, 0, kMaxPolicyBytes},
+  };
+  for (const auto& r : ranged) {
+    BATON_RETURN_IF_ERROR(CheckRange(r.value, r.lo, r.hi, absl::StrCat(prefix, r.knob)));
   }
-  if (p.micro_steps < 1) return bad("micro_steps", p.micro_steps);
-  if (p.recompute_blocks < -1) return bad("recompute_blocks", p.recompute_blocks);
-  if (p.reduce_window < 1) return bad("reduce_window", p.reduce_window);
-  if (p.host_limit < 0) return bad("host_limit", p.host_limit);
+  for (auto [knob, v] : {std::pair<const char*, int>{"zenflow_select_interval",
+                                                     p.zenflow_select_interval},
+                         {"zenflow_update_interval", p.zenflow_update_interval},
+                         {"zenflow_staleness", p.zenflow_staleness}}) {
+    if (v > kMaxZenFlowInterval) {
+      return CheckRange(v, kAutoInterval, kMaxZenFlowInterval, absl::StrCat(prefix, knob));
+    }
+  }
   if (p.host_limit > 0 &&
       p.host_limit <= std::max(p.forward_prefetch, p.backward_prefetch)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -125,8 +211,6 @@ Status ValidatePolicy(const Policy& p) {
         ") must exceed the prefetch depth, or the host would wait for "
         "compute it has not issued yet"));
   }
-  if (p.shard_group < 0) return bad("shard_group", p.shard_group);
-  if (p.hpz_group < 0) return bad("hpz_group", p.hpz_group);
   if (p.param_dtype == DataType::kI32) return bad("param_dtype", "int32");
   if (p.reduce_dtype == DataType::kI32) return bad("reduce_dtype", "int32");
   if (p.layout.bucket_policy == BucketPolicy::kMerge && p.layout.merge_target_bytes <= 0) {
@@ -178,6 +262,22 @@ Status ValidatePolicy(const Policy& p) {
           "): a selection may not fall inside an accumulation window"));
     }
   }
+  return ValidateParallelKnobs(p);
+}
+
+Status CheckPolicyForModel(const Policy& p, const ModelSpec& model,
+                           absl::string_view file) {
+  // "policy NAME: knob" from the API, "<file>: field "knob"" from a file.
+  auto knob = [&](const char* name) {
+    return file.empty() ? absl::StrCat("policy ", p.name, ": ", name)
+                        : absl::StrCat(file, ": field \"", name, "\"");
+  };
+  BATON_RETURN_IF_ERROR(
+      CheckRecomputeBlocks(p.recompute_blocks, model.layers, knob("recompute_blocks")));
+  if (Status s = CheckStepUnits(p.micro_steps, model.layers); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(knob("micro_steps"), " = ", p.micro_steps, ": ", s.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -186,6 +286,16 @@ StatusOr<DeviceMesh> ResolveMesh(const Policy& p, int world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("world size ", world_size, " must be >= 1"));
   }
+  const int64_t model_ranks = int64_t{std::max(p.tensor_parallel, 1)} *
+                              std::max(p.context_parallel, 1) *
+                              std::max(p.pipeline_parallel, 1);
+  if (world_size % model_ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": the mesh does not fill the ", world_size,
+        " GPUs: tp ", p.tensor_parallel, " x cp ", p.context_parallel, " x pp ",
+        p.pipeline_parallel, " = ", model_ranks, " does not divide them"));
+  }
+  world_size = static_cast<int>(world_size / model_ranks);  // the data ranks
   auto bad = [&](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("policy ", p.name, ": ", parts...));
   };
@@ -224,6 +334,9 @@ StatusOr<DeviceMesh> ResolveMesh(const Policy& p, int world_size) {
     // shards again; still valid (the backward gathers read them).
   }
   MeshSizes sizes;
+  sizes[MeshDim::kPipeline] = std::max(p.pipeline_parallel, 1);
+  sizes[MeshDim::kContext] = std::max(p.context_parallel, 1);
+  sizes[MeshDim::kTensor] = std::max(p.tensor_parallel, 1);
   sizes[MeshDim::kReplicate] = world_size / shard;
   sizes[MeshDim::kHpz] = std::max(hpz, 1);
   sizes[MeshDim::kShard] = shard / sizes[MeshDim::kHpz];

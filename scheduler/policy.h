@@ -106,6 +106,48 @@
 //       next step wait for it. A selection step still waits for it before
 //       its selection (after its forward and backward).
 //       Default 0; the zenflow preset uses auto.
+//   tensor_parallel = t, sequence_parallel, tp_comm_overlap
+//       Megatron-style tensor parallelism over t ranks of one node (the
+//       mesh's innermost dimension): column-parallel QKV and gate/up,
+//       row-parallel output and down projections, heads and KV heads split
+//       t ways (t must divide both), vocabulary-parallel embedding and head.
+//       Each block's forward all-reduces its attention and MLP outputs
+//       over the t ranks; sequence_parallel (needs t > 1) shards the norms
+//       and residuals over the sequence instead and turns each all-reduce
+//       into an all-gather before the column-parallel GEMM and a
+//       reduce-scatter after the row-parallel one (backward mirrored).
+//       tp_comm_overlap (needs t > 1): those collectives are decomposed
+//       into t chunks pipelined with the partial GEMMs (PyTorch's async TP,
+//       Megatron's --tp-comm-overlap) instead of exposed on the critical
+//       path. Costs: activation memory and GEMMs / t, per block 4 (SP
+//       forward) to 6 (SP backward) collectives of s x b x h elements.
+//   context_parallel = c
+//       Ring attention over c ranks: each rank holds s / c tokens (two
+//       chunks of a 2c-way split, load-balanced for the causal mask), and
+//       each attention passes K / V around the ring, overlapped with the
+//       attention blocks; compute and activations / c.
+//   pipeline_parallel = p, virtual_stages = v, pipeline_schedule,
+//   pipeline_first_layers / pipeline_last_layers
+//       Pipeline parallelism over p stages (the mesh's outermost
+//       dimension): the blocks split into p x v contiguous groups
+//       (virtual stages; stage s holds groups s, s + p, ...), embedding on
+//       the first, final norm and head on the last; micro_steps is the
+//       number of micro-batches m per step. Schedules: 1f1b (v = 1),
+//       interleaved (Megatron's interleaved 1F1B, v >= 2, m a multiple of
+//       p, layers a multiple of p x v), zb-h1 (zero-bubble H1, v = 1: each
+//       backward split into an input-gradient pass and a weight-gradient
+//       pass deferred into the bubbles, at 1F1B's in-flight micro-batches).
+//       first / last layers: blocks of the first / last (virtual) stage
+//       (0: an even split, the remainder to the inner stages first;
+//       Megatron's --decoder-first/last-pipeline-num-layers).
+//       recompute_blocks N in a parallel graph: the first N blocks of each
+//       virtual stage (Megatron's --recompute-num-layers per model chunk).
+//       Data parallelism inside a parallel graph is Megatron's distributed
+//       optimizer (torchtitan's FSDP under pipelining alike): each stage's
+//       parameters are gathered once per step and kept, its gradients
+//       reduced once, after their last micro-batch; shard_group as above;
+//       all_reduce: gradients all-reduced, optimizer state replicated.
+//       Not with offload, ZenFlow or hpz_group (InvalidArgument).
 // Plain data; copyable.
 #ifndef BATON_SCHEDULER_POLICY_H_
 #define BATON_SCHEDULER_POLICY_H_
@@ -125,6 +167,13 @@ enum class Offload { kNone, kOptimizer };
 const char* OffloadName(Offload offload);  // "none", "optimizer"
 // InvalidArgument listing the names for anything else.
 StatusOr<Offload> ParseOffload(absl::string_view name);
+
+// Pipeline schedules (the pipeline_schedule knob).
+enum class PipelineSchedule { k1F1B, kInterleaved, kZbH1 };
+// "1f1b", "interleaved", "zb-h1".
+const char* PipelineScheduleName(PipelineSchedule schedule);
+// InvalidArgument listing the names for anything else.
+StatusOr<PipelineSchedule> ParsePipelineSchedule(absl::string_view name);
 
 // A ZenFlow interval chosen by ResolveZenFlow ("auto").
 inline constexpr int kAutoInterval = -1;
@@ -156,9 +205,25 @@ struct Policy {
   int zenflow_select_interval = kAutoInterval;
   int zenflow_update_interval = kAutoInterval;
   int zenflow_staleness = 0;  // or kAutoInterval: update_interval - 1
+  // Tensor, context and pipeline parallelism (1: off).
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  bool tp_comm_overlap = false;
+  int context_parallel = 1;
+  int pipeline_parallel = 1;
+  int virtual_stages = 1;
+  PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
+  int pipeline_first_layers = 0;  // 0: balanced
+  int pipeline_last_layers = 0;
   // Buckets and resident parameters (layout.h).
   LayoutOptions layout;
 };
+
+// Whether the policy uses tensor, context or pipeline parallelism (its
+// graphs come from scheduler/parallel_graph.h).
+inline bool IsParallel(const Policy& p) {
+  return p.tensor_parallel > 1 || p.context_parallel > 1 || p.pipeline_parallel > 1;
+}
 
 // baton   static plan with reuse edges, AG and RS on two comm streams (a
 //         reduce-scatter never delays a gather), prefetch 1 both ways
@@ -191,12 +256,31 @@ struct Policy {
 StatusOr<Policy> PolicyPreset(absl::string_view name);
 std::vector<std::string> PolicyPresetNames();
 
-// InvalidArgument naming the knob for negative depths or windows, a
-// micro_steps < 1, recompute_blocks < -1, an integer dtype, offload under
+// InvalidArgument naming the knob for an integer knob outside its bounds
+// in scheduler/limits.h (depths and windows, micro_steps in [1,
+// kMaxMicroSteps], recompute_blocks in [-1, kMaxModelLayers], groups,
+// byte counts, ZenFlow intervals), an integer dtype, offload under
 // all_reduce, zenflow without offload, a zenflow_topk_ratio outside (0, 1],
 // a ZenFlow interval that is neither >= 1 nor kAutoInterval, a
-// zenflow_staleness outside [0, update_interval) after "auto" is resolved.
-Status ValidatePolicy(const Policy& policy);
+// zenflow_staleness outside [0, update_interval) after "auto" is resolved;
+// a parallel size < 1, sequence_parallel or tp_comm_overlap without
+// tensor_parallel > 1, virtual_stages > 1 without the interleaved schedule
+// (or interleaved with fewer than 2), zb-h1 or interleaved without
+// pipeline_parallel > 1, first / last layers without it or negative, and
+// tensor / context / pipeline parallelism with offload, zenflow or hpz_group.
+// Every route to a policy (presets, policy files, flags, the API) ends
+// here, so no route gets past these bounds.
+[[nodiscard]] Status ValidatePolicy(const Policy& policy);
+
+// The bounds a policy has only with a model (scheduler/limits.h):
+// recompute_blocks at most the model's blocks, and micro_steps x (layers +
+// 3) at most kMaxStepUnits. InvalidArgument naming the knob: "policy NAME:
+// recompute_blocks = 9 is more than the model's 2 blocks", or, for a policy
+// read from `file` ("policy file x.json"), "<file>: field
+// "recompute_blocks" = 9 ...", the words the file's other fields use.
+// BuildStepGraph calls it; tools call it first with their file's name.
+[[nodiscard]] Status CheckPolicyForModel(const Policy& policy, const ModelSpec& model,
+                                         absl::string_view file = "");
 
 // ZenFlow's intervals with "auto" resolved (policy.h, the zenflow knob).
 struct ZenFlowIntervals {
@@ -207,8 +291,11 @@ struct ZenFlowIntervals {
 ZenFlowIntervals ResolveZenFlow(const Policy& policy);
 
 // The device mesh a policy implies for `world_size` ranks (scheduler/mesh.h):
-// dp_replicate = world / shard group, dp_shard = shard group / hpz group,
-// hpz = hpz_group (1 without hpZ); the other dimensions 1. So rank r is in
+// pp, cp and tp as the policy's parallel sizes; of the data ranks (world /
+// (pp x cp x tp)), dp_replicate = data / shard group, dp_shard = shard
+// group / hpz group, hpz = hpz_group (1 without hpZ). A shard_group counts
+// data ranks (0: all of them). InvalidArgument naming the sizes when pp x
+// cp x tp does not divide the world. So rank r is in
 // data-shard group r / shard (position r % shard), replica group r % shard
 // (position r / shard) and hpZ group r / hpz (position r % hpz). Groups
 // larger than the world are capped at it. InvalidArgument naming

@@ -3,25 +3,20 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-#include <fstream>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
+#include "baton/runtime/output_file.h"
+#include "baton/scheduler/limits.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::scheduler {
 namespace {
 
 using json = nlohmann::json;
-
-// Bounds of the integer knobs: past them no real schedule exists, and a
-// graph built from them would only burn time and memory.
-constexpr int64_t kMaxDepth = 1 << 16;        // prefetch, windows, limits
-constexpr int64_t kMaxCount = int64_t{1} << 20;  // micro-steps, ranks, blocks
-constexpr int64_t kMaxBytes = int64_t{1} << 50;  // byte and element counts
 
 // An interval knob that may be "auto" (kAutoInterval) or an integer >= lo.
 struct AutoInterval {
@@ -40,6 +35,7 @@ struct InLayout {
 struct Field {
   using Member = std::variant<int Policy::*, int64_t Policy::*, bool Policy::*,
                               DataType Policy::*, double Policy::*, Offload Policy::*,
+                              PipelineSchedule Policy::*,
                               AutoInterval, InLayout<int64_t>, InLayout<bool>,
                               InLayout<BucketPolicy>>;
   const char* key;
@@ -50,42 +46,53 @@ struct Field {
   Field(const char* k, M m) : key(k), member(m) {}
   template <class M>
   Field(const char* k, M m, int64_t l, int64_t h) : key(k), member(m), lo(l), hi(h) {}
-  Field(const char* k, AutoInterval m) : key(k), member(m), lo(m.lo), hi(kMaxCount) {}
+  Field(const char* k, AutoInterval m)
+      : key(k), member(m), lo(m.lo), hi(kMaxZenFlowInterval) {}
 };
 
 // Every knob of Policy, in the order policy files list them (the layout's
-// knobs among the others, as before Policy held them in `layout`). The
-// name is not a knob (it is read and written separately).
+// knobs among the others), with the bounds of scheduler/limits.h (the ones
+// ValidatePolicy checks again for every route). The name is not a knob (it
+// is read and written separately).
 const std::vector<Field>& Fields() {
   static const auto* fields = new std::vector<Field>{
-      {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxDepth},
-      {"backward_prefetch", &Policy::backward_prefetch, 0, kMaxDepth},
+      {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxPrefetchDepth},
+      {"backward_prefetch", &Policy::backward_prefetch, 0, kMaxPrefetchDepth},
       {"reshard_after_forward", &Policy::reshard_after_forward},
       {"param_dtype", &Policy::param_dtype},
       {"reduce_dtype", &Policy::reduce_dtype},
-      {"micro_steps", &Policy::micro_steps, 1, kMaxCount},
+      {"micro_steps", &Policy::micro_steps, 1, kMaxMicroSteps},
       {"reduce_every_micro_step", &Policy::reduce_every_micro_step},
-      {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxCount},
+      {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxModelLayers},
       {"shared_comm_stream", &Policy::shared_comm_stream},
-      {"reduce_window", &Policy::reduce_window, 1, kMaxDepth},
-      {"host_limit", &Policy::host_limit, 0, kMaxDepth},
+      {"reduce_window", &Policy::reduce_window, 1, kMaxPrefetchDepth},
+      {"host_limit", &Policy::host_limit, 0, kMaxPrefetchDepth},
       {"copy_in_out", &Policy::copy_in_out},
       {"all_reduce", &Policy::all_reduce},
       {"reuse_edges", &Policy::reuse_edges},
-      {"shard_group", &Policy::shard_group, 0, kMaxCount},
-      {"hpz_group", &Policy::hpz_group, 0, kMaxCount},
+      {"shard_group", &Policy::shard_group, 0, kMaxWorldSize},
+      {"hpz_group", &Policy::hpz_group, 0, kMaxWorldSize},
       {"bucket_policy", InLayout<BucketPolicy>{&LayoutOptions::bucket_policy}},
       {"merge_target_bytes", InLayout<int64_t>{&LayoutOptions::merge_target_bytes}, 0,
-       kMaxBytes},
+       kMaxPolicyBytes},
       {"resident_small_params", InLayout<bool>{&LayoutOptions::resident_small_params}},
       {"resident_max_numel", InLayout<int64_t>{&LayoutOptions::resident_max_numel}, 0,
-       kMaxBytes},
+       kMaxPolicyBytes},
       {"offload", &Policy::offload},
       {"zenflow", &Policy::zenflow},
       {"zenflow_topk_ratio", &Policy::zenflow_topk_ratio},
       {"zenflow_select_interval", AutoInterval{&Policy::zenflow_select_interval}},
       {"zenflow_update_interval", AutoInterval{&Policy::zenflow_update_interval}},
       {"zenflow_staleness", AutoInterval{&Policy::zenflow_staleness, 0}},
+      {"tensor_parallel", &Policy::tensor_parallel, 1, kMaxWorldSize},
+      {"sequence_parallel", &Policy::sequence_parallel},
+      {"tp_comm_overlap", &Policy::tp_comm_overlap},
+      {"context_parallel", &Policy::context_parallel, 1, kMaxWorldSize},
+      {"pipeline_parallel", &Policy::pipeline_parallel, 1, kMaxWorldSize},
+      {"virtual_stages", &Policy::virtual_stages, 1, kMaxModelLayers},
+      {"pipeline_schedule", &Policy::pipeline_schedule},
+      {"pipeline_first_layers", &Policy::pipeline_first_layers, 0, kMaxModelLayers},
+      {"pipeline_last_layers", &Policy::pipeline_last_layers, 0, kMaxModelLayers},
   };
   return *fields;
 }
@@ -167,6 +174,18 @@ Status ReadValue(const json& v, const std::string& what, const Field&, Offload& 
   out = *off;
   return absl::OkStatus();
 }
+Status ReadValue(const json& v, const std::string& what, const Field&,
+                 PipelineSchedule& out) {
+  StatusOr<PipelineSchedule> s =
+      v.is_string() ? ParsePipelineSchedule(v.get<std::string>())
+                    : StatusOr<PipelineSchedule>(absl::InvalidArgumentError(""));
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"1f1b\", \"interleaved\" or \"zb-h1\", got ", JsonBrief(v)));
+  }
+  out = *s;
+  return absl::OkStatus();
+}
 // An AutoInterval: "auto" or an integer in [lo, hi].
 Status ReadInterval(const json& v, const std::string& what, const Field& field,
                     int& out) {
@@ -207,6 +226,7 @@ json WriteValue(double x) { return x; }
 json WriteValue(DataType d) { return DataTypeName(d); }
 json WriteValue(BucketPolicy b) { return BucketPolicyName(b); }
 json WriteValue(Offload o) { return OffloadName(o); }
+json WriteValue(PipelineSchedule s) { return PipelineScheduleName(s); }
 
 json WriteField(const Field& field, const Policy& p) {
   return std::visit(
@@ -303,13 +323,7 @@ std::string PolicyToJson(const Policy& p) {
 
 Status WritePolicyFile(const std::string& path, const Policy& policy) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
-  std::ofstream out(path, std::ios::trunc);
-  out << PolicyToJson(policy);
-  out.close();
-  if (!out) {
-    return absl::UnavailableError(absl::StrCat("cannot write policy file ", path));
-  }
-  return absl::OkStatus();
+  return WriteOutputFile(path, PolicyToJson(policy), "policy file");
 }
 
 bool SamePolicy(const Policy& a, const Policy& b) {

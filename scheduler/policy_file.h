@@ -11,7 +11,8 @@
 //   "param_dtype": "bfloat16", "reduce_dtype": "float",
 //   "bucket_policy": "per_unit" | "merge", "merge_target_bytes": 104857600,
 //   ... (PolicyFileFields() lists them). The knobs given override the base.
-// Integers must be JSON integers in the knob's range, booleans JSON
+// Integers must be JSON integers in the knob's range (scheduler/limits.h:
+// micro_steps at most 4096 as through any other route), booleans JSON
 // booleans, dtypes one of ParseDataType's names other than int32.
 //
 // Reading refuses, with InvalidArgument naming the field, an unknown key, a

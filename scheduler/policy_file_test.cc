@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,24 @@ Policy Unusual() {
   return p;
 }
 
+// Every tensor / context / pipeline knob away from its default (they
+// exclude offload and hpZ, so Unusual() cannot hold them).
+Policy UnusualParallel() {
+  Policy p;
+  p.name = "parallel";
+  p.micro_steps = 8;
+  p.tensor_parallel = 4;
+  p.sequence_parallel = true;
+  p.tp_comm_overlap = true;
+  p.context_parallel = 2;
+  p.pipeline_parallel = 4;
+  p.virtual_stages = 3;
+  p.pipeline_schedule = PipelineSchedule::kInterleaved;
+  p.pipeline_first_layers = 5;
+  p.pipeline_last_layers = 6;
+  return p;
+}
+
 TEST(PolicyFileTest, RoundTripIsExactForPresetsAndEveryKnob) {
   for (const std::string& name : PolicyPresetNames()) {
     const Policy p = *PolicyPreset(name);
@@ -50,6 +69,11 @@ TEST(PolicyFileTest, RoundTripIsExactForPresetsAndEveryKnob) {
     ASSERT_TRUE(back.ok()) << name << ": " << back.status();
     EXPECT_TRUE(SamePolicy(p, *back)) << name << "\n" << PolicyToJson(p);
   }
+  const Policy up = UnusualParallel();
+  ASSERT_TRUE(ValidatePolicy(up).ok()) << ValidatePolicy(up);
+  auto upb = PolicyFromJson(PolicyToJson(up));
+  ASSERT_TRUE(upb.ok()) << upb.status();
+  EXPECT_TRUE(SamePolicy(up, *upb)) << PolicyToJson(up);
   const Policy u = Unusual();
   ASSERT_TRUE(ValidatePolicy(u).ok());
   auto back = PolicyFromJson(PolicyToJson(u));
@@ -64,17 +88,29 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
   for (const std::string& key : PolicyFileFields()) {
     EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
   }
-  EXPECT_EQ(PolicyFileFields().size(), 26u);
+  EXPECT_EQ(PolicyFileFields().size(), 35u);
   // Each knob of Unusual() differs from the default, and SamePolicy sees
   // each one: set them one at a time through the file.
   const std::string unusual = PolicyToJson(Unusual());
+  const std::string parallel = PolicyToJson(UnusualParallel());
+  const std::map<std::string, std::string> needs = {
+      {"sequence_parallel", ", \"tensor_parallel\": 2"},
+      {"tp_comm_overlap", ", \"tensor_parallel\": 2"},
+      {"virtual_stages", ", \"pipeline_parallel\": 2, \"pipeline_schedule\": \"interleaved\""},
+      {"pipeline_schedule", ", \"pipeline_parallel\": 2, \"virtual_stages\": 2"},
+      {"pipeline_first_layers", ", \"pipeline_parallel\": 2"},
+      {"pipeline_last_layers", ", \"pipeline_parallel\": 2"},
+  };
   for (const std::string& key : PolicyFileFields()) {
     // false / true in both
     if (key == "all_reduce" || key == "reshard_after_forward") continue;
-    const size_t at = unusual.find(absl::StrCat("\"", key, "\":"));
-    const size_t end = unusual.find_first_of(",\n", at);
+    const bool par = needs.count(key) > 0 || key == "tensor_parallel" ||
+                     key == "context_parallel" || key == "pipeline_parallel";
+    const std::string& from = par ? parallel : unusual;
+    const size_t at = from.find(absl::StrCat("\"", key, "\":"));
+    const size_t end = from.find_first_of(",\n", at);
     const std::string one =
-        absl::StrCat("{", unusual.substr(at, end - at),
+        absl::StrCat("{", from.substr(at, end - at), needs.count(key) ? needs.at(key) : "",
                      key == "host_limit" ? ", \"forward_prefetch\": 3" : "",
                      key == "merge_target_bytes" ? ", \"bucket_policy\": \"merge\"" : "",
                      key == "bucket_policy" ? ", \"merge_target_bytes\": 1" : "",
@@ -146,6 +182,9 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
       {R"({"zenflow_update_interval": 2, "zenflow_staleness": 2})", "zenflow_staleness"},
       {R"([1, 2])", "JSON object"},
       {R"({"micro_steps": 1)", "not valid JSON"},
+      {R"({"micro_steps": 2, "name": "x", "micro_steps": 4})",
+       "my.json: duplicate key \"micro_steps\""},
+      {R"({"preset": "baton", "preset": "ddp"})", "my.json: duplicate key \"preset\""},
   };
   for (const auto& c : cases) {
     auto p = PolicyFromJson(c.text, "my.json");
@@ -157,6 +196,44 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
         << p.status().message();
     EXPECT_EQ(p.status().message().find('\n'), std::string::npos);
   }
+}
+
+// Issue 29: a file's knob has the bound the same knob has through every
+// other route (scheduler/limits.h): one past it is refused from the file
+// naming the field, and through the API (ValidatePolicy) naming the knob.
+TEST(PolicyFileTest, AFileGetsNoFurtherThanAnyOtherRoute) {
+  const struct {
+    const char* key;
+    int Policy::*member;
+    int64_t lo, hi;
+  } knobs[] = {
+      {"micro_steps", &Policy::micro_steps, 1, kMaxMicroSteps},
+      {"forward_prefetch", &Policy::forward_prefetch, 0, kMaxPrefetchDepth},
+      {"backward_prefetch", &Policy::backward_prefetch, 0, kMaxPrefetchDepth},
+      {"reduce_window", &Policy::reduce_window, 1, kMaxPrefetchDepth},
+      {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxModelLayers},
+      {"shard_group", &Policy::shard_group, 0, kMaxWorldSize},
+      {"hpz_group", &Policy::hpz_group, 0, kMaxWorldSize},
+  };
+  for (const auto& k : knobs) {
+    const std::string at = absl::StrCat("{\"", k.key, "\": ", k.hi, "}");
+    EXPECT_TRUE(PolicyFromJson(at, "f.json").ok()) << at;
+    const std::string past = absl::StrCat("{\"", k.key, "\": ", k.hi + 1, "}");
+    EXPECT_EQ(PolicyFromJson(past, "f.json").status().message(),
+              absl::StrCat("f.json: field \"", k.key, "\" must be an integer in [", k.lo,
+                           ", ", k.hi, "], got ", k.hi + 1));
+    Policy p;
+    p.*k.member = static_cast<int>(k.hi + 1);
+    EXPECT_EQ(ValidatePolicy(p).message(),
+              absl::StrCat("policy baton: ", k.key, " = ", k.hi + 1, " is outside [", k.lo,
+                           ", ", k.hi, "]"));
+  }
+  Policy p;
+  p.layout.merge_target_bytes = kMaxPolicyBytes + 1;
+  EXPECT_FALSE(ValidatePolicy(p).ok());
+  p = Policy{};
+  p.zenflow_update_interval = static_cast<int>(kMaxZenFlowInterval) + 1;
+  EXPECT_NE(ValidatePolicy(p).message().find("zenflow_update_interval"), std::string::npos);
 }
 
 // "auto" intervals are written and read as "auto" (kAutoInterval).
@@ -200,6 +277,10 @@ TEST(PolicyFileTest, WriteThenReadAFile) {
   bad.micro_steps = 0;
   EXPECT_EQ(WritePolicyFile(path, bad).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(WritePolicyFile("/nonexistent-dir/x.json", Policy{}).ok());
+  // A full disk: the text stays in the buffer until the close, which fails.
+  const Status full = WritePolicyFile("/dev/full", Policy{});
+  EXPECT_EQ(full.code(), absl::StatusCode::kUnavailable) << full;
+  EXPECT_EQ(full.message(), "cannot write policy file /dev/full: No space left on device");
 }
 
 }  // namespace

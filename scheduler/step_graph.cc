@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/memory/step_dag.h"
+#include "baton/scheduler/graph_edges.h"
 #include "baton/scheduler/zenflow_buffers.h"
 
 namespace baton::scheduler {
@@ -24,13 +25,26 @@ const char* NodeKindName(NodeKind kind) {
     case NodeKind::kCast: return "cast";
     case NodeKind::kD2H: return "d2h";
     case NodeKind::kH2D: return "h2d";
+    case NodeKind::kSend: return "send";
+    case NodeKind::kRecv: return "recv";
+    case NodeKind::kBackwardWeight: return "backward_weight";
   }
   return "?";
 }
 
 bool IsCompute(NodeKind kind) {
   return kind == NodeKind::kForward || kind == NodeKind::kRecompute ||
-         kind == NodeKind::kBackward;
+         kind == NodeKind::kBackward || kind == NodeKind::kBackwardWeight;
+}
+
+const char* BlockSegmentName(BlockSegment segment) {
+  switch (segment) {
+    case BlockSegment::kAttnNorm: return "attn_norm";
+    case BlockSegment::kAttention: return "attention";
+    case BlockSegment::kMlpNorm: return "mlp_norm";
+    case BlockSegment::kMlp: return "mlp";
+  }
+  return "?";
 }
 
 const char* BufferRoleName(BufferRole role) {
@@ -51,6 +65,8 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kColumnNorms: return "column_norms";
     case BufferRole::kHostAccum: return "host_accum";
     case BufferRole::kStage: return "h2d_stage";
+    case BufferRole::kActivation: return "activation";
+    case BufferRole::kActivationGrad: return "activation_grad";
   }
   return "?";
 }
@@ -58,6 +74,11 @@ const char* BufferRoleName(BufferRole role) {
 std::vector<std::string> StepGraph::stream_names() const {
   std::vector<std::string> names = {"compute", "comm"};
   if (!policy.shared_comm_stream) names = {"compute", "allgather", "reducescatter"};
+  if (parallel()) {
+    names.push_back("tensor");
+    names.push_back("pp_send");
+    names.push_back("pp_recv");
+  }
   if (offload()) {
     names.push_back("hostcopy");
     names.push_back("host");
@@ -80,6 +101,94 @@ std::string StepGraph::ToText() const {
   }
   return out;
 }
+
+namespace internal {
+
+void DeriveDataEdges(StepGraph& g, const std::vector<GraphEdge>& extra) {
+  const int nbuf = static_cast<int>(g.buffers.size());
+  std::vector<int> last_writer(nbuf, -1);
+  std::vector<std::vector<int>> readers(nbuf);
+  std::vector<GraphEdge>& e = g.edges;
+  for (int v = 0; v < static_cast<int>(g.nodes.size()); ++v) {
+    const Node& node = g.nodes[v];
+    for (int r : node.reads) {
+      if (last_writer[r] >= 0) e.push_back({last_writer[r], v, EdgeKind::kData});
+      readers[r].push_back(v);
+    }
+    for (int w : node.writes) {
+      if (last_writer[w] >= 0 && last_writer[w] != v) {
+        e.push_back({last_writer[w], v, EdgeKind::kData});
+      }
+      for (int r : readers[w]) {
+        if (r != v) e.push_back({r, v, EdgeKind::kData});
+      }
+      readers[w].clear();
+      last_writer[w] = v;
+    }
+  }
+  e.insert(e.end(), extra.begin(), extra.end());
+  // Drop same-stream edges (FIFO orders them) and duplicates.
+  e.erase(std::remove_if(e.begin(), e.end(),
+                         [&](const GraphEdge& x) {
+                           return g.nodes[x.from].stream ==
+                                  g.nodes[x.to].stream;
+                         }),
+          e.end());
+  std::sort(e.begin(), e.end(), [](const GraphEdge& a, const GraphEdge& b) {
+    return a.from != b.from ? a.from < b.from
+                            : a.to != b.to ? a.to < b.to : a.kind < b.kind;
+  });
+  e.erase(std::unique(e.begin(), e.end(),
+                      [](const GraphEdge& a, const GraphEdge& b) {
+                        return a.from == b.from && a.to == b.to;
+                      }),
+          e.end());
+}
+
+void DeriveNodeWaits(StepGraph& g, const memory::HappensBefore& hb) {
+  const int nn = static_cast<int>(g.nodes.size());
+  std::vector<std::vector<int>> preds(nn);
+  for (const GraphEdge& e : g.edges) preds[e.to].push_back(e.from);
+  std::vector<int> prev_on_stream(g.num_streams, -1);
+  std::vector<int> prev_of(nn, -1);
+  for (int v = 0; v < nn; ++v) {
+    const int s = g.nodes[v].stream.index();
+    prev_of[v] = prev_on_stream[s];
+    prev_on_stream[s] = v;
+  }
+  for (int v = 0; v < nn; ++v) {
+    Node& node = g.nodes[v];
+    // Latest predecessor on each other (dense) stream.
+    std::vector<int> need(hb.num_streams(), -1);
+    for (int u : preds[v]) {
+      const int ds = hb.stream(u);
+      if (need[ds] < 0 || hb.index_in_stream(u) > hb.index_in_stream(need[ds])) {
+        need[ds] = u;
+      }
+    }
+    const int prev = prev_of[v];
+    for (int ds = 0; ds < hb.num_streams(); ++ds) {
+      const int u = need[ds];
+      if (u < 0) continue;
+      if (prev >= 0 && (prev == u || hb.Before(u, prev))) continue;
+      node.waits.push_back(u);
+    }
+    std::sort(node.waits.begin(), node.waits.end());
+  }
+}
+
+
+Status DeriveWaits(StepGraph& g) {
+  memory::StepDag dag;
+  dag.nodes.reserve(g.nodes.size());
+  for (const Node& n : g.nodes) dag.AddNode(std::string(), n.stream.index());
+  for (const GraphEdge& e : g.edges) dag.AddEdge(e.from, e.to);
+  BATON_ASSIGN_OR_RETURN(memory::HappensBefore hb, memory::HappensBefore::Build(dag));
+  DeriveNodeWaits(g, hb);
+  return absl::OkStatus();
+}
+
+}  // namespace internal
 
 namespace {
 
@@ -502,46 +611,7 @@ void Builder::Optimizer() {
   }
 }
 
-void Builder::DeriveDataEdges() {
-  const int nbuf = static_cast<int>(g_.buffers.size());
-  std::vector<int> last_writer(nbuf, -1);
-  std::vector<std::vector<int>> readers(nbuf);
-  std::vector<GraphEdge>& e = g_.edges;
-  for (int v = 0; v < static_cast<int>(g_.nodes.size()); ++v) {
-    const Node& node = g_.nodes[v];
-    for (int r : node.reads) {
-      if (last_writer[r] >= 0) e.push_back({last_writer[r], v, EdgeKind::kData});
-      readers[r].push_back(v);
-    }
-    for (int w : node.writes) {
-      if (last_writer[w] >= 0 && last_writer[w] != v) {
-        e.push_back({last_writer[w], v, EdgeKind::kData});
-      }
-      for (int r : readers[w]) {
-        if (r != v) e.push_back({r, v, EdgeKind::kData});
-      }
-      readers[w].clear();
-      last_writer[w] = v;
-    }
-  }
-  e.insert(e.end(), window_edges_.begin(), window_edges_.end());
-  // Drop same-stream edges (FIFO orders them) and duplicates.
-  e.erase(std::remove_if(e.begin(), e.end(),
-                         [&](const GraphEdge& x) {
-                           return g_.nodes[x.from].stream ==
-                                  g_.nodes[x.to].stream;
-                         }),
-          e.end());
-  std::sort(e.begin(), e.end(), [](const GraphEdge& a, const GraphEdge& b) {
-    return a.from != b.from ? a.from < b.from
-                            : a.to != b.to ? a.to < b.to : a.kind < b.kind;
-  });
-  e.erase(std::unique(e.begin(), e.end(),
-                      [](const GraphEdge& a, const GraphEdge& b) {
-                        return a.from == b.from && a.to == b.to;
-                      }),
-          e.end());
-}
+void Builder::DeriveDataEdges() { internal::DeriveDataEdges(g_, window_edges_); }
 
 Status Builder::Plan(const GraphOptions& options) {
   memory::PlanInput& in = g_.plan_input;
@@ -615,35 +685,7 @@ Status Builder::DeriveWaits() {
     for (int u : spec.users) is_final &= u == last || hb.Before(u, last);
     g_.last_use_is_final[b] = is_final;
   }
-  const int nn = static_cast<int>(g_.nodes.size());
-  std::vector<std::vector<int>> preds(nn);
-  for (const GraphEdge& e : g_.edges) preds[e.to].push_back(e.from);
-  std::vector<int> prev_on_stream(g_.num_streams, -1);
-  std::vector<int> prev_of(nn, -1);
-  for (int v = 0; v < nn; ++v) {
-    const int s = g_.nodes[v].stream.index();
-    prev_of[v] = prev_on_stream[s];
-    prev_on_stream[s] = v;
-  }
-  for (int v = 0; v < nn; ++v) {
-    Node& node = g_.nodes[v];
-    // Latest predecessor on each other (dense) stream.
-    std::vector<int> need(hb.num_streams(), -1);
-    for (int u : preds[v]) {
-      const int ds = hb.stream(u);
-      if (need[ds] < 0 || hb.index_in_stream(u) > hb.index_in_stream(need[ds])) {
-        need[ds] = u;
-      }
-    }
-    const int prev = prev_of[v];
-    for (int ds = 0; ds < hb.num_streams(); ++ds) {
-      const int u = need[ds];
-      if (u < 0) continue;
-      if (prev >= 0 && (prev == u || hb.Before(u, prev))) continue;
-      node.waits.push_back(u);
-    }
-    std::sort(node.waits.begin(), node.waits.end());
-  }
+  internal::DeriveNodeWaits(g_, hb);
   return absl::OkStatus();
 }
 
@@ -705,6 +747,12 @@ StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
                                    const GraphOptions& options,
                                    int world_size) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  if (IsParallel(policy)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step graph: policy ", policy.name,
+        " uses tensor, context or pipeline parallelism: BuildParallelStep builds its graphs"));
+  }
+  BATON_RETURN_IF_ERROR(CheckPolicyForModel(policy, layout.spec));
   const int world = world_size > 0 ? world_size : layout.sharding.ranks;
   BATON_ASSIGN_OR_RETURN(DeviceMesh mesh, ResolveMesh(policy, world));
   const Sharding want = ShardingFor(policy, mesh);
@@ -726,6 +774,7 @@ StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
                                    int world_size,
                                    const GraphOptions& options) {
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  BATON_RETURN_IF_ERROR(CheckPolicyForModel(policy, spec));
   BATON_ASSIGN_OR_RETURN(DeviceMesh mesh, ResolveMesh(policy, world_size));
   BATON_ASSIGN_OR_RETURN(ModelLayout layout, LayoutFor(spec, policy, mesh));
   return BuildStepGraph(layout, policy, options, world_size);

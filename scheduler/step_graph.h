@@ -94,9 +94,14 @@ enum class NodeKind {
   kCast,        // fp32 master shard -> parameter-dtype gather input
   kD2H,         // offload: gradient shard -> host gradient shard
   kH2D,         // offload: host parameter shard -> device shard
+  // Parallel graphs (scheduler/parallel_graph.h):
+  kSend,            // an activation (gradient) to another pipeline stage
+  kRecv,            // ... from another pipeline stage
+  kBackwardWeight,  // zero-bubble: the deferred weight-gradient pass
 };
 const char* NodeKindName(NodeKind kind);
-bool IsCompute(NodeKind kind);  // forward, recompute, backward
+// forward, recompute, backward, backward-weight
+bool IsCompute(NodeKind kind);
 
 enum class BufferRole {
   kGathered,   // transient: a bucket's gathered parameters
@@ -121,6 +126,9 @@ enum class BufferRole {
   kHostAccum,    // persistent, host (zenflow): unselected gradient sums,
                  // two shards (by update window parity)
   kStage,        // persistent, device (zenflow): H2D staging of the host shard
+  kActivation,   // transient (parallel graphs): an activation a tensor-
+                 // parallel collective or a pipeline send / receive moves
+  kActivationGrad,  // transient (parallel graphs): its gradient
 };
 const char* BufferRoleName(BufferRole role);
 
@@ -134,6 +142,50 @@ struct GraphBuffer {
   bool host = false;  // host memory (offload); always persistent
   int plan_id = -1;  // memory::BufferId of a transient buffer
   size_t bytes() const { return static_cast<size_t>(numel) * DataTypeSize(dtype); }
+};
+
+// A block split at its tensor-parallel collectives (parallel graphs with
+// tensor_parallel > 1) runs as compute nodes that each cover some of its
+// four segments, forward in this order and backward in reverse: the
+// attention's input norm (with the residual add before it), the attention
+// (QKV GEMM, RoPE, attention, output GEMM), the MLP's input norm (and
+// residual add), the MLP (gate/up GEMM, SwiGLU, down GEMM). A node ends
+// where a collective sits: with sequence parallelism an all-gather before
+// the attention and the MLP and a reduce-scatter after each, without it an
+// all-reduce after each (forward); so a node covers one segment, or a norm
+// and its body. Node::segments is the set, a bit per BlockSegment.
+enum class BlockSegment : int8_t {
+  kAttnNorm = 0,
+  kAttention = 1,
+  kMlpNorm = 2,
+  kMlp = 3,
+};
+inline constexpr uint8_t SegmentBit(BlockSegment s) {
+  return static_cast<uint8_t>(1u << static_cast<int>(s));
+}
+const char* BlockSegmentName(BlockSegment segment);
+
+// A collective run inside a compute node rather than as a node of its own:
+// decomposed into `chunks` pieces pipelined with the node's kernels.
+//   kAllGather / kReduceScatter  tensor-parallel comm overlapped by
+//       decomposition (Policy::tp_comm_overlap: PyTorch's async TP
+//       fused_all_gather_matmul / fused_matmul_reduce_scatter, Megatron's
+//       --tp-comm-overlap): the sequence all-gather before the segment's
+//       column-parallel GEMM, the reduce-scatter after its row-parallel
+//       GEMM, over the tensor group in tensor_parallel chunks;
+//   kAllReduce  the same for an all-reduce (no sequence parallelism);
+//   kRing  context parallelism's ring attention: K and V (forward; dK and
+//       dV too in the backward) passed around the context group in
+//       context_parallel - 1 steps, each overlapped with the attention
+//       block of the chunk already held.
+// `bytes`: the full collective size (all-gather output, reduce-scatter
+// input), or for kRing one step's transfer.
+struct FusedComm {
+  enum class Kind : uint8_t { kAllGather, kReduceScatter, kAllReduce, kRing };
+  Kind kind = Kind::kAllGather;
+  MeshGroup group;
+  int64_t bytes = 0;
+  int chunks = 1;
 };
 
 struct Node {
@@ -160,6 +212,12 @@ struct Node {
   // Peer emulation (Policy::host_limit): the host blocks until this node has
   // completed before issuing this one; -1: never.
   int host_wait = -1;
+  // Parallel graphs (scheduler/parallel_graph.h):
+  uint8_t segments = 0;  // compute: the block segments it covers (0: the whole unit)
+  int chunk = 0;     // the model chunk (virtual stage) of this rank it serves
+  int peer = -1;     // kSend / kRecv: the pipeline stage at the other end
+  int64_t tag = -1;  // kSend / kRecv: the message, equal on both ends
+  std::vector<FusedComm> fused;  // compute: collectives run inside it
   std::string name;
 };
 
@@ -191,18 +249,24 @@ struct StepGraph {
   size_t persistent_bytes = 0;  // sum of persistent device buffers
   size_t host_bytes = 0;        // sum of host buffers (offload)
   double build_ms = 0;          // graph construction, plan excluded
+  // Parallel graphs: this rank's pipeline stage, and per model chunk the
+  // units it runs in forward order (empty for data-parallel graphs).
+  int stage = 0;
+  std::vector<std::vector<int>> chunk_units;
 
   // The stream of class `c` in this graph.
   StreamId stream_for(StreamClass c) const {
     return StreamFor(c, policy.shared_comm_stream);
   }
   bool offload() const { return policy.offload != Offload::kNone; }
+  bool parallel() const { return IsParallel(policy); }
   int world_size() const { return mesh.world_size(); }
   // HSDP: replica groups of more than one rank, whose all-reduces follow
   // each reduce-scatter.
   bool replicated() const { return mesh.size(kReplicaGroup) > 1; }
   // Names of each stream class present, e.g. {"compute", "allgather",
-  // "reducescatter"}, then "hostcopy", "host" under offload.
+  // "reducescatter"}, then "hostcopy", "host" under offload, or "tensor",
+  // "pp_send", "pp_recv" in a parallel graph.
   std::vector<std::string> stream_names() const;
   // One line per node: index, stream, name, waits.
   std::string ToText() const;
@@ -221,12 +285,17 @@ struct GraphOptions {
 // forward gather of a bucket is followed by a kCopy of this rank's slice
 // into a kHpzShard buffer ("HPZ-COPY", on the gather stream) and the
 // backward gathers read that buffer over the hpZ group.
-// InvalidArgument for an invalid policy, invalid groups (naming the knob)
-// or a layout built for other options.
+// InvalidArgument for an invalid policy (ValidatePolicy), one the model
+// cannot run (CheckPolicyForModel: recompute_blocks past its blocks, too
+// many micro-steps x units), invalid groups (naming the knob) or a layout
+// built for other options.
 StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
                                    const Policy& policy,
                                    const GraphOptions& options = {},
                                    int world_size = 0);
+
+// (A policy with tensor, context or pipeline parallelism is refused here:
+// its graphs come from BuildParallelStep, scheduler/parallel_graph.h.)
 
 // Convenience: layout + graph for a model, a policy and a world size.
 StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,

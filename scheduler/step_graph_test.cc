@@ -219,6 +219,38 @@ TEST(StepGraphTest, BadPolicyIsRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Issue 29: the graph is where every route to a policy meets (files, flags,
+// the Session API, Python later), so the bounds that need the model hold
+// there: no more recomputed blocks than the model has (was: trained as if
+// clamped), no more micro-steps x units than scheduler/limits.h allows,
+// and the knobs' own bounds (micro_steps past 4096 grew memory without end).
+TEST(StepGraphTest, LimitsHoldWhateverTheRoute) {
+  const ModelSpec micro = *ModelPreset("micro");  // 2 blocks
+  Policy p = Preset("baton");
+  p.recompute_blocks = 2;
+  EXPECT_TRUE(BuildStepGraph(micro, p, 2).ok());
+  p.recompute_blocks = 3;
+  auto r = BuildStepGraph(micro, p, 2);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "policy baton: recompute_blocks = 3 is more than the model's 2 blocks");
+  auto layout = LayoutFor(micro, p, *ResolveMesh(p, 2));
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(BuildStepGraph(*layout, p, {}, 2).status().message(), r.status().message());
+
+  p = Preset("baton");
+  p.micro_steps = static_cast<int>(kMaxMicroSteps) + 1;
+  auto m = BuildStepGraph(micro, p, 2);
+  EXPECT_EQ(m.status().message(), "policy baton: micro_steps = 4097 is outside [1, 4096]");
+  ModelSpec deep = micro;
+  deep.layers = 16;  // 4096 micro-steps x 19 units
+  p.micro_steps = static_cast<int>(kMaxMicroSteps);
+  auto units = BuildStepGraph(deep, p, 2);
+  EXPECT_EQ(units.status().message(),
+            "policy baton: micro_steps = 4096: the step would run 4096 micro-steps of 19 "
+            "units (77824); the limit is 32768 unit-micro-steps");
+}
+
 // Hierarchical sharding on 8 ranks: (shard_group, hpz_group, micro mode
 // 0 one / 1 reduce every / 2 accumulate, copy_in_out).
 using GroupCase = std::tuple<int, int, int, bool>;

@@ -56,8 +56,8 @@ class StepTrace {
 
   // The trace as one JSON object {"traceEvents": [...], ...}.
   std::string Json() const;
-  // Json() into `path`; InvalidArgument naming the path if it cannot be
-  // written.
+  // Json() into `path` (runtime/output_file.h); Unavailable naming the path
+  // if it cannot be written.
   Status Write(const std::string& path) const;
 
  private:

@@ -22,8 +22,9 @@ INSTANTIATE_TEST_SUITE_P(Presets, StepTraceTest,
 TEST(StepTraceWriteTest, AnUnwritablePathIsNamed) {
   StepTrace trace;
   const Status st = trace.Write("/nonexistent-dir/trace.json");
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(st.message().find("/nonexistent-dir/trace.json"), std::string::npos) << st;
+  EXPECT_EQ(trace.Write("/dev/full").code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -5,7 +5,11 @@
 // the two comm classes share one stream. Under Policy::offload two more
 // follow: the host-link copy stream (device-to-host gradient shards,
 // host-to-device parameter shards) and the host stream (the optimizer and
-// cast as host work on host memory). A node names its stream by StreamId,
+// cast as host work on host memory). A graph of tensor, context or pipeline
+// parallelism (scheduler/parallel_graph.h, never under offload) has three
+// others in their place: the tensor stream (tensor-parallel collectives)
+// and the pipeline send and receive streams (activations and their
+// gradients between stages). A node names its stream by StreamId,
 // a dense index 0..StepGraph::num_streams-1 that the executor uses for its
 // runtime streams and the simulator for its lanes; a StreamId comes from
 // StreamFor (or from an index when iterating over a graph's streams), so no
@@ -30,6 +34,9 @@ enum class StreamClass : uint8_t {
   kReduceScatter,
   kHostCopy,  // offload only: D2H / H2D copies
   kHost,      // offload only: host optimizer and cast
+  kTensor,        // parallel graphs only: tensor-parallel collectives
+  kPipelineSend,  // parallel graphs only: sends to other stages
+  kPipelineRecv,  // parallel graphs only: receives from other stages
 };
 
 class StreamId {
@@ -56,7 +63,9 @@ inline constexpr StreamId kComputeStream{};
 
 // The stream that runs nodes of class `c`: compute 0, all-gather 1,
 // reduce-scatter 2, or 1 when the comm classes share a stream; then the
-// host-copy and host streams (offload graphs only).
+// host-copy and host streams (offload graphs only), or in their places the
+// tensor, pipeline-send and pipeline-receive streams (parallel graphs,
+// which never offload).
 constexpr StreamId StreamFor(StreamClass c, bool shared_comm_stream) {
   const int comm = shared_comm_stream ? 1 : 2;
   switch (c) {
@@ -65,25 +74,32 @@ constexpr StreamId StreamFor(StreamClass c, bool shared_comm_stream) {
     case StreamClass::kReduceScatter: return StreamId(comm);
     case StreamClass::kHostCopy: return StreamId(comm + 1);
     case StreamClass::kHost: return StreamId(comm + 2);
+    case StreamClass::kTensor: return StreamId(comm + 1);
+    case StreamClass::kPipelineSend: return StreamId(comm + 2);
+    case StreamClass::kPipelineRecv: return StreamId(comm + 3);
   }
   return kComputeStream;
 }
 
-// How many streams a step uses (offload adds the host-copy and host ones).
-constexpr int NumStreams(bool shared_comm_stream, bool offload = false) {
-  return (shared_comm_stream ? 2 : 3) + (offload ? 2 : 0);
+// How many streams a step uses (offload adds the host-copy and host ones,
+// a parallel graph its tensor and two pipeline streams).
+constexpr int NumStreams(bool shared_comm_stream, bool offload = false,
+                         bool parallel = false) {
+  return (shared_comm_stream ? 2 : 3) + (offload ? 2 : 0) + (parallel ? 3 : 0);
 }
 
 // Tag of the collectives issued on comm stream `s` (1 on the all-gather or
-// shared comm stream, 2 on the reduce-scatter stream).
+// shared comm stream, 2 on the reduce-scatter stream; in parallel graphs
+// the tensor and pipeline streams' indices, at most 5).
 constexpr uint32_t CollectiveTag(StreamId s) {
   return static_cast<uint32_t>(s.index());
 }
 // The tag of a checkpoint save's one collective (the broadcast of its
-// nonce on the checkpoint stream; scheduler/checkpoint.h).
-inline constexpr uint32_t kCheckpointTag = 3;
+// nonce on the checkpoint stream; scheduler/checkpoint.h): above every
+// step tag, parallel graphs' included.
+inline constexpr uint32_t kCheckpointTag = 6;
 // The first tag neither the step's collectives nor the executor's own use.
-inline constexpr uint32_t kFirstTrainerTag = 4;
+inline constexpr uint32_t kFirstTrainerTag = 7;
 
 }  // namespace baton::scheduler
 

@@ -65,6 +65,14 @@ CollectiveTime RingTime(const ClusterSpec& c, const GroupPlacement& placement,
   return t;
 }
 
+CollectiveTime P2PTime(const ClusterSpec& c, bool same_node, double bytes,
+                       double bw_scale) {
+  CollectiveTime t;
+  t.latency_s = (c.base_latency_us + (same_node ? c.nvlink_hop_us : c.net_hop_us)) * 1e-6;
+  t.work_s = bytes / ((same_node ? c.nvlink_gbps : c.nic_gbps) * 1e9 * bw_scale);
+  return t;
+}
+
 CollectiveTime CollectiveCost(const ClusterSpec& c, const GroupPlacement& placement,
                               double bytes, CollectiveKind kind,
                               const Calibration* calibration, double bw_scale) {

@@ -73,6 +73,12 @@ const char* CollectiveKindName(CollectiveKind kind);
 CollectiveTime RingTime(const ClusterSpec& cluster, const GroupPlacement& placement,
                         double bytes, CollectiveKind kind, double bw_scale = 1.0);
 
+// A point-to-point transfer of `bytes` between two GPUs (a pipeline send,
+// one step of context parallelism's ring): latency base + one NVLink or
+// network hop, work bytes over NVLink (same node) or the GPU's NIC share.
+CollectiveTime P2PTime(const ClusterSpec& cluster, bool same_node, double bytes,
+                       double bw_scale = 1.0);
+
 // RingTime, or the calibrated time where `calibration` (may be null) has a
 // table for `kind` and the group has more than one member.
 CollectiveTime CollectiveCost(const ClusterSpec& cluster,

@@ -101,7 +101,18 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
                                             const scheduler::ModelSpec& m,
                                             int64_t tokens_i, int64_t micro_batch,
                                             int64_t seq,
-                                            const AttentionKernel& attention) {
+                                            const AttentionKernel& attention,
+                                            const KernelStack& stack,
+                                            const ShardShape& shard) {
+  if (shard.tp < 1 || shard.cp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compute model: tensor and context parallel sizes must be >= 1, got ", shard.tp,
+        " and ", shard.cp));
+  }
+  if (stack.fp8 && !(cluster.fp8_tflops > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gemm-dtype=fp8: cluster ", cluster.name, " has no FP8 peak (fp8_tflops 0)"));
+  }
   ComputeModel c(table);
   c.compute_scale_ = table.peak_tflops > 0 ? table.peak_tflops / cluster.peak_tflops : 1;
   c.memory_scale_ = table.hbm_gbps > 0 ? table.hbm_gbps / cluster.hbm_gbps : 1;
@@ -205,6 +216,12 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
   c.head_bwd_.Add(ce_b, L);
   c.head_bwd_.Add(c.Gemm(T, h, V), L);
   c.head_bwd_.Add(c.Gemm(h, V, T), L);
+  c.head_bwd_in_.Add(ce_b, L);
+  c.head_bwd_in_.Add(c.Gemm(T, h, V), L);
+  c.head_bwd_w_.Add(c.Gemm(h, V, T), L);
+  // The segments (and, for another stack or a shard, every unit's kernels
+  // from them): compute_segments.cc.
+  BATON_RETURN_IF_ERROR(c.BuildSegments(cluster, m, T, b, s, attention, stack, shard));
   return c;
 }
 

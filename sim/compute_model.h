@@ -118,6 +118,54 @@ StatusOr<AttentionKernel> AttentionKernelPreset(const std::string& name,
                                                 const std::string& gpu);
 std::vector<std::string> AttentionKernelNames();
 
+// The rest of a run's software stack (`simulate --kernel-stack`,
+// `--gemm-dtype`): variants of the kernel table's kernels, one rule each,
+// no constant fitted to a run.
+//   eager     (default) the table's kernels as PyTorch eager launches
+//             them, one kernel per op (the shipped table: PyTorch 2.11).
+//   compiled  torch.compile (Inductor): every chain of memory-bound ops is
+//             one fused kernel that moves only the bytes it must, at the
+//             device copy rate (an upper bound for generated kernels):
+//             residual add + RMSNorm forward 8 bytes per element of the
+//             hidden state (read x, r; write r', y), its backward 8 in two
+//             kernels (dx, then the weight's column sums); SwiGLU forward
+//             6 (read g, u; write), backward 10; RoPE 4 per q / k element
+//             each way; cross-entropy fused with its cast, 2 bytes per
+//             logit forward, 4 backward. GEMMs and attention unchanged.
+//   fp8       float8 linears (torchao Float8Linear / Transformer Engine,
+//             dynamic tensorwise scaling): the block's four GEMMs (QKV,
+//             output, gate/up, down: forward, dgrad, wgrad) at the table's
+//             bf16 time x peak_tflops / fp8_tflops (the same fraction of
+//             the GPU's FP8 peak; InvalidArgument on a GPU without FP8),
+//             plus the casts: per linear forward an amax and a cast of
+//             the input and of the weight (5 bytes per element: read,
+//             read, write one byte), backward of the output gradient, and
+//             fp8 transposes of the input and weight for the wgrad and
+//             dgrad (2 bytes per element); two kernels per cast eager, one
+//             compiled. The embedding, LM head and attention stay bf16.
+struct KernelStack {
+  bool compiled = false;
+  bool fp8 = false;
+  bool eager_bf16() const { return !compiled && !fp8; }
+};
+// "eager" or "compiled"; "bf16" or "fp8". InvalidArgument naming the flag
+// for another name, or fp8 on a cluster whose fp8_tflops is 0.
+StatusOr<KernelStack> KernelStackFor(const std::string& stack, const std::string& gemm_dtype,
+                                     const ClusterSpec& cluster);
+
+// How one rank's kernels are cut by tensor and context parallelism
+// (scheduler/policy.h): GEMM widths, heads and vocabulary / tp (rounded
+// up), norms and residuals on tokens / tp with sequence parallelism,
+// tokens / cp, and ring attention over cp ranks: each rank holds s / cp
+// queries (a load-balanced causal split) and computes 1 / cp of the causal
+// attention at the rate the table gives at sequence s / cp.
+struct ShardShape {
+  int tp = 1;
+  bool sp = false;
+  int cp = 1;
+  bool trivial() const { return tp == 1 && cp == 1; }
+};
+
 // A node's time and how many kernels make it.
 struct KernelSum {
   double seconds = 0;
@@ -126,6 +174,23 @@ struct KernelSum {
     seconds += kernel_s > launch_s ? kernel_s : launch_s;
     ++kernels;
   }
+};
+
+// One block's kernels split at its tensor-parallel collectives
+// (scheduler/step_graph.h BlockSegment): per segment the forward, the
+// whole backward, its input-gradient part (zero-bubble B) and the time of
+// the GEMMs inside (what a fused collective overlaps); the weight-gradient
+// GEMMs (zero-bubble W); the attention kernel's forward and backward (what
+// context parallelism's ring overlaps).
+struct BlockSegments {
+  KernelSum fwd[4], bwd[4], bwd_input[4];
+  KernelSum weight;
+  double gemm_fwd[4] = {0, 0, 0, 0};
+  double gemm_bwd[4] = {0, 0, 0, 0};
+  double gemm_bwd_input[4] = {0, 0, 0, 0};
+  double attn_fwd = 0, attn_bwd = 0;
+  KernelSum Forward() const;
+  KernelSum Backward() const;
 };
 
 class ComputeModel {
@@ -137,12 +202,19 @@ class ComputeModel {
   // row at it (a table measured at that shape: the padding is in its
   // time), else at KernelHeadDim's, counting that width's FLOPs (the
   // shipped table has 128 only).
+  // `stack` and `shard` (defaults: the table's eager bf16 kernels, one
+  // rank) change the kernels as KernelStack and ShardShape say; `tokens`
+  // is the whole micro-batch (seq x micro_batch) before the context split.
+  // InvalidArgument also for fp8 on a cluster without FP8, or a shard size
+  // < 1.
   static StatusOr<ComputeModel> Create(const KernelTable& table,
                                        const ClusterSpec& cluster,
                                        const scheduler::ModelSpec& model,
                                        int64_t tokens, int64_t micro_batch,
                                        int64_t seq,
-                                       const AttentionKernel& attention = {});
+                                       const AttentionKernel& attention = {},
+                                       const KernelStack& stack = {},
+                                       const ShardShape& shard = {});
 
   KernelSum BlockForward() const { return block_fwd_; }
   KernelSum BlockBackward(bool accumulate) const {
@@ -154,6 +226,16 @@ class ComputeModel {
   KernelSum FinalNormBackward() const { return norm_bwd_; }
   KernelSum LmHeadForward() const { return head_fwd_; }
   KernelSum LmHeadBackward() const { return head_bwd_; }
+  // The block by segments (always computed; with the default stack and
+  // shard BlockForward / BlockBackward(false) are their sums up to
+  // rounding). Backward without gradient-accumulation adds: Megatron's
+  // wgrad GEMMs accumulate into the fp32 main gradient.
+  const BlockSegments& Segments() const { return seg_; }
+  // Zero-bubble splits of the other units' backward (input part, weight
+  // part): the head's cross-entropy and dgrad / its wgrad; the embedding's
+  // whole backward is its weight part; the final norm's its input part.
+  KernelSum LmHeadBackwardInput() const { return head_bwd_in_; }
+  KernelSum LmHeadBackwardWeight() const { return head_bwd_w_; }
   KernelSum Optimizer(double params) const;
   // One device copy kernel moving `bytes` (read + write counted).
   KernelSum CopyBytes(double bytes) const;
@@ -167,11 +249,22 @@ class ComputeModel {
   double Gemm(double m, double n, double k) const;
   double Copy(double bytes) const;
   StatusOr<double> Op(const char* op, double bytes, bool backward) const;
+  // Fills seg_ and the head's split (compute_segments.cc).
+  Status BuildSegments(const ClusterSpec& cluster, const scheduler::ModelSpec& m,
+                       double tokens, double micro_batch, double seq,
+                       const AttentionKernel& attention, const KernelStack& stack,
+                       const ShardShape& shard);
+  // The attention kernel's time for b sequences of `seq` with `heads` /
+  // `kv_heads` (the table's, or the AttentionKernel's utilization).
+  StatusOr<double> Attention(const ClusterSpec& cluster, const scheduler::ModelSpec& m,
+                             const AttentionKernel& attention, double b, double heads,
+                             double kv_heads, double seq, bool backward) const;
 
   const KernelTable* t_;
   double compute_scale_ = 1, memory_scale_ = 1, launch_s_ = 0, copy_Bps_ = 1;
   KernelSum block_fwd_, block_bwd_, block_bwd_acc_, emb_fwd_, emb_bwd_,
-      norm_fwd_, norm_bwd_, head_fwd_, head_bwd_;
+      norm_fwd_, norm_bwd_, head_fwd_, head_bwd_, head_bwd_in_, head_bwd_w_;
+  BlockSegments seg_;
 };
 
 }  // namespace baton::sim

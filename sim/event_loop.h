@@ -15,10 +15,19 @@
 //              streams), so the sharing is exact;
 //   blame      every idle gap of the compute stream is charged to what it
 //              waited for: an all-gather (exposed_ag), a reduction or an
-//              accumulation (exposed_rs), or the host (exposed_host).
+//              accumulation (exposed_rs), or the host (exposed_host); in
+//              parallel graphs a tensor collective (exposed_tp) or a
+//              pipeline receive (exposed_pp: the bubble).
 // A node cost that is not finite, a step longer than 1e6 s, or a graph that
 // cannot finish is refused (InvalidArgument naming the node; Internal for
 // a deadlock).
+//
+// Several graphs run together (RunStagesEventLoop): the stages of a
+// pipeline (scheduler/parallel_graph.h), each on its own GPU with its own
+// streams, host and links, started together; a kRecv node of one waits,
+// besides its own waits, for the kSend of its peer stage with the same tag
+// (a receive finishes when its message has arrived). So the pipeline's
+// bubble is what the stages' order and costs make of it, not a formula.
 //
 // Plain function; thread-safe.
 #ifndef BATON_SIM_EVENT_LOOP_H_
@@ -40,6 +49,9 @@ struct EventLoopResult {
   int64_t exposed_ag_ns = 0;
   int64_t exposed_rs_ns = 0;
   int64_t exposed_host_ns = 0;
+  // Parallel graphs: ... on a tensor collective, on a pipeline receive.
+  int64_t exposed_tp_ns = 0;
+  int64_t exposed_pp_ns = 0;
 };
 
 // The most simulated time of one step.
@@ -50,6 +62,13 @@ inline constexpr int64_t kMaxStepNs = 1'000'000'000'000'000;  // 1e6 s
 StatusOr<EventLoopResult> RunEventLoop(const scheduler::StepGraph& graph,
                                        const std::vector<NodeCost>& costs,
                                        double host_issue_us);
+
+// Runs `graphs` together (the stages of one pipeline), with costs[i] for
+// graphs[i]; one result per graph, on one clock. Internal also for a kRecv
+// with no matching kSend on its peer stage.
+StatusOr<std::vector<EventLoopResult>> RunStagesEventLoop(
+    const std::vector<const scheduler::StepGraph*>& graphs,
+    const std::vector<std::vector<NodeCost>>& costs, double host_issue_us);
 
 }  // namespace baton::sim
 

@@ -50,6 +50,13 @@ TEST(CalibrationInputTest, JsonRowsOfTheWrongTypeNameTheRowAndField) {
   ExpectRefused(AddCalibration(R"({"collective": 3, "results": []})", "f", fresh),
                 "collective, results");
   ExpectRefused(AddCalibration(std::string(100, '{'), "f", fresh), "nested deeper");
+  // A key given twice: which value wins is undefined; refused, named.
+  ExpectRefused(AddCalibration(Json(R"({"size": 1024, "out_of_place": {"busbw_gbps": 3,
+                                       "busbw_gbps": 300}})"), "f.json", fresh),
+                "calibration f.json: duplicate key \"busbw_gbps\" at results[0].out_of_place");
+  ExpectRefused(AddCalibration(R"({"collective": "all_gather", "results": [],
+                                  "collective": "all_reduce"})", "f.json", fresh),
+                "calibration f.json: duplicate key \"collective\"");
 }
 
 TEST(CalibrationInputTest, NcclTestsRowsMustBeFinite) {
@@ -75,6 +82,7 @@ TEST(ClusterInputTest, FieldsAreTypedAndRanged) {
       {R"({"name": 5})", "\"name\""},
       {R"({"bogus": 1})", "unknown field \"bogus\""},
       {R"([1])", "not a JSON object"},
+      {R"({"nic_gbps": 25, "nic_gbps": 400})", "cluster file: duplicate key \"nic_gbps\""},
   };
   for (const auto& [text, want] : cases) {
     ClusterSpec c = *ClusterPreset("h100");
@@ -129,10 +137,25 @@ TEST(ResultTest, AZeroOrNonFiniteResultIsRefused) {
 TEST(WorkloadInputTest, MicroStepsAreCapped) {
   Workload w;
   w.gpus = 1;
-  w.global_batch = kMaxMicroSteps;
+  w.global_batch = scheduler::kMaxMicroSteps;
   EXPECT_TRUE(ValidateWorkload(w).ok());
-  w.global_batch = kMaxMicroSteps + 1;
+  w.global_batch = scheduler::kMaxMicroSteps + 1;
   ExpectRefused(ValidateWorkload(w), "the limit is 4096");
+}
+
+// Issue 29: the API gets no further than simulate's flags
+// (scheduler/limits.h).
+TEST(WorkloadInputTest, SizesHaveTheFlagsBoundsThroughTheApi) {
+  Workload w;
+  w.seq = scheduler::kMaxSeq + 1;
+  ExpectRefused(ValidateWorkload(w), "--seq = 16777217 is over the limit of 16777216");
+  w = Workload{};
+  w.gpus = static_cast<int>(scheduler::kMaxWorldSize) * 2;
+  w.global_batch = w.gpus;
+  ExpectRefused(ValidateWorkload(w), "--gpus = 2097152 is over the limit of 1048576");
+  w = Workload{};
+  w.global_batch = scheduler::kMaxGlobalBatch * 2;
+  ExpectRefused(ValidateWorkload(w), "--global-batch");
 }
 
 }  // namespace

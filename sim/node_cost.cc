@@ -1,10 +1,14 @@
 #include "baton/sim/node_cost.h"
 
+#include <algorithm>
+
 #include "baton/sim/offload_cost.h"
 #include "baton/sim/simulator.h"
 
 namespace baton::sim {
 
+using scheduler::BlockSegment;
+using scheduler::FusedComm;
 using scheduler::MeshGroup;
 using scheduler::Node;
 using scheduler::NodeKind;
@@ -17,6 +21,25 @@ NodeCoster::NodeCoster(const scheduler::StepGraph& graph, const ClusterSpec& clu
     auto& p = placement_[n.group.bits()];
     if (!p) p = PlaceGroup(g_.mesh, n.group, c_.gpus_per_node);
   }
+  if (g_.parallel()) {
+    for (MeshGroup gr : {scheduler::kTensorGroup, scheduler::kContextGroup,
+                         scheduler::kPipelineGroup}) {
+      auto& p = placement_[gr.bits()];
+      if (!p) p = PlaceGroup(g_.mesh, gr, c_.gpus_per_node);
+    }
+    // A micro-batch's activation at full size: the largest activation
+    // buffer (s x b x h / cp elements; sequence shards are / tp).
+    for (const scheduler::GraphBuffer& b : g_.buffers) {
+      if (b.role == scheduler::BufferRole::kActivation) {
+        act_bytes_ = std::max(act_bytes_, static_cast<double>(b.bytes()));
+      }
+    }
+    const scheduler::ModelSpec& m = g_.layout.spec;
+    const double tokens = act_bytes_ / DataTypeSize(g_.policy.param_dtype) /
+                          static_cast<double>(m.hidden);
+    ring_step_bytes_ = 2 * tokens * static_cast<double>(m.kv_heads * m.head_dim) /
+                       g_.policy.tensor_parallel * DataTypeSize(g_.policy.param_dtype);
+  }
 }
 
 NodeCost NodeCoster::Cost(const Node& n) const {
@@ -26,6 +49,11 @@ NodeCost NodeCoster::Cost(const Node& n) const {
     return cost;
   };
   auto buffer_bytes = [&](int b) { return static_cast<double>(g_.buffers[b].bytes()); };
+  auto time_s = [](double seconds) {
+    NodeCost cost;
+    cost.latency_s = seconds;
+    return cost;
+  };
   if (const std::optional<double> s = OffloadNodeSeconds(g_, n, c_, k_)) {
     return NodeCost{*s, 0, false};  // sim/offload_cost.h
   }
@@ -33,7 +61,22 @@ NodeCost NodeCoster::Cost(const Node& n) const {
     case NodeKind::kForward:
     case NodeKind::kRecompute:
     case NodeKind::kBackward:
+    case NodeKind::kBackwardWeight:
+      if (g_.parallel()) return time_s(ParallelCompute(n));
       return ComputeCost(n);
+    case NodeKind::kSend: {
+      NodeCost cost;
+      cost.comm = true;
+      if (o_.free_comm) return cost;
+      const GroupPlacement& pp = *placement_[scheduler::kPipelineGroup.bits()];
+      const CollectiveTime t =
+          P2PTime(c_, pp.nodes == 1, buffer_bytes(n.reads[0]), o_.bandwidth_scale);
+      cost.latency_s = t.latency_s;
+      cost.work_s = t.work_s;
+      return cost;
+    }
+    case NodeKind::kRecv:
+      return NodeCost{};  // finishes with its send (the event loop's wait)
     case NodeKind::kAllGather:
       return Collective(CollectiveKind::kAllGather, buffer_bytes(n.writes[0]), n.group);
     case NodeKind::kReduceScatter:
@@ -46,6 +89,9 @@ NodeCost NodeCoster::Cost(const Node& n) const {
     case NodeKind::kAccumulate:
       return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
     case NodeKind::kOptimizer:
+      if (g_.parallel()) {  // the shard of this rank's tensor slice
+        return time(k_.Optimizer(static_cast<double>(g_.buffers[n.reads[0]].numel)));
+      }
       return time(
           k_.Optimizer(static_cast<double>(g_.layout.buckets[n.bucket].shard_numel)));
     case NodeKind::kCast:  // read fp32, write the parameter dtype
@@ -111,6 +157,163 @@ NodeCost NodeCoster::Collective(CollectiveKind kind, double bytes,
   cost.latency_s = t.latency_s;
   cost.work_s = t.work_s;
   return cost;
+}
+
+}  // namespace baton::sim
+
+namespace baton::sim {
+
+double NodeCoster::CommSeconds(CollectiveKind kind, double bytes, MeshGroup group) const {
+  if (o_.free_comm) return 0;
+  const CollectiveTime t = CollectiveCost(c_, *placement_[group.bits()], bytes, kind,
+                                          o_.calibration, o_.bandwidth_scale);
+  return t.latency_s + t.work_s;
+}
+
+double NodeCoster::ParallelCompute(const Node& n) const {
+  const scheduler::UnitSpec& unit = g_.layout.units[n.unit];
+  const bool split = g_.policy.pipeline_schedule == scheduler::PipelineSchedule::kZbH1;
+  const BlockSegments& seg = k_.Segments();
+  const bool bwd = n.kind == NodeKind::kBackward;
+  const bool weight = n.kind == NodeKind::kBackwardWeight;
+  if (unit.kind != UnitKind::kBlock) {
+    KernelSum k;
+    switch (unit.kind) {
+      case UnitKind::kEmbedding:
+        k = weight || (bwd && !split) ? k_.EmbeddingBackward()
+            : bwd                      ? KernelSum{}
+                                       : k_.EmbeddingForward();
+        break;
+      case UnitKind::kFinalNorm:
+        k = weight ? KernelSum{} : bwd ? k_.FinalNormBackward() : k_.FinalNormForward();
+        break;
+      case UnitKind::kLmHead:
+        k = weight              ? k_.LmHeadBackwardWeight()
+            : bwd && split      ? k_.LmHeadBackwardInput()
+            : bwd               ? k_.LmHeadBackward()
+                                : k_.LmHeadForward();
+        break;
+      case UnitKind::kBlock:
+        break;
+    }
+    return k.seconds + (weight ? 0 : VocabularyComm(n));
+  }
+  if (weight) return seg.weight.seconds;
+  if (n.kind == NodeKind::kRecompute) return RecomputeSeconds();
+  // The segments this node covers (all four for a whole block).
+  const uint8_t covers = n.segments == 0 ? 0xF : n.segments;
+  double total = 0, gemm = 0, attn = 0;
+  for (int i = 0; i < 4; ++i) {
+    if ((covers & (1u << i)) == 0) continue;
+    total += bwd ? (split ? seg.bwd_input[i].seconds : seg.bwd[i].seconds) : seg.fwd[i].seconds;
+    gemm += bwd ? (split ? seg.gemm_bwd_input[i] : seg.gemm_bwd[i]) : seg.gemm_fwd[i];
+  }
+  if (covers & scheduler::SegmentBit(BlockSegment::kAttention)) {
+    attn = bwd ? seg.attn_bwd : seg.attn_fwd;
+  }
+  return WithFused(n, total, gemm, attn);
+}
+
+namespace {
+
+// A chunked pipeline of kernels g and transfers c in k pieces; k == 0:
+// side by side.
+double Pipelined(double g, double c, int k) {
+  if (k <= 0) return std::max(g, c);
+  return (g + c) / k + (k - 1.0) / k * std::max(g, c);
+}
+
+}  // namespace
+
+double NodeCoster::RingSeconds(double attention, double step_bytes) const {
+  const int cp = g_.policy.context_parallel;
+  if (cp < 2) return attention;
+  const GroupPlacement& place = *placement_[scheduler::kContextGroup.bits()];
+  const CollectiveTime t = P2PTime(c_, place.nodes == 1, step_bytes, o_.bandwidth_scale);
+  const double step = o_.free_comm ? 0 : t.latency_s + t.work_s;
+  const double piece = attention / cp;
+  return piece + (cp - 1) * std::max(piece, step);
+}
+
+double NodeCoster::RecomputeSeconds() const {
+  const BlockSegments& seg = k_.Segments();
+  const scheduler::Policy& p = g_.policy;
+  double t = seg.Forward().seconds;
+  if (p.tensor_parallel > 1) {
+    const MeshGroup tg = scheduler::kTensorGroup;
+    const double half =
+        p.sequence_parallel ? CommSeconds(CollectiveKind::kAllGather, act_bytes_, tg) +
+                                  CommSeconds(CollectiveKind::kReduceScatter, act_bytes_, tg)
+                            : CommSeconds(CollectiveKind::kAllReduce, act_bytes_, tg);
+    for (int i : {1, 3}) {
+      t += p.tp_comm_overlap
+               ? Pipelined(seg.gemm_fwd[i], half, p.tensor_parallel) - seg.gemm_fwd[i]
+               : half;
+    }
+  }
+  return t - seg.attn_fwd + RingSeconds(seg.attn_fwd, ring_step_bytes_);
+}
+
+double NodeCoster::WithFused(const Node& n, double total, double gemm, double attention) const {
+  double tensor_c = 0;
+  int chunks = -1;
+  double ring_bytes = -1;
+  for (const FusedComm& f : n.fused) {
+    const double bytes = static_cast<double>(f.bytes);
+    switch (f.kind) {
+      case FusedComm::Kind::kAllGather:
+        tensor_c += CommSeconds(CollectiveKind::kAllGather, bytes, f.group);
+        break;
+      case FusedComm::Kind::kReduceScatter:
+        tensor_c += CommSeconds(CollectiveKind::kReduceScatter, bytes, f.group);
+        break;
+      case FusedComm::Kind::kAllReduce:
+        tensor_c += CommSeconds(CollectiveKind::kAllReduce, bytes, f.group);
+        break;
+      case FusedComm::Kind::kRing:
+        ring_bytes = bytes;  // one step's transfer
+        continue;
+    }
+    chunks = chunks < 0 ? f.chunks : std::min(chunks, f.chunks);
+  }
+  double t = total;
+  if (chunks >= 0 && tensor_c > 0) {
+    const double g = std::min(gemm, t);
+    t += Pipelined(g, tensor_c, chunks) - g;
+  }
+  if (ring_bytes >= 0) {
+    const double a = std::min(attention, t);
+    t += RingSeconds(a, ring_bytes) - a;
+  }
+  return t;
+}
+
+double NodeCoster::VocabularyComm(const Node& n) const {
+  const scheduler::Policy& p = g_.policy;
+  if (p.tensor_parallel < 2 || o_.free_comm) return 0;
+  const scheduler::UnitSpec& unit = g_.layout.units[n.unit];
+  const double act_bytes = act_bytes_;
+  const MeshGroup tg = scheduler::kTensorGroup;
+  const bool sp = p.sequence_parallel;
+  const bool bwd = n.kind == NodeKind::kBackward;
+  switch (unit.kind) {
+    case UnitKind::kEmbedding:  // forward: sum the vocabulary shards' rows
+      return bwd ? 0
+                 : CommSeconds(sp ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                               act_bytes, tg);
+    case UnitKind::kLmHead: {
+      const double tokens_f32 = act_bytes / static_cast<double>(g_.layout.spec.hidden) /
+                                DataTypeSize(p.param_dtype) * 4;
+      if (bwd) {  // the input gradient: reduce-scatter (SP) or all-reduce
+        return CommSeconds(sp ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                           act_bytes, tg);
+      }
+      return (sp ? CommSeconds(CollectiveKind::kAllGather, act_bytes, tg) : 0) +
+             3 * CommSeconds(CollectiveKind::kAllReduce, tokens_f32, tg);
+    }
+    default:
+      return 0;
+  }
 }
 
 }  // namespace baton::sim

@@ -11,6 +11,27 @@
 //              memory-bound kernels (bytes read + written);
 //   optimizer  the fused AdamW kernel over the bucket's shard;
 //   offload    D2H / H2D and the host optimizer (sim/offload_cost.h).
+// Parallel graphs (scheduler/parallel_graph.h) add:
+//   segments   a block segment's kernels (ComputeModel::Segments); under
+//              zb-h1 a backward is its input-gradient part and a
+//              kBackwardWeight the weight-gradient GEMMs; a recomputed
+//              block is its forward with its tensor collectives again;
+//   fused      a collective inside a compute node: with c its time over
+//              its group (alone on the links) and g the time of the
+//              kernels it overlaps (the segment's GEMMs; for the ring the
+//              attention), k chunks run as (g + c) / k + (k - 1) / k x
+//              max(g, c) (a chunked pipeline); chunks 0 as max(g, c) (run
+//              beside them); the ring as g / cp + (cp - 1) max(g / cp,
+//              one step's transfer);
+//   vocabulary the parallel embedding's and head's collectives over the
+//              tensor group (all-reduce of the embedding output, or with
+//              sequence parallelism reduce-scatter / all-gather; the
+//              cross-entropy's three all-reduces of s floats), exposed in
+//              the node;
+//   send       a point-to-point transfer to the peer stage (P2PTime; on
+//              NVLink when the pipeline neighbours share a node), sharing
+//              the links as a collective; a receive costs nothing itself:
+//              it finishes when its send does (sim/event_loop.h).
 //
 // Latency is a node's own time; `work` is time at full link bandwidth,
 // shared with the collectives that run at the same time (only collectives
@@ -48,6 +69,17 @@ class NodeCoster {
 
  private:
   NodeCost ComputeCost(const scheduler::Node& node) const;
+  // Parallel graphs: a compute node's kernels, then with its fused and
+  // vocabulary collectives.
+  double ParallelCompute(const scheduler::Node& node) const;
+  double WithFused(const scheduler::Node& node, double total, double gemm,
+                   double attention) const;
+  double VocabularyComm(const scheduler::Node& node) const;
+  double RecomputeSeconds() const;
+  // Context parallelism's ring over `attention` seconds of attention
+  // kernels, one step moving `step_bytes`.
+  double RingSeconds(double attention, double step_bytes) const;
+  double CommSeconds(CollectiveKind kind, double bytes, scheduler::MeshGroup group) const;
   NodeCost Collective(CollectiveKind kind, double bytes,
                       scheduler::MeshGroup group) const;
   KernelSum WithGradientCopy(KernelSum k, int unit) const;
@@ -58,6 +90,8 @@ class NodeCoster {
   const ComputeModel& k_;
   // Placement of each mesh group the graph uses, by MeshGroup::bits().
   std::array<std::optional<GroupPlacement>, 1 << scheduler::kNumMeshDims> placement_;
+  double act_bytes_ = 0;        // parallel graphs: one micro-batch's activation
+  double ring_step_bytes_ = 0;  // ... and one ring step's K and V
 };
 
 }  // namespace baton::sim

@@ -27,6 +27,9 @@ const char* Colour(NodeKind k) {
     case NodeKind::kCast: return "#76b7b2";
     case NodeKind::kD2H:
     case NodeKind::kH2D: return "#e15759";
+    case NodeKind::kSend:
+    case NodeKind::kRecv: return "#edc948";
+    case NodeKind::kBackwardWeight: return "#4e79a7";
   }
   return "#999999";
 }

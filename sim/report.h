@@ -5,7 +5,9 @@
 
 #include <string>
 
+#include "baton/scheduler/parallel_graph.h"
 #include "baton/scheduler/step_graph.h"
+#include "nlohmann/json.hpp"
 #include "baton/sim/simulator.h"
 
 namespace baton::sim {
@@ -27,6 +29,22 @@ std::string TraceJson(const scheduler::StepGraph& graph, const SimResult& result
 // axis in seconds, and a title with step time, MFU and exposed comm.
 std::string StepSvg(const scheduler::StepGraph& graph, const SimResult& result,
                     const std::string& title);
+
+// Parallel results (SimResult::stages): one line for the bubble, then a
+// row per pipeline stage (blocks, busy compute, bubble, micro-batches
+// held, memory and its parts, fits).
+std::string StagesText(const SimResult& result);
+// The same as a JSON object: {"bubble", "stages": [{...}]}.
+nlohmann::json StagesJson(const SimResult& result);
+
+// One pipeline as a trace: a process per stage ("stage s", its ranks all
+// alike), a thread per stream. `result` needs its timeline.
+std::string PipelineTraceJson(const scheduler::ParallelStep& step, const SimResult& result);
+// One pipeline as an SVG: per stage a compute lane (forward, backward,
+// weight passes, its idle gaps in red) and a communication lane (tensor,
+// pipeline and data collectives).
+std::string PipelineSvg(const scheduler::ParallelStep& step, const SimResult& result,
+                        const std::string& title);
 
 }  // namespace baton::sim
 

@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "baton/sim/compute_model.h"
 #include "baton/sim/event_loop.h"
 #include "baton/sim/node_cost.h"
 #include "baton/sim/offload_cost.h"
+#include "baton/sim/parallel_sim.h"
 
 namespace baton::sim {
 namespace {
@@ -23,8 +25,15 @@ using scheduler::StepGraph;
 // Runs the graph through the event loop with each node's cost, and sums
 // what the step's timeline shows (the figures of SimResult that come from
 // one rank's streams).
-StatusOr<SimResult> RunStep(const StepGraph& g, const ClusterSpec& c,
+StatusOr<SimResult> RunStep(const StepGraph& graph, const ClusterSpec& c,
                             const SimOptions& o, const ComputeModel& k) {
+  // DeepSpeed's executor orders the offload copies and the host step its
+  // own way (sim/offload_cost.h); baton's runs the graph as built.
+  std::optional<StepGraph> reordered;
+  if (graph.offload() && c.offload_executor != OffloadExecutor::kBaton) {
+    reordered = AsExecutorRunsIt(graph, c);
+  }
+  const StepGraph& g = reordered ? *reordered : graph;
   const NodeCoster coster(g, c, o, k);
   std::vector<NodeCost> costs;
   costs.reserve(g.nodes.size());
@@ -150,23 +159,53 @@ Status ValidateWorkload(const Workload& w) {
     return absl::InvalidArgumentError(
         absl::StrCat("--micro-batch must be positive, got ", w.micro_batch));
   }
-  if (w.global_batch % w.gpus != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--global-batch ", w.global_batch,
-                     " does not divide over --gpus ", w.gpus));
+  // Above (scheduler/limits.h): no real job, and no bound on the work.
+  const struct {
+    const char* flag;
+    int64_t value, hi;
+  } sizes[] = {{"--gpus", w.gpus, scheduler::kMaxWorldSize},
+               {"--seq", w.seq, scheduler::kMaxSeq},
+               {"--global-batch", w.global_batch, scheduler::kMaxGlobalBatch},
+               {"--micro-batch", w.micro_batch, scheduler::kMaxGlobalBatch}};
+  for (const auto& s : sizes) {
+    if (s.value > s.hi) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          s.flag, " = ", s.value, " is over the limit of ", s.hi, " (scheduler/limits.h)"));
+    }
   }
-  const int64_t local = w.global_batch / w.gpus;
+  if (w.tp < 1 || w.cp < 1 || w.pp < 1 || w.vpp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp, --cp, --pp and --vpp must be positive, got ", w.tp, ", ", w.cp, ", ", w.pp,
+        ", ", w.vpp));
+  }
+  const int64_t model_ranks = int64_t{w.tp} * w.cp * w.pp;
+  if (w.gpus % model_ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the mesh does not fill --gpus=", w.gpus, ": --tp=", w.tp, " x --cp=", w.cp,
+        " x --pp=", w.pp, " = ", model_ranks, " does not divide it"));
+  }
+  const int64_t data = w.gpus / model_ranks;
+  if (w.global_batch % data != 0) {
+    return absl::InvalidArgumentError(
+        model_ranks == 1
+            ? absl::StrCat("--global-batch ", w.global_batch, " does not divide over --gpus ",
+                           w.gpus)
+            : absl::StrCat("--global-batch ", w.global_batch, " does not divide over the ",
+                           data, " data-parallel ranks (--gpus / (tp x cp x pp))"));
+  }
+  const int64_t local = w.global_batch / data;
   if (local % w.micro_batch != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the local batch ", local, " (global ", w.global_batch,
-                     " / ", w.gpus, " GPUs) does not divide into micro-batches of ",
-                     w.micro_batch));
+                     " / ", data, model_ranks == 1 ? " GPUs" : " data ranks",
+                     ") does not divide into micro-batches of ", w.micro_batch));
   }
-  if (local / w.micro_batch > kMaxMicroSteps) {
+  if (local / w.micro_batch > scheduler::kMaxMicroSteps) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the step would take ", local / w.micro_batch, " micro-steps (global batch ",
-        w.global_batch, " / ", w.gpus, " GPUs / micro-batch ", w.micro_batch,
-        "); the limit is ", kMaxMicroSteps, ": raise --micro-batch or --gpus"));
+        w.global_batch, " / ", data, model_ranks == 1 ? " GPUs" : " data ranks",
+        " / micro-batch ", w.micro_batch,
+        "); the limit is ", scheduler::kMaxMicroSteps, ": raise --micro-batch or --gpus"));
   }
   return absl::OkStatus();
 }
@@ -181,8 +220,19 @@ StatusOr<scheduler::Policy> SimPolicy(const std::string& name,
   if (p.hpz_group > 0) p.hpz_group = gpus_per_node;
   if (w.shard_group >= 0) p.shard_group = w.shard_group;
   if (w.hpz_group >= 0) p.hpz_group = w.hpz_group;
-  p.micro_steps = static_cast<int>(w.global_batch / w.gpus / w.micro_batch);
+  p.micro_steps = static_cast<int>(w.global_batch / w.data_ranks() / w.micro_batch);
   p.reduce_every_micro_step = p.micro_steps > 1;
+  p.tensor_parallel = w.tp;
+  p.sequence_parallel = w.sp;
+  p.tp_comm_overlap = w.tp_overlap;
+  p.context_parallel = w.cp;
+  p.pipeline_parallel = w.pp;
+  p.virtual_stages = w.vpp;
+  p.pipeline_schedule = w.schedule;
+  p.pipeline_first_layers = w.pp_first_layers;
+  p.pipeline_last_layers = w.pp_last_layers;
+  // Parallel graphs reduce each gradient once, after its last micro-batch.
+  if (scheduler::IsParallel(p)) p.reduce_every_micro_step = false;
   return p;
 }
 
@@ -282,12 +332,16 @@ StatusOr<SimResult> SimulatePolicy(const ModelSpec& model,
   BATON_RETURN_IF_ERROR(ValidateWorkload(workload));
   BATON_RETURN_IF_ERROR(scheduler::ValidatePolicy(policy));
   if (policy.micro_steps !=
-      workload.global_batch / workload.gpus / workload.micro_batch) {
+      workload.global_batch / workload.data_ranks() / workload.micro_batch) {
     return absl::InvalidArgumentError(absl::StrCat(
         "policy ", policy.name, ": micro_steps = ", policy.micro_steps,
         ", but the workload takes ",
-        workload.global_batch / workload.gpus / workload.micro_batch,
-        " micro-steps (global batch / gpus / micro-batch)"));
+        workload.global_batch / workload.data_ranks() / workload.micro_batch,
+        " micro-steps (global batch / data ranks / micro-batch)"));
+  }
+  if (scheduler::IsParallel(policy)) {
+    return SimulateParallel(model, cluster, workload, std::move(policy), recompute_blocks,
+                            options, nullptr, graph);
   }
   if (recompute_blocks == kAutoRecompute) {
     // Arena and states do not depend on recompute: plan once, then pick the

@@ -106,15 +106,32 @@ struct Workload {
   // 0 is full sharding / no hpZ; N > 0 sets the group size.
   int shard_group = -1;
   int hpz_group = -1;
+  // Tensor, context and pipeline parallelism (scheduler/policy.h; SimPolicy
+  // sets them on the policy): the micro-batch is per data rank (gpus /
+  // (tp x cp x pp) of them), and micro-steps are the pipeline's
+  // micro-batches per step.
+  int tp = 1;
+  bool sp = false;
+  bool tp_overlap = false;
+  int cp = 1;
+  int pp = 1;
+  int vpp = 1;
+  scheduler::PipelineSchedule schedule = scheduler::PipelineSchedule::k1F1B;
+  int pp_first_layers = 0;
+  int pp_last_layers = 0;
+  // A tensor group larger than a node is refused unless this is set (its
+  // collectives then cross the network on every block).
+  bool tp_across_nodes = false;
+  // The data-parallel ranks: gpus / (tp x cp x pp).
+  int64_t data_ranks() const { return gpus / (int64_t{tp} * cp * pp); }
 };
 
-// The most micro-steps one simulated step may take (global_batch / gpus /
-// micro_batch): the step graph and the event loop grow with it.
-inline constexpr int64_t kMaxMicroSteps = 4096;
-
-// InvalidArgument naming the problem for non-positive sizes, a batch that
-// does not divide (global_batch over gpus, local batch over micro_batch),
-// or more than kMaxMicroSteps micro-steps.
+// InvalidArgument naming the problem for sizes outside the limits of
+// scheduler/limits.h (gpus in [1, kMaxWorldSize], seq in [1, kMaxSeq],
+// batches in [1, kMaxGlobalBatch]), a mesh whose product tp x cp x pp does
+// not divide the GPUs, a batch that does not divide (global_batch over the
+// data ranks, local batch over micro_batch), or more than kMaxMicroSteps
+// micro-steps (global_batch / data ranks / micro_batch).
 Status ValidateWorkload(const Workload& w);
 
 struct SimOptions {
@@ -129,6 +146,9 @@ struct SimOptions {
   // The run's attention kernel when it is not the table's
   // (sim/compute_model.h); default: the table's.
   AttentionKernel attention;
+  // The rest of its software stack (compiled, fp8 linears); default eager
+  // bf16, the table's.
+  KernelStack stack;
 };
 
 struct Interval {
@@ -136,6 +156,7 @@ struct Interval {
   scheduler::StreamId stream;
   double start_s = 0;
   double end_s = 0;
+  int stage = 0;  // pipeline stage (parallel graphs)
 };
 
 struct MemoryBreakdown {
@@ -157,6 +178,8 @@ struct SimResult {
   double exposed_host_s = 0; // ... on the host
   double straggler_s = 0;    // waiting for the slowest rank (in step_s)
   double exposed_offload_s = 0;  // ... on the host optimizer (offload tail)
+  double exposed_tp_s = 0;   // ... on tensor collectives (parallel graphs)
+  double exposed_pp_s = 0;   // ... on pipeline receives (parallel graphs)
   double mfu = 0;            // model FLOPs / (step time x peak)
   double tokens_per_s_per_gpu = 0;
   MemoryBreakdown memory;
@@ -165,6 +188,21 @@ struct SimResult {
   size_t lower_bound_bytes = 0;
   size_t host_bytes = 0;  // offload: state in host memory per GPU
   std::vector<Interval> timeline;  // with SimOptions::timeline
+  // Parallel graphs: per pipeline stage, and the pipeline's bubble (mean
+  // over stages of the stage's idle compute time in the pipeline's span,
+  // first forward to last backward, less its waits on tensor collectives,
+  // as a fraction of that span: sim/parallel_sim.h).
+  struct Stage {
+    int layers = 0;             // blocks on this stage
+    double busy_s = 0;          // its compute stream's busy time
+    double bubble = 0;          // idle fraction of the pipeline span
+    int in_flight = 0;          // most micro-batches holding activations
+    MemoryBreakdown memory;
+    bool fits = false;
+  };
+  std::vector<Stage> stages;
+  double bubble = 0;
+  double pipeline_span_s = 0;  // first forward to last backward / weight pass
   double exposed_comm_s() const { return exposed_ag_s + exposed_rs_s; }
 };
 

@@ -38,9 +38,14 @@ TEST(SimClockTest, AnAbsurdlySlowNetworkIsRefusedNamingTheNode) {
 }
 
 TEST(SimClockTest, AStepPastTheRangeIsRefused) {
+  // The longest sequence any route takes (scheduler/limits.h) on a GPU a
+  // tenth as fast: every node is in range, the step is not.
   Workload w = Small();
-  w.seq = 50'000'000;
-  auto r = SimLlama8b(*ClusterPreset("h100"), w);
+  w.seq = scheduler::kMaxSeq;
+  ClusterSpec slow = *ClusterPreset("h100");
+  slow.peak_tflops *= 0.1;
+  slow.hbm_gbps *= 0.1;
+  auto r = SimLlama8b(slow, w);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
   EXPECT_NE(r.status().message().find("s of simulated time"), std::string::npos)
       << r.status();

@@ -1,6 +1,7 @@
 #include "baton/sim/tune.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -30,8 +31,14 @@ struct Knobs {
   int64_t merge = 0;  // 0: a bucket per unit
   int fwd = 1, bwd = 1;
   int offload = 0;  // index into kOffloads
+  // The mesh: tensor (with sequence parallelism), context and pipeline
+  // sizes, and the schedule: 0 1f1b, 1 zb-h1, v >= 2 interleaved with v
+  // virtual stages.
+  int tp = 1, cp = 1, pp = 1, sched = 0;
+  bool parallel() const { return tp > 1 || cp > 1 || pp > 1; }
   auto Tie() const {
-    return std::tie(micro_batch, reduce, shard, hpz, merge, fwd, bwd, offload);
+    return std::tie(tp, cp, pp, sched, micro_batch, reduce, shard, hpz, merge, fwd, bwd,
+                    offload);
   }
   bool operator<(const Knobs& o) const { return Tie() < o.Tie(); }
   bool operator==(const Knobs& o) const { return Tie() == o.Tie(); }
@@ -78,14 +85,32 @@ class Tuner {
     hsdp.shard = gpn < w_.gpus && w_.gpus % gpn == 0 ? gpn : 0;
     zeropp.hpz = gpn < w_.gpus && w_.gpus % gpn == 0 ? gpn : 0;
     Knobs cur = base;
-    for (const Knobs& k : {base, hsdp, zeropp}) {
+    std::vector<Knobs> starts = {base, hsdp, zeropp};
+    if (o_.search_mesh) {
+      // A mesh start and the data-parallel offload one: coordinate descent
+      // does not walk from one to the other (a mesh takes no offload).
+      Knobs offload = base;
+      offload.offload = 1;
+      starts.push_back(offload);
+      MeshStarts(base, starts);
+    }
+    for (const Knobs& k : starts) {
       BATON_ASSIGN_OR_RETURN(const Entry* e, Eval(k));
       BATON_ASSIGN_OR_RETURN(const Entry* best, Eval(cur));
       if (Better(*e, k, *best, cur)) cur = k;
     }
     // Coordinate descent.
     using Setter = std::function<void(Knobs&, size_t)>;
-    const std::vector<std::pair<size_t, Setter>> dims = {
+    std::vector<std::pair<size_t, Setter>> dims;
+    if (o_.search_mesh) {
+      dims = {
+          {tps_.size(), [&](Knobs& k, size_t i) { k.tp = tps_[i]; }},
+          {pps_.size(), [&](Knobs& k, size_t i) { k.pp = pps_[i]; }},
+          {cps_.size(), [&](Knobs& k, size_t i) { k.cp = cps_[i]; }},
+          {scheds_.size(), [&](Knobs& k, size_t i) { k.sched = scheds_[i]; }},
+      };
+    }
+    const std::vector<std::pair<size_t, Setter>> dp_dims = {
         {shards_.size(), [&](Knobs& k, size_t i) { k.shard = shards_[i]; }},
         {hpzs_.size(), [&](Knobs& k, size_t i) { k.hpz = hpzs_[i]; }},
         {mbs_.size(), [&](Knobs& k, size_t i) { k.micro_batch = mbs_[i]; }},
@@ -99,6 +124,7 @@ class Tuner {
         {std::size(kOffloads),
          [](Knobs& k, size_t i) { k.offload = static_cast<int>(i); }},
     };
+    dims.insert(dims.end(), dp_dims.begin(), dp_dims.end());
     for (int pass = 0; pass < o_.max_passes; ++pass) {
       const Knobs before = cur;
       for (const auto& [n, set] : dims) {
@@ -106,6 +132,7 @@ class Tuner {
         for (size_t i = 0; i < n; ++i) {
           Knobs k = cur;
           set(k, i);
+          Canonical(k);
           BATON_ASSIGN_OR_RETURN(const Entry* e, Eval(k));
           BATON_ASSIGN_OR_RETURN(const Entry* b, Eval(best));
           if (Better(*e, k, *b, best)) best = k;
@@ -138,14 +165,21 @@ class Tuner {
  private:
   Status SetUpValues() {
     const int64_t local = w_.global_batch / w_.gpus;
+    if (o_.search_mesh) {
+      // Per data rank under a mesh: small micro-batches of the global batch.
+      for (int64_t mb = 1; mb <= 8 && mb <= w_.global_batch; mb *= 2) {
+        if (w_.global_batch % mb == 0 && mb > local) mbs_.push_back(mb);
+      }
+    }
     for (int64_t mb = 1; mb <= local; ++mb) {
       const int64_t steps = local / mb;
-      if (local % mb != 0 || steps > kMaxMicroSteps ||
+      if (local % mb != 0 || steps > scheduler::kMaxMicroSteps ||
           steps * (m_.layers + 3) > o_.max_step_units) {
         continue;
       }
       mbs_.push_back(mb);
     }
+    std::sort(mbs_.begin(), mbs_.end());
     if (mbs_.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tune: every micro-batch of the local batch ", local, " takes more than ",
@@ -162,6 +196,7 @@ class Tuner {
     for (const auto& u : units) {
       if (u.kind == scheduler::UnitKind::kBlock) block = std::max(block, u.numel());
     }
+    if (o_.search_mesh) MeshValues();
     merges_ = {0};
     const Policy baton = *scheduler::PolicyPreset("baton");
     for (int64_t k : {2, 4, 8}) {
@@ -176,8 +211,18 @@ class Tuner {
   Policy PolicyOf(const Knobs& k) const {
     Policy p = *scheduler::PolicyPreset("baton");
     p.name = "tuned";
-    p.micro_steps = static_cast<int>(w_.global_batch / w_.gpus / k.micro_batch);
-    p.reduce_every_micro_step = p.micro_steps > 1;
+    const int64_t data = w_.gpus / (int64_t{k.tp} * k.cp * k.pp);
+    p.micro_steps = static_cast<int>(w_.global_batch / std::max<int64_t>(data, 1) /
+                                     k.micro_batch);
+    p.reduce_every_micro_step = p.micro_steps > 1 && !k.parallel();
+    p.tensor_parallel = k.tp;
+    p.sequence_parallel = k.tp > 1;
+    p.context_parallel = k.cp;
+    p.pipeline_parallel = k.pp;
+    p.pipeline_schedule = k.sched == 0   ? scheduler::PipelineSchedule::k1F1B
+                          : k.sched == 1 ? scheduler::PipelineSchedule::kZbH1
+                                         : scheduler::PipelineSchedule::kInterleaved;
+    p.virtual_stages = k.sched >= 2 ? k.sched : 1;
     p.reduce_dtype = kReduceDtypes[k.reduce];
     p.shard_group = k.shard;
     p.hpz_group = k.hpz;
@@ -199,14 +244,28 @@ class Tuner {
     if (!fresh) return &e;
     Policy p = PolicyOf(k);
     StatusOr<scheduler::DeviceMesh> mesh = scheduler::ResolveMesh(p, w_.gpus);
-    if (!mesh.ok()) {
-      ++report_.refused;
-      return &e;
-    }
     Workload w = w_;
     w.micro_batch = k.micro_batch;
     w.shard_group = p.shard_group;
     w.hpz_group = p.hpz_group;
+    w.tp = k.tp;
+    w.sp = k.tp > 1;
+    w.cp = k.cp;
+    w.pp = k.pp;
+    w.vpp = p.virtual_stages;
+    w.schedule = p.pipeline_schedule;
+    if (!mesh.ok() || !ValidateWorkload(w).ok() ||
+        int64_t{p.micro_steps} * (m_.layers + 3) > o_.max_step_units) {
+      ++report_.refused;
+      return &e;
+    }
+    if (k.parallel()) {
+      if (MeshLowerBound(k, w, *mesh) > c_.memory_gib * 1073741824.0) {
+        ++report_.pruned;
+        return &e;
+      }
+      return Simulated(k, std::move(p), w, e);
+    }
     // Lower bound: fp32 master and two moments over the shard group (on
     // the host under offload), the reserve, and activations with every
     // block recomputed.
@@ -220,6 +279,11 @@ class Tuner {
       ++report_.pruned;
       return &e;
     }
+    return Simulated(k, std::move(p), w, e);
+  }
+
+  // Simulates `p` on `w` into `e` (auto recompute).
+  StatusOr<const Entry*> Simulated(const Knobs& k, Policy p, const Workload& w, Entry& e) {
     scheduler::StepGraph graph;
     StatusOr<SimResult> r =
         SimulatePolicy(m_, c_, w, p, kAutoRecompute, o_.sim, &graph);
@@ -237,12 +301,83 @@ class Tuner {
     return &e;
   }
 
+  // A parallel candidate keeps none of the data-parallel-only knobs.
+  static void Canonical(Knobs& k) {
+    if (!k.parallel()) {
+      k.sched = 0;
+      return;
+    }
+    k.hpz = 0;
+    k.merge = 0;
+    k.fwd = k.bwd = 1;
+    k.offload = 0;
+    k.shard = 0;  // the distributed optimizer over every data rank
+    if (k.pp == 1) k.sched = 0;
+  }
+
+  void MeshValues() {
+    tps_ = {1};
+    for (int t = 2; t <= c_.gpus_per_node && t <= w_.gpus; t *= 2) {
+      if (m_.heads % t == 0 && m_.kv_heads % t == 0) tps_.push_back(t);
+    }
+    pps_ = {1};
+    for (int p = 2; p <= m_.layers && p <= w_.gpus && p <= 64; p *= 2) pps_.push_back(p);
+    cps_ = {1};
+    for (int c = 2; c <= 8 && w_.seq % (2 * c) == 0 && w_.seq / c >= 4096; c *= 2) {
+      cps_.push_back(c);
+    }
+    scheds_ = {0, 1, 2, 4};
+  }
+
+  // Tensor-parallel starts: the largest tensor group, the fewest stages
+  // whose lower bound fits.
+  void MeshStarts(const Knobs& base, std::vector<Knobs>& starts) {
+    Knobs k = base;
+    k.tp = tps_.back();
+    for (int p : pps_) {
+      k.pp = p;
+      Canonical(k);
+      Workload w = w_;
+      w.tp = k.tp;
+      w.pp = k.pp;
+      w.sp = k.tp > 1;
+      StatusOr<scheduler::DeviceMesh> mesh = scheduler::ResolveMesh(PolicyOf(k), w_.gpus);
+      if (!k.parallel() || !mesh.ok() || !ValidateWorkload(w).ok()) continue;
+      if (MeshLowerBound(k, w, *mesh) <= c_.memory_gib * 1073741824.0) {
+        starts.push_back(k);
+        return;
+      }
+    }
+  }
+
+  // The least memory a stage of a parallel candidate can take: the first
+  // stage's parameters (6 + 12 / data bytes each, sim/parallel_sim.h), the
+  // reserve, and with every block recomputed its in-flight inputs and one
+  // block's full activations.
+  double MeshLowerBound(const Knobs& k, const Workload& w,
+                        const scheduler::DeviceMesh& mesh) const {
+    const double params = static_cast<double>(scheduler::ParameterCount(m_));
+    const double d = mesh.size(scheduler::MeshGroup{scheduler::MeshDim::kShard,
+                                                    scheduler::MeshDim::kHpz,
+                                                    scheduler::MeshDim::kContext});
+    const double states = (6 + 12 / d) * params / (k.tp * k.pp);
+    const double t = static_cast<double>(w.seq * w.micro_batch) / k.cp;
+    const double h = static_cast<double>(m_.hidden);
+    const double m = static_cast<double>(w.global_batch) / (w.gpus / (k.tp * k.cp * k.pp)) /
+                     w.micro_batch;
+    const double held = std::min<double>(m, k.pp);
+    const double layers = std::ceil(static_cast<double>(m_.layers) / k.pp);
+    const double act = held * layers * 2 * t * h / k.tp + 34 * t * h / k.tp;
+    return states + c_.reserved_gib * 1073741824.0 + act;
+  }
+
   const scheduler::ModelSpec& m_;
   const ClusterSpec& c_;
   const Workload& w_;
   const TuneOptions& o_;
   std::vector<int64_t> mbs_, merges_;
   std::vector<int> shards_, hpzs_;
+  std::vector<int> tps_{1}, pps_{1}, cps_{1}, scheds_{0};
   std::map<Knobs, Entry> cache_;
   TuneReport report_;
   int simulated_ = 0;
@@ -255,7 +390,18 @@ StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
                           const TuneOptions& options) {
   BATON_RETURN_IF_ERROR(scheduler::ValidateModelSpec(model));
   BATON_RETURN_IF_ERROR(ValidateCluster(cluster));
-  BATON_RETURN_IF_ERROR(ValidateWorkload(workload));
+  if (options.search_mesh) {
+    // Each mesh has its own data ranks: only the sizes are checked here.
+    Workload w = workload;
+    w.global_batch = w.gpus;
+    w.micro_batch = 1;
+    BATON_RETURN_IF_ERROR(ValidateWorkload(w));
+    if (workload.global_batch < 1 || workload.micro_batch < 1) {
+      return absl::InvalidArgumentError("tune: batch sizes must be positive");
+    }
+  } else {
+    BATON_RETURN_IF_ERROR(ValidateWorkload(workload));
+  }
   // An attention kernel that cannot run the model's head dim refuses every
   // candidate alike: say so, not "no configuration fits".
   BATON_RETURN_IF_ERROR(
@@ -272,6 +418,17 @@ StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
 
 std::string DescribeKnobs(const TuneCandidate& c) {
   const Policy& p = c.policy;
+  if (scheduler::IsParallel(p)) {
+    return absl::StrCat(
+        "mb=", c.workload.micro_batch, " tp=", p.tensor_parallel,
+        p.sequence_parallel ? "+sp" : "", " cp=", p.context_parallel, " pp=",
+        p.pipeline_parallel, " schedule=", scheduler::PipelineScheduleName(p.pipeline_schedule),
+        p.virtual_stages > 1 ? absl::StrCat(":", p.virtual_stages) : std::string(),
+        " data=", c.workload.data_ranks(), " reduce=", DataTypeName(p.reduce_dtype),
+        " shard=", p.shard_group, " recompute=",
+        p.recompute_blocks < 0 ? std::string("all")
+                               : absl::StrCat(p.recompute_blocks, "/stage"));
+  }
   return absl::StrCat(
       "mb=", c.workload.micro_batch, " reduce=", DataTypeName(p.reduce_dtype),
       " shard=", p.shard_group, " hpz=", p.hpz_group, " buckets=",

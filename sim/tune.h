@@ -3,7 +3,7 @@
 //
 // Knobs searched (values for a model, cluster and workload):
 //   micro_batch        every divisor of the local batch (global / gpus)
-//                      within kMaxMicroSteps and TuneOptions::max_step_units
+//                      within scheduler::kMaxMicroSteps and TuneOptions::max_step_units
 //   reduce_dtype       float, bfloat16
 //   shard_group        0 (all ranks) and gpus_per_node x 2^k dividing the world
 //   hpz_group          0, gpus_per_node and 2 x gpus_per_node, where they
@@ -17,18 +17,34 @@
 //                      changes the update itself (two optimizers over the
 //                      columns, bounded staleness), and the tuner only
 //                      chooses among schedules of the same arithmetic.
+//   tp, pp, cp, schedule (TuneOptions::search_mesh) the mesh: tensor
+//                      parallelism with sequence parallelism over 1, 2, 4
+//                      ... up to the GPUs per node (dividing heads and KV
+//                      heads), pipeline stages 1, 2, 4 ... up to 64 and the
+//                      blocks, context parallelism 1, 2, 4, 8 while seq /
+//                      cp >= 4096, the schedule 1f1b, zb-h1 or interleaved
+//                      with 2 or 4 virtual stages; the data ranks are what
+//                      remains, and the micro-batch is per data rank (also
+//                      1, 2, 4, 8 of the global batch). The data-parallel
+//                      knobs other than reduce_dtype do not apply to a
+//                      parallel mesh (its optimizer shards over every data
+//                      rank, sim/parallel_sim.h).
 //   recompute_blocks   not searched: for the other knobs fixed, more
 //                      recompute only adds compute, so each candidate gets
 //                      the fewest recomputed blocks with which it fits
 //                      (Simulate's kAutoRecompute).
-// Search: the baton, hsdp (one node's GPUs) and zeropp presets, then
-// coordinate descent from the fastest: each knob in turn tries all of its
+// Search: the baton, hsdp (one node's GPUs) and zeropp presets and, with
+// the mesh, baton with offload and the largest tensor group with the
+// fewest pipeline stages whose lower bound fits; then coordinate descent
+// from the fastest: each knob in turn tries all of its
 // values with the others fixed and keeps the best, until a pass changes
 // nothing (at most TuneOptions::max_passes). Each configuration is
 // simulated once (a cache). Before building a graph, a memory lower bound
 // (12 bytes per parameter of fp32 master and moments over the shard group,
 // the cluster's reserve, and activations and logits with every block
-// recomputed) skips configurations that cannot fit.
+// recomputed; for a mesh the first stage's parameters at 6 + 12 / data
+// bytes each, its in-flight block inputs and one block) skips
+// configurations that cannot fit.
 // Order: fitting before not fitting (those by peak memory: the closest to
 // fitting first), then step time, then peak memory, then the knob values
 // (so ties are broken the same way every time): the same input gives the
@@ -53,8 +69,9 @@ struct TuneOptions {
   int keep = 5;            // candidates returned
   int max_prefetch = 3;    // deepest prefetch tried, each way
   int max_passes = 4;      // coordinate-descent passes
+  bool search_mesh = true; // tensor, context, pipeline sizes and schedule
   // Micro-steps x (layers + 3) of one step at most (simulate's limit).
-  int64_t max_step_units = int64_t{1} << 15;
+  int64_t max_step_units = scheduler::kMaxStepUnits;
   SimOptions sim;          // calibration and kernel tables
 };
 
@@ -73,7 +90,8 @@ struct TuneReport {
   int refused = 0;    // refused by the graph builder (invalid combinations)
 };
 
-// InvalidArgument for a workload ValidateWorkload refuses, a model or
+// InvalidArgument for a workload ValidateWorkload refuses (with the mesh
+// searched: only its sizes, each mesh's batch split is its own), a model or
 // cluster that fails validation, a head dim options.sim.attention cannot
 // run (compute_model.h KernelHeadDim), or options out of range (keep < 1,
 // max_prefetch < 0, max_passes < 1), and when no configuration could be

@@ -11,11 +11,15 @@ namespace {
 using scheduler::ModelPreset;
 using scheduler::ModelSpec;
 
+// The data-parallel knobs (the mesh has its own tests below: searching it
+// multiplies the configurations).
 struct Case {
   ModelSpec model = *ModelPreset("llama3-8b");
   ClusterSpec cluster = *ClusterPreset("h100");
   Workload w;
+  TuneOptions o;
   Case() {
+    o.search_mesh = false;
     w.gpus = 32;
     w.seq = 4096;
     w.global_batch = 128;  // local batch 4: micro-batches 1, 2, 4
@@ -27,7 +31,7 @@ struct Case {
 const StatusOr<TuneReport>& Tuned() {
   static const auto* tuned = new StatusOr<TuneReport>([] {
     Case c;
-    return Tune(c.model, c.cluster, c.w);
+    return Tune(c.model, c.cluster, c.w, c.o);
   }());
   return *tuned;
 }
@@ -35,7 +39,7 @@ const StatusOr<TuneReport>& Tuned() {
 TEST(TuneTest, SameInputSameAnswer) {
   Case c;
   const auto& a = Tuned();
-  auto b = Tune(c.model, c.cluster, c.w);
+  auto b = Tune(c.model, c.cluster, c.w, c.o);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_EQ(a->best.size(), b->best.size());
@@ -94,7 +98,7 @@ TEST(TuneTest, BestReproducesThroughAPolicyFile) {
 TEST(TuneTest, TightMemoryIsRespected) {
   Case c;
   c.cluster.memory_gib = 18;
-  auto t = Tune(c.model, c.cluster, c.w);
+  auto t = Tune(c.model, c.cluster, c.w, c.o);
   ASSERT_TRUE(t.ok()) << t.status();
   const TuneCandidate& best = t->best[0];
   EXPECT_TRUE(best.result.fits);
@@ -103,7 +107,7 @@ TEST(TuneTest, TightMemoryIsRespected) {
   EXPECT_GT(t->pruned, 0);  // shard groups of 8: 12 GiB of states alone
   // A cluster no configuration fits: refused, not a wrong answer.
   c.cluster.memory_gib = 5;
-  auto none = Tune(c.model, c.cluster, c.w);
+  auto none = Tune(c.model, c.cluster, c.w, c.o);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -120,7 +124,9 @@ TEST(TuneTest, OffloadWhereNothingElseFitsNotWhereItCostsTime) {
   c.model = *ModelPreset("llama3-70b");
   c.w.gpus = 16;
   c.w.global_batch = 16;
-  auto big = Tune(c.model, c.cluster, c.w);
+  TuneOptions data_only;
+  data_only.search_mesh = false;
+  auto big = Tune(c.model, c.cluster, c.w, data_only);
   ASSERT_TRUE(big.ok()) << big.status();
   const TuneCandidate& best = big->best[0];
   EXPECT_TRUE(best.result.fits);
@@ -132,6 +138,30 @@ TEST(TuneTest, OffloadWhereNothingElseFitsNotWhereItCostsTime) {
       EXPECT_FALSE(other.result.fits) << DescribeKnobs(other);
     }
   }
+  // With the mesh searched, tensor and pipeline parallelism also fit it
+  // without offload (the parameters split over tp x pp GPUs); the search
+  // still finds the offload configuration, which is faster here, and
+  // keeps the fastest that fits.
+  TuneOptions all;
+  all.keep = 1000;
+  auto mesh = Tune(c.model, c.cluster, c.w, all);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_TRUE(mesh->best[0].result.fits);
+  EXPECT_LE(mesh->best[0].result.step_s, best.result.step_s);
+  const TuneCandidate* parallel = nullptr;
+  for (const TuneCandidate& other : mesh->best) {
+    if (parallel == nullptr && scheduler::IsParallel(other.policy) && other.result.fits &&
+        other.policy.offload == scheduler::Offload::kNone) {
+      parallel = &other;
+    }
+  }
+  ASSERT_NE(parallel, nullptr);
+  // A mesh candidate runs again from its policy file, to the nanosecond.
+  auto p = scheduler::PolicyFromJson(scheduler::PolicyToJson(parallel->policy));
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto again = SimulatePolicy(c.model, c.cluster, parallel->workload, *p, p->recompute_blocks);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->step_s, parallel->result.step_s) << DescribeKnobs(*parallel);
 }
 
 TEST(TuneTest, BadOptionsAreRefused) {
@@ -140,7 +170,16 @@ TEST(TuneTest, BadOptionsAreRefused) {
   o.keep = 0;
   EXPECT_EQ(Tune(c.model, c.cluster, c.w, o).status().code(),
             absl::StatusCode::kInvalidArgument);
-  c.w.global_batch = 100;
+  c.w.global_batch = 100;  // not a multiple of the 32 GPUs
+  TuneOptions data_only;
+  data_only.search_mesh = false;
+  EXPECT_EQ(Tune(c.model, c.cluster, c.w, data_only).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A mesh leaves 100 / 4 per data rank with tp x pp = 8.
+  auto mesh = Tune(c.model, c.cluster, c.w);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_EQ(100 % mesh->best[0].workload.data_ranks(), 0);
+  c.w.gpus = 0;
   EXPECT_EQ(Tune(c.model, c.cluster, c.w).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "baton/runtime/device.h"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/policy.h"
 
 namespace baton {
@@ -268,6 +269,16 @@ TEST(TrainTinyTest, PolicyFileRunsAsWritten) {
       {"--policy-file=" + write("p8.json", R"({"preset": "zenflow", "zenflow_staleness": 4})"),
        "zenflow_staleness = 4 must be auto or in [0, zenflow_update_interval = 4)"},
       {"--policy-file=" + good + " --policy=baton", "--policy and --policy-file"},
+      // Issue 29: a file may not pass the bounds the flags have
+      // (scheduler/limits.h), nor a model's blocks (as simulate refuses it),
+      // nor give a key twice.
+      {"--policy-file=" + write("p9.json", R"({"micro_steps": 5000})"),
+       "field \"micro_steps\" must be an integer in [1, 4096], got 5000"},
+      {"--policy-file=" + write("p10.json", R"({"recompute_blocks": 9})") + " --layers=2",
+       "policy file " + dir + "/p10.json: field \"recompute_blocks\" = 9 is more than the "
+       "model's 2 blocks"},
+      {"--policy-file=" + write("p11.json", R"({"micro_steps": 2, "micro_steps": 3})"),
+       "policy file " + dir + "/p11.json: duplicate key \"micro_steps\""},
       {"--policy-file=" + dir + "/missing.json", "cannot read policy file"},
   };
   for (const auto& [args, want] : bad) {
@@ -320,12 +331,24 @@ TEST(TrainTinyTest, TraceHasEveryRanksStreamsWithComputeCopiesAndWaits) {
   EXPECT_EQ(slices[0]["copy"], slices[1]["copy"]);
 }
 
+// A one-step run times that step (there is no second one to time) and says
+// so, instead of "steps 2..1".
+TEST(TrainTinyTest, OneStepRunSaysWhatItTimed) {
+  const Outcome r = Execute(absl::StrCat(kModel, " --steps=1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find(" ms (the only step, set-up included), "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("steps 2..1"), std::string::npos) << r.out;
+  const Outcome two = Execute(absl::StrCat(kModel, " --steps=2"));
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  EXPECT_NE(two.out.find(" ms (steps 2..2), "), std::string::npos) << two.out;
+}
+
 // Bad input: exit code 2 and one line that names the problem.
 TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string empty = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/empty_corpus.txt");
   std::fclose(std::fopen(empty.c_str(), "w"));
-  const std::vector<std::pair<std::string, std::string>> cases = {
+  std::vector<std::pair<std::string, std::string>> cases = {
       {"--backend=mpi", "--backend must be inproc, ucx or nccl"},
       {"--policy=nope", "nope"},
       {"--lr=-1", "--lr needs a positive number"},
@@ -354,6 +377,18 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
       {"--policy=hsdp --nranks=6", "shard_group = 4 does not divide the world size 6"},
       {"--trace=/nonexistent/trace.json", "--trace: cannot write /nonexistent/trace.json"},
   };
+  // Issue 29: the ranks this process starts (threads, or ucx processes
+  // without a launcher) are bounded by the host: past it, the documented
+  // bound of 4096 included on a host of fewer than 256 CPUs.
+  const int64_t host = scheduler::MaxLocalRanks();
+  if (host < scheduler::kMaxLocalRanks) {
+    for (const int64_t n : {host + 1, scheduler::kMaxLocalRanks}) {
+      cases.push_back({absl::StrCat("--nranks=", n),
+                       absl::StrCat("--nranks asks for ", n, " ranks on this host; it runs at "
+                                    "most ", host, " at once")});
+    }
+    cases.push_back({absl::StrCat("--backend=ucx --nranks=", host + 1), "ranks on this host"});
+  }
   for (const auto& [args, want] : cases) {
     const Outcome r = Execute(absl::StrCat("--steps=1 ", args));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "baton/comm/bootstrap/launcher.h"
+#include "baton/runtime/output_file.h"
 #include "baton/runtime/version.h"
 
 namespace {
@@ -29,6 +30,7 @@ int Usage(const char* why) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("launch");
   baton::LaunchOptions o;
   int i = 1;
   for (; i < argc; ++i) {

@@ -45,60 +45,81 @@ Status CheckTimeout(absl::Duration timeout, const char* what) {
   return Status();
 }
 
-// Connects with a deadline (a non-blocking connect, retried while the
-// server is not up yet).
-StatusOr<int> ConnectWithin(const TcpStoreOptions& o) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const std::string port = absl::StrCat(o.port);
-  const int rc = ::getaddrinfo(o.host.c_str(), port.c_str(), &hints, &res);
-  if (rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store: cannot resolve MASTER_ADDR '", o.host,
-                     "': ", ::gai_strerror(rc)));
+// One non-blocking connect to `addr` within `deadline`: the socket, or the
+// errno that ended the attempt (ETIMEDOUT when the deadline passed).
+struct Attempt {
+  int fd = -1;
+  int err = 0;
+};
+Attempt ConnectOnce(const addrinfo& addr, absl::Time deadline) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return {-1, errno};
+  int err = 0;
+  if (::connect(fd, addr.ai_addr, addr.ai_addrlen) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      while (::poll(&p, 1, PollMs(deadline)) == 0 && absl::Now() < deadline) {
+      }
+      socklen_t len = sizeof(err);
+      err = ETIMEDOUT;
+      if (p.revents != 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    }
   }
-  const absl::Time deadline = absl::Now() + o.connect_timeout;
+  if (err != 0) {
+    ::close(fd);
+    return {-1, err};
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return {fd, 0};
+}
+
+// rank 0's address, resolved once.
+class Address {
+ public:
+  static StatusOr<Address> Resolve(const TcpStoreOptions& o) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    const std::string port = absl::StrCat(o.port);
+    const int rc = ::getaddrinfo(o.host.c_str(), port.c_str(), &hints, &res);
+    if (rc != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("store: cannot resolve MASTER_ADDR '", o.host,
+                       "': ", ::gai_strerror(rc)));
+    }
+    return Address(res);
+  }
+  Address(Address&& other) : res_(other.res_) { other.res_ = nullptr; }
+  ~Address() {
+    if (res_ != nullptr) ::freeaddrinfo(res_);
+  }
+  const addrinfo& get() const { return *res_; }
+
+ private:
+  explicit Address(addrinfo* res) : res_(res) {}
+  addrinfo* res_;
+};
+
+// Connects within connect_timeout, retrying while the server is not up yet.
+StatusOr<int> ConnectWithin(const TcpStoreOptions& o, const Address& addr,
+                            absl::Time deadline) {
   std::string last_error = "timed out";
   absl::Duration backoff = absl::Milliseconds(10);
-  int fd = -1;
   for (;;) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-      ::freeaddrinfo(res);
-      return absl::InternalError(Errno("store: socket"));
-    }
-    int err = 0;
-    if (::connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        pollfd p{fd, POLLOUT, 0};
-        while (::poll(&p, 1, PollMs(deadline)) == 0 && absl::Now() < deadline) {
-        }
-        socklen_t len = sizeof(err);
-        err = ETIMEDOUT;
-        if (p.revents != 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      }
-    }
-    if (err == 0) break;
-    last_error = std::strerror(err);
-    ::close(fd);
-    fd = -1;
+    const Attempt a = ConnectOnce(addr.get(), deadline);
+    if (a.fd >= 0) return a.fd;
+    last_error = std::strerror(a.err);
     if (absl::Now() + backoff > deadline) break;
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(200));
   }
-  ::freeaddrinfo(res);
-  if (fd < 0) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "store: could not reach rank 0 at ", o.host, ":", o.port, " within ",
-        absl::FormatDuration(o.connect_timeout), " (", last_error,
-        "); is rank 0 running with the same MASTER_ADDR/BATON_STORE_PORT?"));
-  }
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd;
+  return absl::DeadlineExceededError(absl::StrCat(
+      "store: could not reach rank 0 at ", o.host, ":", o.port, " within ",
+      absl::FormatDuration(o.connect_timeout), " (", last_error,
+      "); is rank 0 running with the same MASTER_ADDR/BATON_STORE_PORT?"));
 }
 
 }  // namespace
@@ -109,17 +130,37 @@ StatusOr<int> ConnectWithin(const TcpStoreOptions& o) {
 // an error, not a hang.
 class TcpStore::Client {
  public:
+  // Connects and says hello. A connection closed before the hello was
+  // answered is tried again until connect_timeout: rank 0's store closes
+  // the oldest connections that have not said hello when strangers crowd
+  // the port (store_server.h), which may be ours. Once rank 0 no longer
+  // accepts connections at all, it exited: Unavailable says so.
   static StatusOr<std::unique_ptr<Client>> Connect(const TcpStoreOptions& o) {
-    BATON_ASSIGN_OR_RETURN(int fd, ConnectWithin(o));
-    auto c = std::unique_ptr<Client>(new Client(fd, o.limits));
+    const absl::Time deadline = absl::Now() + o.connect_timeout;
+    BATON_ASSIGN_OR_RETURN(const Address addr, Address::Resolve(o));
+    BATON_ASSIGN_OR_RETURN(int fd, ConnectWithin(o, addr, deadline));
     const int64_t hello = (static_cast<int64_t>(o.rank) << 32) |
                           static_cast<uint32_t>(o.world_size);
-    BATON_ASSIGN_OR_RETURN(
-        std::string ignored,
-        c->Call(store_wire::kHello, store_wire::kProtocol, o.token, hello,
-                absl::Now() + o.connect_timeout));
-    (void)ignored;
-    return c;
+    absl::Duration backoff = absl::Milliseconds(10);
+    for (;;) {
+      auto c = std::unique_ptr<Client>(new Client(fd, o.limits));
+      StatusOr<std::string> answer = c->Call(store_wire::kHello, store_wire::kProtocol,
+                                             o.token, hello, deadline);
+      if (answer.ok()) return c;
+      if (!absl::IsUnavailable(answer.status()) || absl::Now() + backoff >= deadline) {
+        return answer.status();
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Milliseconds(200));
+      const Attempt again = ConnectOnce(addr.get(), deadline);
+      if (again.err == ECONNREFUSED) {
+        return absl::UnavailableError(absl::StrCat(
+            "store: rank 0 closed the connection before answering the hello and no longer "
+            "accepts connections at ", o.host, ":", o.port, " (did rank 0 exit?)"));
+      }
+      if (again.fd < 0) return answer.status();  // out of time
+      fd = again.fd;
+    }
   }
 
   ~Client() { ::close(fd_); }
@@ -273,6 +314,9 @@ StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(
     so.limits = options.limits;
     so.max_store_bytes = options.max_store_bytes;
     so.stall_timeout = options.stall_timeout;
+    so.hello_timeout = options.hello_timeout;
+    so.max_unidentified = options.max_unidentified;
+    so.max_unidentified_per_address = options.max_unidentified_per_address;
     BATON_ASSIGN_OR_RETURN(store->server_, store_internal::Server::Start(so));
     store->options_.port = store->server_->port();
   }

@@ -39,6 +39,14 @@
 //     request (TcpStoreOptions::limits) and a bounded backlog of replies per
 //     connection, drops a client whose replies or request stall, and holds
 //     at most max_store_bytes of keys and values (store_server.h);
+//   * connections that never say hello (a port scanner, a health check, a
+//     flood) cannot keep the ranks out: each is closed after hello_timeout
+//     (5 s), at most max_unidentified (64) are open and at most 16 per
+//     address, and past a cap the OLDEST is closed, not the newcomer; a
+//     rank's connection is read as soon as it is accepted, and a rank whose
+//     connection was closed before its hello was answered connects again
+//     (until connect_timeout). When rank 0 no longer accepts connections
+//     at all, the rank fails with Unavailable "... (did rank 0 exit?)";
 //   * a rank that connected may Set any key: values read back are data to
 //     validate (comm/bootstrap/sealed_value.h), never trusted blindly.
 //
@@ -111,6 +119,13 @@ struct TcpStoreOptions {
   // Rank 0: a client whose replies do not drain, or whose request stays
   // incomplete, this long is dropped.
   absl::Duration stall_timeout = absl::Seconds(30);
+  // Rank 0: connections that have not said hello (see "Trust"): each is
+  // closed after hello_timeout; at most max_unidentified are open, at most
+  // max_unidentified_per_address from one address; past a cap the oldest
+  // one is closed.
+  absl::Duration hello_timeout = absl::Seconds(5);
+  int max_unidentified = 64;
+  int max_unidentified_per_address = 16;
 };
 
 class TcpStore : public Store {

@@ -28,6 +28,7 @@ using store_wire::Parse;
 using store_wire::Request;
 
 constexpr int64_t kMaxPollMs = 100;
+constexpr int kMaxAcceptsPerRound = 64;
 
 bool SameToken(absl::string_view a, absl::string_view b) {
   // Compares every byte whatever the first difference.
@@ -176,24 +177,52 @@ void Server::Loop() {
 }
 
 void Server::Accept() {
-  for (;;) {
-    const int fd =
-        ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  // A bounded batch per round, so a flood of connections cannot starve the
+  // reads of the others.
+  for (int i = 0; i < kMaxAcceptsPerRound; ++i) {
+    sockaddr_in peer{};
+    socklen_t len = sizeof(peer);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;  // EAGAIN, or a transient error: poll again
-    int unidentified = 0;
-    for (const Conn& c : conns_) unidentified += c.rank < 0 && !c.dead;
-    if (unidentified >= o_.max_unidentified) {
-      ::close(fd);
-      stats_.dropped.fetch_add(1);
-      continue;
-    }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Conn c;
     c.id = next_id_++;
     c.fd = fd;
+    c.addr = peer.sin_addr.s_addr;
     c.accepted = absl::Now();
     conns_.push_back(std::move(c));
+    Conn& added = conns_.back();
+    // A rank's hello is usually on the wire already: identified now, it can
+    // never be taken for a stranger below.
+    ReadFrom(added);
+    if (!added.dead && added.rank < 0) MakeRoom(added);
+  }
+}
+
+void Server::MakeRoom(const Conn& newest) {
+  std::map<uint32_t, int> per_address;
+  int total = 0;
+  for (const Conn& c : conns_) {
+    if (c.dead || c.rank >= 0) continue;
+    ++per_address[c.addr];
+    ++total;
+  }
+  uint32_t victim_addr = newest.addr;
+  if (per_address[newest.addr] <= o_.max_unidentified_per_address) {
+    if (total <= o_.max_unidentified) return;
+    // The address holding the most (its oldest connection goes).
+    for (const auto& [addr, n] : per_address) {
+      if (n > per_address[victim_addr]) victim_addr = addr;
+    }
+  }
+  for (Conn& c : conns_) {  // accept order: the first match is the oldest
+    if (!c.dead && c.rank < 0 && c.addr == victim_addr) {
+      stats_.dropped.fetch_add(1);
+      Drop(c);
+      return;
+    }
   }
 }
 

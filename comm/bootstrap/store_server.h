@@ -10,8 +10,19 @@
 // progress, or whose request stays incomplete, for `stall_timeout` is
 // dropped; at most `max_parked_gets` Gets wait per connection. Globally:
 // keys and values together at most `max_store_bytes` (Set then fails with
-// kFull); at most `max_unidentified` connections that have not said hello,
-// each for at most `hello_timeout`.
+// kFull).
+//
+// Connections that have not said hello (anyone who can reach the port: a
+// port scanner, a health check, a stranger) can never crowd out the ranks:
+// each gets `hello_timeout` (short: a rank sends its hello as soon as it
+// connects) and is then closed; at most `max_unidentified` of them are open
+// at once, at most `max_unidentified_per_address` from one address, and a
+// new connection past either cap closes the OLDEST unidentified one (of its
+// own address, or of the address holding the most), never the new one, so
+// a rank that connects during a flood gets in. A freshly accepted
+// connection is read at once: a hello already on the wire identifies it
+// before anything can close it. The client (store.cc) reconnects when a
+// connection is closed before its hello was answered.
 #ifndef BATON_COMM_BOOTSTRAP_STORE_SERVER_H_
 #define BATON_COMM_BOOTSTRAP_STORE_SERVER_H_
 
@@ -38,8 +49,9 @@ struct ServerOptions {
   size_t max_store_bytes = size_t{256} << 20;
   size_t out_high_water = size_t{1} << 20;
   absl::Duration stall_timeout = absl::Seconds(30);
-  absl::Duration hello_timeout = absl::Seconds(60);
+  absl::Duration hello_timeout = absl::Seconds(5);
   int max_unidentified = 64;
+  int max_unidentified_per_address = 16;
   int max_parked_gets = 64;
 };
 
@@ -72,6 +84,7 @@ class Server {
     std::string out;
     size_t out_off = 0;
     int rank = -1;  // set by a successful hello
+    uint32_t addr = 0;  // the peer's IPv4 address (network order)
     absl::Time accepted;
     absl::Time in_since = absl::InfiniteFuture();   // partial request began
     absl::Time out_since = absl::InfiniteFuture();  // last send progress
@@ -87,6 +100,9 @@ class Server {
   explicit Server(const ServerOptions& options) : o_(options) {}
   void Loop();
   void Accept();
+  // Closes the oldest unidentified connection while `newest`'s address or
+  // all addresses together hold more than their cap.
+  void MakeRoom(const Conn& newest);
   void ReadFrom(Conn& c);
   // Handles the complete requests buffered, while replies stay under the
   // high-water mark.

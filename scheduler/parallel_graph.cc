@@ -1,0 +1,751 @@
+#include "baton/scheduler/parallel_graph.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "baton/scheduler/graph_edges.h"
+
+namespace baton::scheduler {
+namespace {
+
+using Pass = PipelinePass;
+
+// The message of micro-batch `micro` arriving at virtual stage `vstage`:
+// its activation (grad false) or its output's gradient (grad true).
+int64_t MessageTag(int micro, int vstage, bool grad, int virtual_stages) {
+  return (static_cast<int64_t>(micro) * virtual_stages + vstage) * 2 + (grad ? 1 : 0);
+}
+
+std::vector<std::vector<Pass>> OneFOneB(int p, int m) {
+  std::vector<std::vector<Pass>> order(p);
+  for (int s = 0; s < p; ++s) {
+    const int warm = std::min(p - s - 1, m);
+    for (int i = 0; i < warm; ++i) order[s].push_back({Pass::Kind::kForward, i, 0});
+    for (int i = 0; i < m - warm; ++i) {
+      order[s].push_back({Pass::Kind::kForward, warm + i, 0});
+      order[s].push_back({Pass::Kind::kBackward, i, 0});
+    }
+    for (int i = m - warm; i < m; ++i) order[s].push_back({Pass::Kind::kBackward, i, 0});
+  }
+  return order;
+}
+
+std::vector<std::vector<Pass>> Interleaved(int p, int m, int v) {
+  std::vector<std::vector<Pass>> order(p);
+  const int total = m * v;
+  auto pass = [&](Pass::Kind kind, int k) {
+    const int group = k % (p * v);
+    int chunk = group / p;
+    if (kind == Pass::Kind::kBackward) chunk = v - 1 - chunk;
+    return Pass{kind, (k / (p * v)) * p + k % p, chunk};
+  };
+  for (int s = 0; s < p; ++s) {
+    const int warm = std::min(2 * (p - s - 1) + (v - 1) * p, total);
+    for (int k = 0; k < warm; ++k) order[s].push_back(pass(Pass::Kind::kForward, k));
+    for (int k = 0; k < total - warm; ++k) {
+      order[s].push_back(pass(Pass::Kind::kForward, warm + k));
+      order[s].push_back(pass(Pass::Kind::kBackward, k));
+    }
+    for (int k = total - warm; k < total; ++k) {
+      order[s].push_back(pass(Pass::Kind::kBackward, k));
+    }
+  }
+  return order;
+}
+
+// ZB-H1 as a list schedule of the passes with costs `c` (PipelineOrder).
+std::vector<std::vector<Pass>> ZeroBubbleH1(int p, int m, const PassCosts& c) {
+  constexpr double kNever = 1e300;
+  std::vector<std::vector<double>> f(p, std::vector<double>(m, kNever));
+  std::vector<std::vector<double>> b = f;
+  std::vector<int> nf(p, 0), nb(p, 0), nw(p, 0);
+  std::vector<double> free_at(p, 0);
+  std::vector<std::vector<Pass>> order(p);
+  const int64_t total = int64_t{3} * p * m;
+  int64_t done = 0;
+  double t = 0;
+  while (done < total) {
+    for (int s = 0; s < p; ++s) {
+      if (free_at[s] > t) continue;
+      const int i = nb[s], j = nf[s];
+      const bool w_ready = nw[s] < nb[s];
+      const bool force_w = nb[s] - nw[s] >= p;
+      const bool b_ready = i < nf[s] && f[s][i] <= t && (s == p - 1 || b[s + 1][i] <= t);
+      const bool f_ready = j < m && (s == 0 || f[s - 1][j] <= t) && nf[s] - nb[s] < p - s;
+      if (force_w && w_ready) {
+        free_at[s] = t + c.w;
+        order[s].push_back({Pass::Kind::kWeight, nw[s]++, 0});
+      } else if (b_ready) {
+        free_at[s] = b[s][i] = t + c.b;
+        order[s].push_back({Pass::Kind::kBackward, nb[s]++, 0});
+      } else if (f_ready) {
+        free_at[s] = f[s][j] = t + c.f;
+        order[s].push_back({Pass::Kind::kForward, nf[s]++, 0});
+      } else if (w_ready) {
+        free_at[s] = t + c.w;
+        order[s].push_back({Pass::Kind::kWeight, nw[s]++, 0});
+      } else {
+        continue;
+      }
+      ++done;
+    }
+    // The next time a stage frees up or a pass's input arrives.
+    double next = kNever;
+    for (int s = 0; s < p; ++s) {
+      if (free_at[s] > t) next = std::min(next, free_at[s]);
+      if (nb[s] < nf[s]) {
+        const double ready = std::max(f[s][nb[s]], s == p - 1 ? 0.0 : b[s + 1][nb[s]]);
+        if (ready > t) next = std::min(next, ready);
+      }
+      if (nf[s] < m && s > 0 && f[s - 1][nf[s]] > t) next = std::min(next, f[s - 1][nf[s]]);
+    }
+    if (next >= kNever) break;  // cannot happen: some stage always has work
+    t = next;
+  }
+  return order;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::vector<PipelinePass>>> PipelineOrder(
+    PipelineSchedule schedule, int p, int m, int v, const PassCosts& costs) {
+  if (p < 1 || m < 1 || v < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline schedule: stages ", p, ", micro-batches ", m, " and chunks ", v,
+        " must be >= 1"));
+  }
+  if ((schedule == PipelineSchedule::kInterleaved) != (v > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline schedule ", PipelineScheduleName(schedule), " with ", v,
+        " chunks per stage: interleaved takes 2 or more, the others 1"));
+  }
+  switch (schedule) {
+    case PipelineSchedule::k1F1B:
+      return OneFOneB(p, m);
+    case PipelineSchedule::kInterleaved:
+      if (m % p != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the interleaved schedule needs the micro-batches per step (", m,
+            ") to be a multiple of the pipeline stages (", p, ")"));
+      }
+      return Interleaved(p, m, v);
+    case PipelineSchedule::kZbH1:
+      if (!(costs.f > 0 && costs.b > 0 && costs.w > 0) ||
+          !(costs.f + costs.b + costs.w < 1e30)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "zb-h1: pass costs must be positive and finite, got ", costs.f, ", ", costs.b,
+            ", ", costs.w));
+      }
+      return ZeroBubbleH1(p, m, costs);
+  }
+  return absl::InternalError("pipeline schedule: unknown");
+}
+
+Status ValidateParallel(const ModelSpec& spec, const Policy& p) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(parts...));
+  };
+  const int tp = p.tensor_parallel, pp = p.pipeline_parallel, v = p.virtual_stages;
+  if (spec.heads % tp != 0 || spec.kv_heads % tp != 0) {
+    return bad("--tp=", tp, " must divide the model's ", spec.heads, " heads and ",
+               spec.kv_heads, " KV heads (", spec.name, ")");
+  }
+  if (int64_t{pp} * v > spec.layers) {
+    return bad("--pp=", pp, v > 1 ? absl::StrCat(" x --vpp=", v) : std::string(),
+               " stages is more than the model's ", spec.layers, " blocks");
+  }
+  if (pp > 1 && spec.tie_embeddings) {
+    return bad("pipeline parallelism with tied embeddings (the first and last stages "
+               "would share a weight) is not modelled (", spec.name, ")");
+  }
+  const int64_t fixed = p.pipeline_first_layers + p.pipeline_last_layers;
+  const int given = (p.pipeline_first_layers > 0) + (p.pipeline_last_layers > 0);
+  if (p.pipeline_schedule == PipelineSchedule::kInterleaved) {
+    if (given == 0 && spec.layers % (int64_t{pp} * v) != 0) {
+      return bad("the interleaved schedule needs the model's ", spec.layers,
+                 " blocks to be a multiple of --pp x --vpp = ", pp * v,
+                 " (or --pp-first-layers / --pp-last-layers for the rest)");
+    }
+    if (p.micro_steps % pp != 0) {
+      return bad("the interleaved schedule needs the micro-batches per step (",
+                 p.micro_steps, ") to be a multiple of --pp=", pp);
+    }
+  }
+  if (given > 0) {
+    if (fixed > spec.layers) {
+      return bad("pipeline first / last layers (", p.pipeline_first_layers, " / ",
+                 p.pipeline_last_layers, ") are more than the model's ", spec.layers,
+                 " blocks");
+    }
+    const int64_t rest = spec.layers - fixed;
+    const int others = pp * v - given;  // the other virtual stages
+    if (rest < others || (others == 0 && rest != 0) ||
+        (others > 0 && rest % others != 0)) {
+      return bad("pipeline first / last layers (", p.pipeline_first_layers, " / ",
+                 p.pipeline_last_layers, ") leave ", rest, " of ", spec.layers,
+                 " blocks, which do not split evenly over the other ", others,
+                 v > 1 ? " virtual stages" : " stages");
+    }
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<std::vector<int>> VirtualStageLayers(const ModelSpec& spec, const Policy& p) {
+  BATON_RETURN_IF_ERROR(ValidateParallel(spec, p));
+  const int pp = p.pipeline_parallel, nv = pp * p.virtual_stages;
+  const int layers = static_cast<int>(spec.layers);
+  std::vector<int> n(nv, 0);
+  if (p.pipeline_first_layers > 0 || p.pipeline_last_layers > 0) {
+    const int given = (p.pipeline_first_layers > 0) + (p.pipeline_last_layers > 0);
+    const int rest = layers - p.pipeline_first_layers - p.pipeline_last_layers;
+    const int each = nv > given ? rest / (nv - given) : 0;
+    for (int s = 0; s < nv; ++s) n[s] = each;
+    if (p.pipeline_first_layers > 0) n[0] = p.pipeline_first_layers;
+    if (p.pipeline_last_layers > 0) n[nv - 1] = p.pipeline_last_layers;
+    return n;
+  }
+  // Even, the remainder to the inner virtual stages first: from the middle
+  // outwards, the first and last taking one only when every inner one has.
+  const int base = layers / nv;
+  int rem = layers % nv;
+  for (int& x : n) x = base;
+  std::vector<int> by_distance;
+  for (int i = 1; i + 1 < nv; ++i) by_distance.push_back(i);
+  std::stable_sort(by_distance.begin(), by_distance.end(), [&](int a, int b) {
+    const double mid = (nv - 1) / 2.0;
+    return std::abs(a - mid) < std::abs(b - mid);
+  });
+  by_distance.push_back(0);
+  if (nv > 1) by_distance.push_back(nv - 1);
+  for (int i = 0; rem > 0; ++i, --rem) ++n[by_distance[i % by_distance.size()]];
+  return n;
+}
+
+MeshGroup ParallelDataGroup(const Policy& p) {
+  return p.context_parallel > 1 ? MeshGroup{MeshDim::kShard, MeshDim::kHpz, MeshDim::kContext}
+                                : kDataShardGroup;
+}
+
+namespace {
+
+// Builds one stage's graph (scheduler/parallel_graph.h lists its nodes).
+class StageBuilder {
+ public:
+  StageBuilder(const ModelLayout& layout, const Policy& p, const DeviceMesh& mesh,
+               int stage, const std::vector<std::vector<int>>& vs_units,
+               const std::vector<Pass>& order, int64_t act_numel)
+      : layout_(layout), p_(p), stage_(stage), vs_units_(vs_units), order_(order),
+        act_numel_(act_numel) {
+    g_.mesh = mesh;
+  }
+
+  StatusOr<StepGraph> Build();
+
+ private:
+  int Buffer(std::string name, BufferRole role, int bucket, int64_t numel, DataType dt,
+             bool persistent) {
+    GraphBuffer b;
+    b.name = std::move(name);
+    b.role = role;
+    b.bucket = bucket;
+    b.numel = std::max<int64_t>(numel, 1);
+    b.dtype = dt;
+    b.persistent = persistent;
+    g_.buffers.push_back(std::move(b));
+    return static_cast<int>(g_.buffers.size()) - 1;
+  }
+  Node& Add(NodeKind kind, StreamId stream, std::vector<int> reads, std::vector<int> writes,
+            std::string name) {
+    Node n;
+    n.kind = kind;
+    n.stream = stream;
+    n.reads = std::move(reads);
+    n.writes = std::move(writes);
+    n.name = std::move(name);
+    g_.nodes.push_back(std::move(n));
+    return g_.nodes.back();
+  }
+  int Act(const std::string& name, bool sharded, bool grad) {
+    const int64_t n = sharded ? act_numel_ / p_.tensor_parallel : act_numel_;
+    return Buffer(name, grad ? BufferRole::kActivationGrad : BufferRole::kActivation, -1, n,
+                  p_.param_dtype, false);
+  }
+  std::vector<int> Params(int u) const;
+  // recompute_blocks N: the first N blocks of each virtual stage (-1: all).
+  bool Recomputed(int u) const {
+    return layout_.units[u].kind == UnitKind::kBlock &&
+           (p_.recompute_blocks < 0 || position_[u] < p_.recompute_blocks);
+  }
+  void Persistent();
+  void Forward(int m, int c);
+  void Backward(int m, int c, bool split);
+  void Weight(int m, int c);
+  int ForwardBlock(int u, int m, int c, int in);
+  int BackwardBlock(int u, int m, int c, int in, bool split);
+  void Compute(NodeKind kind, int u, int m, int c, uint8_t segments, std::vector<int> reads,
+               std::vector<int> writes, bool grads, const std::string& tag);
+  void AddRing(Node& n, bool backward);
+  void TensorCollective(NodeKind kind, int in, int out, const std::string& name, int m);
+  void GradWritten(int u);
+  void Reduce(int b);
+  std::vector<FusedComm> TensorFused(bool backward) const;
+  std::string Tag(int m, int c) const {
+    return p_.virtual_stages > 1 ? absl::StrCat(" m", m, " c", c) : absl::StrCat(" m", m);
+  }
+  int VStage(int c) const { return c * p_.pipeline_parallel + stage_; }
+  int NumVStages() const { return p_.pipeline_parallel * p_.virtual_stages; }
+
+  const ModelLayout& layout_;
+  const Policy& p_;
+  const int stage_;
+  const std::vector<std::vector<int>>& vs_units_;
+  const std::vector<Pass>& order_;
+  const int64_t act_numel_;
+  StepGraph g_;
+  std::vector<int> buckets_;  // this stage's buckets, forward order of first use
+  std::vector<int> shard_, master_, gshard_, m1_, m2_, gathered_, grad_;
+  std::vector<int> writes_left_;  // bucket -> gradient writes still to come
+  std::vector<std::vector<bool>> grad_written_;
+  std::vector<int> position_;  // unit -> its index among its virtual stage's blocks
+};
+
+std::vector<int> StageBuilder::Params(int u) const {
+  std::vector<int> reads;
+  for (const ParamRef& r : layout_.unit_params[u]) {
+    const int buf = p_.all_reduce ? shard_[r.bucket] : gathered_[r.bucket];
+    if (std::find(reads.begin(), reads.end(), buf) == reads.end()) reads.push_back(buf);
+  }
+  return reads;
+}
+
+void StageBuilder::Persistent() {
+  const int nb = static_cast<int>(layout_.buckets.size());
+  for (auto* v : {&shard_, &master_, &gshard_, &m1_, &m2_, &gathered_, &grad_}) {
+    v->assign(nb, -1);
+  }
+  writes_left_.assign(nb, 0);
+  grad_written_.assign(nb, {});
+  for (int c = 0; c < p_.virtual_stages; ++c) {
+    for (int u : vs_units_[VStage(c)]) {
+      std::vector<int> seen;
+      for (const ParamRef& r : layout_.unit_params[u]) {
+        if (std::find(seen.begin(), seen.end(), r.bucket) != seen.end()) continue;
+        seen.push_back(r.bucket);
+        if (writes_left_[r.bucket] == 0) buckets_.push_back(r.bucket);
+        writes_left_[r.bucket] += p_.micro_steps;
+      }
+    }
+  }
+  const int tp = p_.tensor_parallel;
+  const int data = g_.mesh.size(ParallelDataGroup(p_));
+  for (int b : buckets_) {
+    const Bucket& bk = layout_.buckets[b];
+    const int64_t whole = (bk.padded_numel + tp - 1) / tp;  // this rank's TP slice
+    const int64_t shard = p_.all_reduce ? whole : (whole + data - 1) / data;
+    shard_[b] = Buffer(absl::StrCat("shard.", bk.name), BufferRole::kShard, b, shard,
+                       p_.param_dtype, true);
+    master_[b] = Buffer(absl::StrCat("master.", bk.name), BufferRole::kMaster, b, shard,
+                        DataType::kF32, true);
+    gshard_[b] = Buffer(absl::StrCat("grad_shard.", bk.name), BufferRole::kGradShard, b,
+                        shard, p_.reduce_dtype, true);
+    m1_[b] = Buffer(absl::StrCat("moment1.", bk.name), BufferRole::kMoment1, b, shard,
+                    DataType::kF32, true);
+    m2_[b] = Buffer(absl::StrCat("moment2.", bk.name), BufferRole::kMoment2, b, shard,
+                    DataType::kF32, true);
+    grad_[b] = Buffer(absl::StrCat("grad.", bk.name), BufferRole::kGradFull, b, whole,
+                      p_.reduce_dtype, false);
+    grad_written_[b].assign(bk.params.size(), false);
+    if (!p_.all_reduce) {
+      gathered_[b] = Buffer(absl::StrCat("gathered.", bk.name), BufferRole::kGathered, b,
+                            whole, p_.param_dtype, false);
+    }
+  }
+}
+
+// The tensor collectives a block segment holds under tp_comm_overlap, or
+// (backward, without it) the ones Megatron overlaps with the dgrad / wgrad
+// GEMMs: chunks 0 marks those (they run beside the segment's kernels).
+std::vector<FusedComm> StageBuilder::TensorFused(bool backward) const {
+  std::vector<FusedComm> f;
+  if (p_.tensor_parallel < 2) return f;
+  const int64_t bytes = act_numel_ * static_cast<int64_t>(DataTypeSize(p_.param_dtype));
+  const int chunks = p_.tp_comm_overlap ? p_.tensor_parallel : 0;
+  if (!p_.tp_comm_overlap && !backward) return f;
+  using K = FusedComm::Kind;
+  if (p_.sequence_parallel) {
+    // Forward: gather the input, reduce-scatter the output. Backward: the
+    // input re-gathered for the wgrad, the input gradient reduce-scattered
+    // (with overlap also the output gradient's gather).
+    f.push_back({K::kAllGather, kTensorGroup, bytes, chunks});
+    f.push_back({K::kReduceScatter, kTensorGroup, bytes, chunks});
+    if (backward && p_.tp_comm_overlap) f.push_back({K::kAllGather, kTensorGroup, bytes, chunks});
+  } else {
+    f.push_back({K::kAllReduce, kTensorGroup, bytes, chunks});
+  }
+  return f;
+}
+
+void StageBuilder::Compute(NodeKind kind, int u, int m, int c, uint8_t segments,
+                           std::vector<int> reads, std::vector<int> writes, bool grads,
+                           const std::string& name) {
+  std::vector<bool> acc;
+  if (grads) {
+    for (const ParamRef& r : layout_.unit_params[u]) {
+      acc.push_back(grad_written_[r.bucket][r.slot]);
+      grad_written_[r.bucket][r.slot] = true;
+      if (std::find(writes.begin(), writes.end(), grad_[r.bucket]) == writes.end()) {
+        writes.push_back(grad_[r.bucket]);
+      }
+    }
+  }
+  Node& n = Add(kind, kComputeStream, std::move(reads), std::move(writes), name);
+  n.unit = u;
+  n.micro_step = m;
+  n.chunk = c;
+  n.segments = segments;
+  n.grad_accumulate = std::move(acc);
+}
+
+void StageBuilder::TensorCollective(NodeKind kind, int in, int out, const std::string& name,
+                                    int m) {
+  Node& n = Add(kind, g_.stream_for(StreamClass::kTensor), {in}, {out}, name);
+  n.group = kTensorGroup;
+  n.micro_step = m;
+}
+
+int StageBuilder::ForwardBlock(int u, int m, int c, int in) {
+  const std::string& un = layout_.units[u].name;
+  const std::string t = Tag(m, c);
+  const bool sp = p_.sequence_parallel, ov = p_.tp_comm_overlap;
+  auto reads = [&](int x) {
+    std::vector<int> r = Params(u);
+    if (x >= 0) r.push_back(x);
+    return r;
+  };
+  int cur = in;
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t norm = SegmentBit(half == 0 ? BlockSegment::kAttnNorm : BlockSegment::kMlpNorm);
+    const uint8_t body = SegmentBit(half == 0 ? BlockSegment::kAttention : BlockSegment::kMlp);
+    const std::string what = half == 0 ? "attn" : "mlp";
+    uint8_t covers = norm | body;
+    if (sp && !ov) {
+      // The norm on sequence shards, then the gather of its output.
+      const int normed = Act(absl::StrCat("act.", un, ".", what, "_norm", t), true, false);
+      Compute(NodeKind::kForward, u, m, c, norm, reads(cur), {normed}, false,
+              absl::StrCat("F ", un, ".", what, "_norm", t));
+      cur = Act(absl::StrCat("act.", un, ".", what, "_in", t), false, false);
+      TensorCollective(NodeKind::kAllGather, normed, cur,
+                       absl::StrCat("AG-TP ", un, ".", what, t), m);
+      covers = body;
+    }
+    const int partial = Act(absl::StrCat("act.", un, ".", what, "_partial", t), false, false);
+    Compute(NodeKind::kForward, u, m, c, covers, reads(cur), {partial}, false,
+            absl::StrCat("F ", un, ".", what, t));
+    Node& bn = g_.nodes.back();
+    bn.fused = TensorFused(false);
+    if (half == 0) AddRing(bn, false);
+    cur = partial;
+    if (!ov) {
+      const int out = Act(absl::StrCat("act.", un, ".", what, "_out", t), sp, false);
+      TensorCollective(sp ? NodeKind::kReduceScatter : NodeKind::kAllReduce, partial, out,
+                       absl::StrCat(sp ? "RS-TP " : "AR-TP ", un, ".", what, t), m);
+      cur = out;
+    }
+  }
+  return cur;
+}
+
+int StageBuilder::BackwardBlock(int u, int m, int c, int in, bool split) {
+  const std::string& un = layout_.units[u].name;
+  const std::string t = Tag(m, c);
+  const bool sp = p_.sequence_parallel, ov = p_.tp_comm_overlap;
+  std::vector<int> reads = Params(u);
+  int cur = in;
+  for (int half = 1; half >= 0; --half) {
+    const uint8_t covers =
+        half == 0 ? SegmentBit(BlockSegment::kAttnNorm) | SegmentBit(BlockSegment::kAttention)
+                  : SegmentBit(BlockSegment::kMlpNorm) | SegmentBit(BlockSegment::kMlp);
+    const std::string what = half == 0 ? "attn" : "mlp";
+    if (sp && !ov) {
+      // The output gradient's gather (the reduce-scatter's backward).
+      const int dy = Act(absl::StrCat("dact.", un, ".", what, "_out", t), false, true);
+      TensorCollective(NodeKind::kAllGather, cur, dy,
+                       absl::StrCat("AG-TP ", un, ".d", what, t), m);
+      cur = dy;
+    }
+    const int dx = Act(absl::StrCat("dact.", un, ".", what, "_in", t), sp, true);
+    std::vector<int> r = reads;
+    if (cur >= 0) r.push_back(cur);
+    Compute(NodeKind::kBackward, u, m, c, covers, std::move(r), {dx}, !split,
+            absl::StrCat("B ", un, ".", what, t));
+    Node& bn = g_.nodes.back();
+    bn.fused = TensorFused(true);
+    if (half == 0) AddRing(bn, true);
+    cur = dx;
+  }
+  return cur;
+}
+
+// Context parallelism's ring on a node holding the attention: K and V
+// (and in the backward dK, dV) of this rank's tokens per step.
+void StageBuilder::AddRing(Node& n, bool backward) {
+  if (p_.context_parallel < 2) return;
+  const ModelSpec& m = layout_.spec;
+  const int64_t kv = 2 * act_numel_ / m.hidden * m.kv_heads * m.head_dim / p_.tensor_parallel;
+  n.fused.push_back({FusedComm::Kind::kRing, kContextGroup,
+                     (backward ? 2 : 1) * kv * static_cast<int64_t>(DataTypeSize(p_.param_dtype)),
+                     p_.context_parallel});
+}
+
+void StageBuilder::GradWritten(int u) {
+  std::vector<int> done;
+  for (const ParamRef& r : layout_.unit_params[u]) {
+    if (std::find(done.begin(), done.end(), r.bucket) != done.end()) continue;
+    done.push_back(r.bucket);
+    if (--writes_left_[r.bucket] == 0) Reduce(r.bucket);
+  }
+}
+
+void StageBuilder::Reduce(int b) {
+  const std::string& name = layout_.buckets[b].name;
+  const StreamId rs = g_.stream_for(StreamClass::kReduceScatter);
+  Node& n = Add(p_.all_reduce ? NodeKind::kAllReduce : NodeKind::kReduceScatter, rs,
+                {grad_[b]}, {gshard_[b]}, absl::StrCat(p_.all_reduce ? "AR " : "RS ", name));
+  n.bucket = b;
+  n.group = ParallelDataGroup(p_);
+  n.micro_step = p_.micro_steps - 1;
+  if (!p_.all_reduce && g_.replicated()) {
+    Node& r = Add(NodeKind::kAllReduce, rs, {gshard_[b]}, {gshard_[b]},
+                  absl::StrCat("AR-R ", name));
+    r.bucket = b;
+    r.group = kReplicaGroup;
+    r.micro_step = p_.micro_steps - 1;
+  }
+}
+
+void StageBuilder::Forward(int m, int c) {
+  const int vs = VStage(c), nv = NumVStages(), pp = p_.pipeline_parallel;
+  const std::string t = Tag(m, c);
+  const bool sp = p_.sequence_parallel;
+  int cur = -1;
+  if (vs > 0) {
+    cur = Act(absl::StrCat("recv.act", t), sp, false);
+    Node& r = Add(NodeKind::kRecv, g_.stream_for(StreamClass::kPipelineRecv), {}, {cur},
+                  absl::StrCat("RECV act", t));
+    r.peer = (vs - 1) % pp;
+    r.tag = MessageTag(m, vs, false, nv);
+    r.micro_step = m;
+    r.chunk = c;
+  }
+  for (int u : vs_units_[vs]) {
+    const UnitSpec& unit = layout_.units[u];
+    if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
+      cur = ForwardBlock(u, m, c, cur);
+      continue;
+    }
+    const int out = Act(absl::StrCat("act.", unit.name, t), sp, false);
+    std::vector<int> reads = Params(u);
+    if (cur >= 0) reads.push_back(cur);
+    Compute(NodeKind::kForward, u, m, c, 0, reads, {out}, false,
+            absl::StrCat("F ", unit.name, t));
+    if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), false);
+    cur = out;
+  }
+  if (vs < nv - 1) {
+    Node& s = Add(NodeKind::kSend, g_.stream_for(StreamClass::kPipelineSend), {cur}, {},
+                  absl::StrCat("SEND act", t));
+    s.peer = (vs + 1) % pp;
+    s.tag = MessageTag(m, vs + 1, false, nv);
+    s.micro_step = m;
+    s.chunk = c;
+  }
+}
+
+void StageBuilder::Backward(int m, int c, bool split) {
+  const int vs = VStage(c), nv = NumVStages(), pp = p_.pipeline_parallel;
+  const std::string t = Tag(m, c);
+  const bool sp = p_.sequence_parallel;
+  int cur = -1;
+  if (vs < nv - 1) {
+    cur = Act(absl::StrCat("recv.grad", t), sp, true);
+    Node& r = Add(NodeKind::kRecv, g_.stream_for(StreamClass::kPipelineRecv), {}, {cur},
+                  absl::StrCat("RECV grad", t));
+    r.peer = (vs + 1) % pp;
+    r.tag = MessageTag(m, vs, true, nv);
+    r.micro_step = m;
+    r.chunk = c;
+  }
+  const std::vector<int>& units = vs_units_[vs];
+  for (auto it = units.rbegin(); it != units.rend(); ++it) {
+    const int u = *it;
+    const UnitSpec& unit = layout_.units[u];
+    if (Recomputed(u)) {
+      Compute(NodeKind::kRecompute, u, m, c, 0, Params(u), {}, false,
+              absl::StrCat("R ", unit.name, t));
+    }
+    if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
+      cur = BackwardBlock(u, m, c, cur, split);
+    } else {
+      const int out = Act(absl::StrCat("dact.", unit.name, t), sp, true);
+      std::vector<int> reads = Params(u);
+      if (cur >= 0) reads.push_back(cur);
+      Compute(NodeKind::kBackward, u, m, c, 0, reads, {out}, !split,
+              absl::StrCat("B ", unit.name, t));
+      if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), true);
+      cur = out;
+    }
+    if (!split) GradWritten(u);
+  }
+  if (vs > 0) {
+    Node& s = Add(NodeKind::kSend, g_.stream_for(StreamClass::kPipelineSend), {cur}, {},
+                  absl::StrCat("SEND grad", t));
+    s.peer = (vs - 1) % pp;
+    s.tag = MessageTag(m, vs - 1, true, nv);
+    s.micro_step = m;
+    s.chunk = c;
+  }
+}
+
+void StageBuilder::Weight(int m, int c) {
+  const std::vector<int>& units = vs_units_[VStage(c)];
+  for (auto it = units.rbegin(); it != units.rend(); ++it) {
+    Compute(NodeKind::kBackwardWeight, *it, m, c, 0, Params(*it), {}, true,
+            absl::StrCat("W ", layout_.units[*it].name, Tag(m, c)));
+    GradWritten(*it);
+  }
+}
+
+StatusOr<StepGraph> StageBuilder::Build() {
+  g_.layout = layout_;
+  g_.policy = p_;
+  g_.stage = stage_;
+  g_.num_streams = NumStreams(p_.shared_comm_stream, false, true);
+  for (int c = 0; c < p_.virtual_stages; ++c) g_.chunk_units.push_back(vs_units_[VStage(c)]);
+  position_.assign(layout_.units.size(), 0);
+  for (const std::vector<int>& units : vs_units_) {
+    int k = 0;
+    for (int u : units) {
+      if (layout_.units[u].kind == UnitKind::kBlock) position_[u] = k++;
+    }
+  }
+  Persistent();
+  {
+    // About 10 nodes and 8 buffers per unit pass with tensor parallelism.
+    size_t units = 0;
+    for (const std::vector<int>& u : g_.chunk_units) units += u.size();
+    const size_t per = p_.tensor_parallel > 1 ? 10 : 3;
+    const size_t passes = order_.size() * (units / g_.chunk_units.size() + 1);
+    g_.nodes.reserve(passes * per + 4 * buckets_.size());
+    g_.buffers.reserve(g_.buffers.size() + passes * per);
+  }
+  if (!p_.all_reduce) {
+    for (int b : buckets_) {
+      Node& n = Add(NodeKind::kAllGather, g_.stream_for(StreamClass::kAllGather), {shard_[b]},
+                    {gathered_[b]}, absl::StrCat("AG ", layout_.buckets[b].name));
+      n.bucket = b;
+      n.group = ParallelDataGroup(p_);
+    }
+  }
+  const bool split = p_.pipeline_schedule == PipelineSchedule::kZbH1;
+  for (const Pass& pass : order_) {
+    switch (pass.kind) {
+      case Pass::Kind::kForward: Forward(pass.micro, pass.chunk); break;
+      case Pass::Kind::kBackward: Backward(pass.micro, pass.chunk, split); break;
+      case Pass::Kind::kWeight: Weight(pass.micro, pass.chunk); break;
+    }
+  }
+  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+    const int b = *it;
+    const std::string& name = layout_.buckets[b].name;
+    Node& o = Add(NodeKind::kOptimizer, kComputeStream, {gshard_[b], master_[b], m1_[b], m2_[b]},
+                  {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", name));
+    o.bucket = b;
+    o.micro_step = p_.micro_steps - 1;
+    Node& cast = Add(NodeKind::kCast, kComputeStream, {master_[b]}, {shard_[b]},
+                     absl::StrCat("CAST ", name));
+    cast.bucket = b;
+    cast.micro_step = p_.micro_steps - 1;
+  }
+  for (const GraphBuffer& b : g_.buffers) {
+    if (b.persistent) g_.persistent_bytes += b.bytes();
+  }
+  internal::DeriveDataEdges(g_, {});
+  BATON_RETURN_IF_ERROR(internal::DeriveWaits(g_));
+  return std::move(g_);
+}
+
+}  // namespace
+
+StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& policy_in,
+                                         int world_size, int64_t seq, int64_t micro_batch,
+                                         std::vector<int> virtual_layers,
+                                         const PassCosts& costs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Policy policy = policy_in;
+  BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
+  if (!IsParallel(policy)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel graph: policy ", policy.name,
+        " uses no tensor, context or pipeline parallelism: BuildStepGraph builds its graph"));
+  }
+  BATON_RETURN_IF_ERROR(ValidateModelSpec(spec));
+  BATON_RETURN_IF_ERROR(ValidateParallel(spec, policy));
+  if (seq < 1 || micro_batch < 1 || seq % (2 * policy.context_parallel) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--seq=", seq, " must split into 2 x --cp = ", 2 * policy.context_parallel,
+        " equal chunks (context parallelism's load-balanced causal split)"));
+  }
+  if (policy.sequence_parallel && (seq * micro_batch / policy.context_parallel) %
+                                          policy.tensor_parallel != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence parallelism needs the tokens per micro-batch per context rank (",
+        seq * micro_batch / policy.context_parallel, ") to divide by --tp=",
+        policy.tensor_parallel));
+  }
+  BATON_ASSIGN_OR_RETURN(DeviceMesh mesh, ResolveMesh(policy, world_size));
+  const int p = policy.pipeline_parallel, v = policy.virtual_stages, nv = p * v;
+  if (virtual_layers.empty()) {
+    BATON_ASSIGN_OR_RETURN(virtual_layers, VirtualStageLayers(spec, policy));
+  }
+  int64_t sum = 0;
+  for (int n : virtual_layers) sum += n;
+  if (static_cast<int>(virtual_layers.size()) != nv || sum != spec.layers ||
+      *std::min_element(virtual_layers.begin(), virtual_layers.end()) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel graph: ", virtual_layers.size(), " virtual stages of ", sum,
+        " blocks given; want ", nv, " of at least 1 block summing to ", spec.layers));
+  }
+  // Per-unit buckets, no resident bucket: a bucket never spans two stages.
+  policy.layout.bucket_policy = BucketPolicy::kPerUnit;
+  policy.layout.resident_small_params = false;
+  Sharding sharding = ShardingFor(policy, mesh);
+  BATON_ASSIGN_OR_RETURN(ModelLayout layout, BuildLayout(spec, policy.layout, sharding));
+  std::vector<std::vector<int>> vs_units(nv);
+  int block = 1;  // unit index of the next block
+  const int nunits = static_cast<int>(layout.units.size());
+  for (int vs = 0; vs < nv; ++vs) {
+    if (vs == 0) vs_units[vs].push_back(0);  // embedding
+    for (int i = 0; i < virtual_layers[vs]; ++i) vs_units[vs].push_back(block++);
+  }
+  for (int u = block; u < nunits; ++u) vs_units[nv - 1].push_back(u);  // norm, head
+  BATON_ASSIGN_OR_RETURN(
+      auto order, PipelineOrder(policy.pipeline_schedule, p, policy.micro_steps, v, costs));
+  const int64_t act = seq * micro_batch / policy.context_parallel * spec.hidden;
+  ParallelStep step;
+  step.mesh = mesh;
+  step.order = order;
+  step.virtual_layers = virtual_layers;
+  for (int s = 0; s < p; ++s) {
+    BATON_ASSIGN_OR_RETURN(
+        StepGraph g, StageBuilder(layout, policy, mesh, s, vs_units, order[s], act).Build());
+    step.stages.push_back(std::move(g));
+  }
+  step.layout = std::move(layout);
+  step.build_ms = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - t0).count();
+  return step;
+}
+
+}  // namespace baton::scheduler

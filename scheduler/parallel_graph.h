@@ -1,0 +1,164 @@
+// Step graphs of tensor, context and pipeline parallelism on top of data
+// parallelism: one StepGraph per pipeline stage, each the graph every rank
+// of that stage runs (the ranks of a stage are symmetric: their tensor,
+// context and data coordinates only change which shard they hold).
+//
+// A stage's graph, in issue order (Policy in scheduler/policy.h names the
+// knobs):
+//   gathers   with data sharding (more than one data rank, no all_reduce)
+//             an all-gather of each of the stage's buckets over the
+//             data-shard group (with the context ranks: parameters are
+//             replicated over them), issued at the start and kept for the
+//             whole step (Megatron's distributed optimizer with
+//             --overlap-param-gather; torchtitan's FSDP under pipelining);
+//   passes    the pipeline schedule's passes in order (PipelineOrder):
+//             F(m, c), B(m, c), and for zero-bubble W(m, c), micro-batch m
+//             of this stage's model chunk c. F: a kRecv of the input
+//             activation from the previous virtual stage (none on the
+//             first), the forward of each unit of the chunk, a kSend of the
+//             output to the next (none on the last). B: a kRecv of the
+//             output's gradient, per unit in reverse a kRecompute (a
+//             recomputed block) and the backward (the input-gradient half
+//             under zb-h1), a kSend of the input's gradient. W: each
+//             unit's deferred kBackwardWeight. Sends and receives run on
+//             the pipeline streams and pair by Node::tag (the receiving
+//             virtual stage, micro-batch and direction); Node::peer is the
+//             other stage;
+//   blocks    with tensor_parallel > 1, a block is split where its tensor
+//             collectives sit (Node::segments, BlockSegment), which run on
+//             the tensor stream, over the tensor group, on activation
+//             buffers of s x b x h elements (s / cp under context
+//             parallelism): forward, with sequence_parallel the norm, an
+//             all-gather, the attention, a reduce-scatter, then the same
+//             for the MLP (8 nodes); without it norm and attention, an
+//             all-reduce, norm and MLP, an all-reduce (4 nodes);
+//             backward, the MLP with its norm, then the attention with its
+//             norm, each after an all-gather of its output gradient with
+//             sequence_parallel, and (as Megatron overlaps them with the
+//             dgrad / wgrad GEMMs) the re-gather of the input and the
+//             reduce-scatter of the input gradient fused into the node;
+//             without it the all-reduce of the input gradient fused
+//             likewise. Under tp_comm_overlap
+//             every one of them is fused into its segment in
+//             tensor_parallel chunks (Node::fused). Context parallelism
+//             fuses the K / V ring into the attention (kRing). The
+//             vocabulary-parallel embedding and head fuse their all-reduce
+//             (reduce-scatter / all-gather with sequence parallelism) and
+//             the parallel cross-entropy's three all-reduces of s floats;
+//   reduces   after a bucket's last backward (or weight pass) of the step,
+//             a reduce-scatter of its gradient over the data-shard group
+//             (all-reduce under all_reduce; with replicas an all-reduce of
+//             the shard over them), overlapping the rest of the backward;
+//   optimizer the optimizer and cast of each bucket on the compute stream.
+// Edges and waits are derived from the buffers as for data-parallel graphs
+// (scheduler/step_graph.h); cross-stage order is the send / receive pairs
+// (the simulator runs the stages together, sim/pipeline_loop.h). No memory
+// plan is made (plan_memory is ignored): activations and the kept
+// parameters are counted by the simulator's per-stage accounting.
+//
+// Plain data; immutable once built; thread-safe.
+#ifndef BATON_SCHEDULER_PARALLEL_GRAPH_H_
+#define BATON_SCHEDULER_PARALLEL_GRAPH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "baton/runtime/status.h"
+#include "baton/scheduler/mesh.h"
+#include "baton/scheduler/model.h"
+#include "baton/scheduler/policy.h"
+#include "baton/scheduler/step_graph.h"
+
+namespace baton::scheduler {
+
+// One pass of a stage's schedule.
+struct PipelinePass {
+  enum class Kind : uint8_t { kForward, kBackward, kWeight };
+  Kind kind = Kind::kForward;
+  int micro = 0;
+  int chunk = 0;
+  friend bool operator==(const PipelinePass& a, const PipelinePass& b) {
+    return a.kind == b.kind && a.micro == b.micro && a.chunk == b.chunk;
+  }
+};
+
+// A block's forward, input-gradient and weight-gradient pass times (any
+// unit), for the zero-bubble list schedule.
+struct PassCosts {
+  double f = 1, b = 1, w = 1;
+};
+
+// The order of passes on each of p stages for m micro-batches and v model
+// chunks per stage:
+//   1f1b        stage s: min(p - s - 1, m) forwards, then forward / backward
+//               pairs, then the remaining backwards (Narayanan et al. 2021);
+//   interleaved Megatron's interleaved 1F1B (megatron/core/pipeline_parallel/
+//               schedules.py): forward k runs chunk (k mod pv) / p of
+//               micro-batch (k / pv) p + k mod p, backward k chunk v - 1 -
+//               that; min(2 (p - s - 1) + (v - 1) p, m v) warm-up forwards.
+//               Needs m a multiple of p;
+//   zb-h1       each backward split into B (input gradient) and W (weight
+//               gradient): the order a list schedule of the passes (times
+//               `costs`, as the zero-bubble paper's scheduler takes
+//               profiled ones) gives when each stage runs a ready B first,
+//               else a ready F while fewer than p - s micro-batches await
+//               their B (1F1B's in-flight count), else a pending W, and
+//               runs a W first once p micro-batches await theirs. With
+//               F = B = W its bubble is (p - 1) of the 3 (p - 1) of 1F1B
+//               (Qi et al. 2023, ZB-H1: (p - 1)(T_F + T_B - T_W)).
+// InvalidArgument for p, m or v < 1, v > 1 outside interleaved,
+// interleaved with m not a multiple of p, or costs not positive and finite.
+StatusOr<std::vector<std::vector<PipelinePass>>> PipelineOrder(
+    PipelineSchedule schedule, int stages, int micro_batches, int chunks,
+    const PassCosts& costs = {});
+
+// InvalidArgument, one line naming the problem, when the policy's parallel
+// sizes do not fit the model: tensor_parallel not dividing the heads or
+// the KV heads, more pipeline stages x virtual stages than blocks, the
+// interleaved schedule with blocks not a multiple of p x v or micro_steps
+// not a multiple of p, first / last layers leaving the other stages
+// nothing (or not dividing evenly), tied embeddings with pipeline_parallel > 1.
+Status ValidateParallel(const ModelSpec& spec, const Policy& policy);
+
+// Blocks per virtual stage (p x v entries, virtual stage c p + s is chunk c
+// of stage s): pipeline_first_layers / pipeline_last_layers for the first
+// and last virtual stage (the first and last stage's first and last
+// chunk) and the rest split evenly; without them,
+// an even split whose remainder goes to the inner stages first (the first
+// holds the embedding, the last the head: llama3-405b's 126 blocks on 16
+// stages are 7, 8 x 14, 7). With the policy's sizes validated.
+StatusOr<std::vector<int>> VirtualStageLayers(const ModelSpec& spec,
+                                              const Policy& policy);
+
+struct ParallelStep {
+  DeviceMesh mesh;
+  ModelLayout layout;                 // the whole model, sharded over data
+  std::vector<int> virtual_layers;    // blocks per virtual stage
+  std::vector<StepGraph> stages;      // stages[s].stage == s
+  std::vector<std::vector<PipelinePass>> order;  // per stage: its passes
+  double build_ms = 0;
+};
+
+// Builds every stage's graph for `policy` (which must be IsParallel) on
+// `world_size` ranks, for micro-batches of `micro_batch` sequences of `seq`
+// tokens (the activations' size); `virtual_layers` (p x v entries of at
+// least one block, summing to the model's blocks) overrides
+// VirtualStageLayers; `costs` go to PipelineOrder. The layout has a bucket per unit and no resident
+// bucket (a bucket never spans two stages), whatever policy.layout says.
+// InvalidArgument for a policy that is not parallel or is invalid
+// (ValidatePolicy, ResolveMesh, ValidateParallel), a seq that does not
+// split into 2 x context_parallel chunks, sequence parallelism with tokens
+// per context rank not a multiple of tensor_parallel, or virtual_layers of
+// the wrong size or sum.
+StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& policy,
+                                         int world_size, int64_t seq, int64_t micro_batch,
+                                         std::vector<int> virtual_layers = {},
+                                         const PassCosts& costs = {});
+
+// The group the data-parallel collectives of a parallel graph run over:
+// the data-shard group, with the context dimension when context_parallel > 1.
+MeshGroup ParallelDataGroup(const Policy& policy);
+
+}  // namespace baton::scheduler
+
+#endif  // BATON_SCHEDULER_PARALLEL_GRAPH_H_

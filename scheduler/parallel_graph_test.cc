@@ -1,0 +1,250 @@
+#include "baton/scheduler/parallel_graph.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "gtest/gtest.h"
+
+namespace baton::scheduler {
+namespace {
+
+using Kind = PipelinePass::Kind;
+
+// Replays the orders with unit-time passes (a chunk's forward 1, its
+// backward `b`, the weight pass 1) and returns the makespan: each pass
+// starts when its stage is free and its inputs are done (forward after the
+// previous virtual stage's forward, backward after the next one's
+// backward or, on the last, its own forward; weight after backward).
+int Makespan(const std::vector<std::vector<PipelinePass>>& order, int p, int v, int m, int b) {
+  const int nv = p * v;
+  std::map<std::tuple<int, int, int>, int> done;  // (kind, vstage, micro) -> end
+  std::vector<size_t> next(p, 0);
+  std::vector<int> free_at(p, 0);
+  int end = 0;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      if (next[s] >= order[s].size()) continue;
+      const PipelinePass& x = order[s][next[s]];
+      const int vs = x.chunk * p + s;
+      int ready = free_at[s];
+      auto need = [&](int kind, int at) {
+        auto it = done.find({kind, at, x.micro});
+        if (it == done.end()) return false;
+        ready = std::max(ready, it->second);
+        return true;
+      };
+      bool ok = true;
+      if (x.kind == Kind::kForward && vs > 0) ok = need(0, vs - 1);
+      if (x.kind == Kind::kBackward) ok = vs == nv - 1 ? need(0, vs) : need(1, vs + 1);
+      if (x.kind == Kind::kWeight) ok = need(1, vs);
+      if (!ok) continue;
+      const int dur = x.kind == Kind::kBackward ? b : 1;
+      free_at[s] = ready + dur;
+      done[{static_cast<int>(x.kind), vs, x.micro}] = ready + dur;
+      end = std::max(end, ready + dur);
+      ++next[s];
+      progress = true;
+    }
+  }
+  for (int s = 0; s < p; ++s) EXPECT_EQ(next[s], order[s].size()) << "stage " << s << " stuck";
+  return end;
+}
+
+TEST(PipelineOrderTest, OneFOneBIsNarayanans) {
+  auto o = PipelineOrder(PipelineSchedule::k1F1B, 4, 8, 1);
+  ASSERT_TRUE(o.ok()) << o.status();
+  // Stage 0: three warm-up forwards, then pairs, then three backwards.
+  const std::vector<PipelinePass>& s0 = (*o)[0];
+  ASSERT_EQ(s0.size(), 16u);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(s0[i] == (PipelinePass{Kind::kForward, i, 0}));
+  EXPECT_TRUE(s0[3] == (PipelinePass{Kind::kForward, 3, 0}));
+  EXPECT_TRUE(s0[4] == (PipelinePass{Kind::kBackward, 0, 0}));
+  EXPECT_TRUE(s0.back() == (PipelinePass{Kind::kBackward, 7, 0}));
+  // The last stage alternates from the start.
+  EXPECT_TRUE((*o)[3][1] == (PipelinePass{Kind::kBackward, 0, 0}));
+  // Unit times (F 1, B 2): (m + p - 1) (F + B), the bubble (p-1)/(m+p-1).
+  for (auto [p, m] : {std::pair{4, 8}, {8, 16}, {16, 16}, {4, 2}}) {
+    auto order = PipelineOrder(PipelineSchedule::k1F1B, p, m, 1);
+    ASSERT_TRUE(order.ok());
+    EXPECT_EQ(Makespan(*order, p, 1, m, 2), 3 * (m + p - 1)) << p << " " << m;
+  }
+}
+
+TEST(PipelineOrderTest, InterleavedIsMegatrons) {
+  for (auto [p, m, v] : {std::tuple{4, 8, 2}, {4, 8, 4}, {8, 16, 5}, {2, 4, 3}}) {
+    auto order = PipelineOrder(PipelineSchedule::kInterleaved, p, m, v);
+    ASSERT_TRUE(order.ok()) << order.status();
+    for (int s = 0; s < p; ++s) {
+      EXPECT_EQ((*order)[s].size(), static_cast<size_t>(2 * m * v));
+      // Warm-up: 2 (p - s - 1) + (v - 1) p forwards before the first backward.
+      int warm = 0;
+      while ((*order)[s][warm].kind == Kind::kForward) ++warm;
+      EXPECT_EQ(warm, std::min(2 * (p - s - 1) + (v - 1) * p, m * v) + (warm < m * v ? 1 : 0))
+          << p << " " << m << " " << v << " stage " << s;
+    }
+    // Per chunk F 1, B 2: v m (F + B) + (p - 1)(F + B), the bubble
+    // (p-1)/(v m + p - 1) of the step.
+    EXPECT_EQ(Makespan(*order, p, v, m, 2), 3 * (v * m + p - 1)) << p << " " << m << " " << v;
+  }
+  EXPECT_EQ(PipelineOrder(PipelineSchedule::kInterleaved, 4, 6, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PipelineOrder(PipelineSchedule::k1F1B, 4, 8, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PipelineOrderTest, ZeroBubbleH1HasAThirdOfTheBubble) {
+  for (auto [p, m] : {std::pair{2, 4}, {4, 8}, {4, 16}, {8, 16}, {16, 16}, {16, 32}}) {
+    auto order = PipelineOrder(PipelineSchedule::kZbH1, p, m, 1);
+    ASSERT_TRUE(order.ok()) << order.status();
+    for (int s = 0; s < p; ++s) {
+      int f = 0, b = 0, w = 0, in_flight = 0;
+      for (const PipelinePass& x : (*order)[s]) {
+        f += x.kind == Kind::kForward;
+        b += x.kind == Kind::kBackward;
+        w += x.kind == Kind::kWeight;
+        EXPECT_LE(w, b);
+        in_flight = std::max(in_flight, f - b);
+      }
+      EXPECT_EQ(f, m);
+      EXPECT_EQ(b, m);
+      EXPECT_EQ(w, m);
+      EXPECT_LE(in_flight, p - s);  // 1F1B's in-flight micro-batches
+    }
+    // F = B = W = 1: 3 m + (p - 1), where 1F1B takes 3 m + 3 (p - 1).
+    EXPECT_EQ(Makespan(*order, p, 1, m, 1), 3 * m + p - 1) << p << " " << m;
+  }
+}
+
+Policy Parallel(int tp, bool sp, int cp, int pp, int micro_steps) {
+  Policy p = *PolicyPreset("baton");
+  p.tensor_parallel = tp;
+  p.sequence_parallel = sp;
+  p.context_parallel = cp;
+  p.pipeline_parallel = pp;
+  p.micro_steps = micro_steps;
+  return p;
+}
+
+TEST(ParallelGraphTest, StagesPairTheirSendsAndReceives) {
+  const ModelSpec tiny = *ModelPreset("tiny");  // 4 blocks, 8 heads, 2 KV heads
+  for (bool sp : {false, true}) {
+    for (bool overlap : {false, true}) {
+      Policy p = Parallel(2, sp, 2, 2, 4);
+      p.tp_comm_overlap = overlap;
+      p.recompute_blocks = 1;
+      auto step = BuildParallelStep(tiny, p, 16, 64, 1);
+      ASSERT_TRUE(step.ok()) << step.status();
+      ASSERT_EQ(step->stages.size(), 2u);
+      EXPECT_EQ(step->mesh.ToString(), "pp=2 dp_replicate=1 dp_shard=2 hpz=1 cp=2 tp=2");
+      std::map<int64_t, std::pair<int, int>> sends, recvs;  // tag -> (stage, peer)
+      for (const StepGraph& g : step->stages) {
+        ASSERT_TRUE(VerifyStepGraph(g).ok()) << VerifyStepGraph(g);
+        EXPECT_EQ(g.stream_names().back(), "pp_recv");
+        int tensor = 0, fused = 0, ring = 0;
+        for (const Node& n : g.nodes) {
+          if (n.kind == NodeKind::kSend) sends[n.tag] = {g.stage, n.peer};
+          if (n.kind == NodeKind::kRecv) recvs[n.tag] = {g.stage, n.peer};
+          if (n.group == kTensorGroup) ++tensor;
+          for (const FusedComm& f : n.fused) {
+            ++fused;
+            ring += f.kind == FusedComm::Kind::kRing;
+          }
+        }
+        // 2 blocks x 4 micro-batches: forward 2 (AR) or 4 (AG + RS)
+        // collectives per block, backward 0 or 2 (AG of the gradient).
+        const int per_block = overlap ? 0 : sp ? 6 : 2;
+        EXPECT_EQ(tensor, 2 * 4 * per_block) << sp << overlap;
+        EXPECT_EQ(ring, 2 * 4 * 2);  // attention forward and backward
+        EXPECT_GT(fused, ring);
+      }
+      // Every send has its receive on the peer, and back.
+      ASSERT_EQ(sends.size(), 8u);  // 4 activations down, 4 gradients up
+      for (const auto& [tag, where] : sends) {
+        ASSERT_EQ(recvs.count(tag), 1u) << tag;
+        EXPECT_EQ(recvs[tag].first, where.second);
+        EXPECT_EQ(recvs[tag].second, where.first);
+      }
+      EXPECT_EQ(recvs.size(), sends.size());
+    }
+  }
+}
+
+TEST(ParallelGraphTest, ZeroBubbleSplitsTheBackward) {
+  const ModelSpec tiny = *ModelPreset("tiny");
+  Policy p = Parallel(1, false, 1, 2, 4);
+  p.pipeline_schedule = PipelineSchedule::kZbH1;
+  auto step = BuildParallelStep(tiny, p, 2, 64, 1);
+  ASSERT_TRUE(step.ok()) << step.status();
+  for (const StepGraph& g : step->stages) {
+    ASSERT_TRUE(VerifyStepGraph(g).ok()) << VerifyStepGraph(g);
+    int w = 0;
+    for (const Node& n : g.nodes) {
+      w += n.kind == NodeKind::kBackwardWeight;
+      // Input-gradient passes write no parameter gradient.
+      if (n.kind == NodeKind::kBackward) {
+        EXPECT_TRUE(n.grad_accumulate.empty()) << n.name;
+      }
+    }
+    EXPECT_EQ(w, 4 * static_cast<int>(g.chunk_units[0].size()));
+  }
+}
+
+TEST(ParallelGraphTest, StageLayers) {
+  const ModelSpec m405 = *ModelPreset("llama3-405b");
+  Policy p = Parallel(8, true, 1, 16, 16);
+  auto n = VirtualStageLayers(m405, p);
+  ASSERT_TRUE(n.ok()) << n.status();
+  std::vector<int> want(16, 8);
+  want[0] = want[15] = 7;
+  EXPECT_EQ(*n, want);
+  p.pipeline_first_layers = 6;
+  p.pipeline_last_layers = 0;
+  auto bad = VirtualStageLayers(m405, p);  // 120 over 15 stages: 8 each
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_EQ((*bad)[0], 6);
+  EXPECT_EQ((*bad)[1], 8);
+  p.pipeline_first_layers = 5;
+  EXPECT_EQ(VirtualStageLayers(m405, p).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParallelGraphTest, BadCombinationsAreOneLine) {
+  const ModelSpec m70 = *ModelPreset("llama3-70b");  // 64 heads, 8 KV heads, 80 blocks
+  struct Case {
+    Policy p;
+    int world;
+    int64_t seq;
+    std::string want;
+  } cases[] = {
+      {Parallel(16, false, 1, 1, 1), 16, 4096, "KV heads"},
+      {Parallel(3, false, 1, 1, 1), 3, 4096, "64 heads"},
+      {Parallel(1, false, 1, 81, 81), 81, 4096, "more than the model's 80 blocks"},
+      {Parallel(8, false, 1, 2, 1), 8, 4096, "does not divide them"},
+      {Parallel(1, false, 3, 1, 1), 3, 4096, "2 x --cp"},
+  };
+  for (const Case& c : cases) {
+    auto s = BuildParallelStep(m70, c.p, c.world, c.seq, 1);
+    ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << c.want;
+    EXPECT_NE(s.status().message().find(c.want), std::string::npos) << s.status();
+    EXPECT_EQ(s.status().message().find('\n'), std::string::npos);
+  }
+  Policy inter = Parallel(1, false, 1, 4, 6);
+  inter.pipeline_schedule = PipelineSchedule::kInterleaved;
+  inter.virtual_stages = 2;
+  auto s = BuildParallelStep(m70, inter, 4, 4096, 1);
+  EXPECT_NE(s.status().message().find("multiple of --pp"), std::string::npos) << s.status();
+  Policy sp = Parallel(1, true, 1, 2, 2);
+  EXPECT_NE(ValidatePolicy(sp).message().find("sequence_parallel"), std::string::npos);
+  ModelSpec tied = *ModelPreset("tiny");
+  tied.tie_embeddings = true;
+  auto t = BuildParallelStep(tied, Parallel(1, false, 1, 2, 2), 2, 64, 1);
+  EXPECT_NE(t.status().message().find("tied"), std::string::npos) << t.status();
+  // The data-parallel builder refuses a parallel policy.
+  EXPECT_EQ(BuildStepGraph(m70, Parallel(2, false, 1, 1, 1), 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace baton::scheduler
