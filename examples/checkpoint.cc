@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "baton/cli/flags.h"
+#include "baton/runtime/output_file.h"
 #include "baton/scheduler/checkpoint_format.h"
 #include "baton/scheduler/checkpoint_io.h"
 #include "nlohmann/json.hpp"
@@ -245,4 +246,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace baton
 
-int main(int argc, char** argv) { return baton::Main(argc, argv); }
+int main(int argc, char** argv) {
+  baton::CheckStdoutAtExit("checkpoint");
+  return baton::Main(argc, argv);
+}
