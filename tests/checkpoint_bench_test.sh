@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench/checkpoint_bench.py (docs/checkpoints.md, "Figures") on the micro
+# examples/checkpoint_bench.py (docs/checkpoints.md, "Figures") on the micro
 # model: it prints every figure line and a JSON line with one entry per
 # save; bad usage is one line on stderr, exit 2.
 set -u

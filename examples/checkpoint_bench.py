@@ -19,8 +19,9 @@ the same directory, and prints:
     step, whose compute runs on the same cores).
 The last line is the same as JSON.
 
-  bench/checkpoint_bench.py --train-tiny=PATH --dir=DIR [--steps=20]
+  ./bazelw run //examples:checkpoint_bench -- --dir=DIR [--steps=20]
       [--save-every=5] [--nranks=1] [-- TRAIN_TINY_FLAGS...]
+  examples/checkpoint_bench.py --train-tiny=PATH --dir=DIR ... (the same)
 
 Bad usage: one line on stderr, exit 2; a failed run: exit 1.
 """
