@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "baton/runtime/crc32c.h"
 #include "baton/runtime/json_input.h"
+#include "baton/scheduler/limits.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::scheduler {
@@ -19,7 +20,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kMaxElems = int64_t{1} << 50;
+// A parameter's elements (and a step count): scheduler/limits.h's bound on
+// a model's parameters; a file's bytes: 12 bytes per element and more.
+constexpr int64_t kMaxElems = kMaxModelParameters;
 constexpr int64_t kMaxBytes = int64_t{1} << 56;
 
 json HeaderJson(const CheckpointHeader& h) {
@@ -136,10 +139,10 @@ StatusOr<CheckpointHeader> ParseHeader(const Reader& r, const json& j) {
   h.policy_json = policy->dump();
   BATON_ASSIGN_OR_RETURN(const json* mesh, r.Field(j, "mesh", json::value_t::object));
   for (MeshDim d : DefaultMeshOrder()) {
-    BATON_ASSIGN_OR_RETURN(const int64_t s, r.Int(*mesh, MeshDimName(d), 1, 1 << 30));
+    BATON_ASSIGN_OR_RETURN(const int64_t s, r.Int(*mesh, MeshDimName(d), 1, kMaxWorldSize));
     h.mesh[d] = static_cast<int>(s);
   }
-  BATON_ASSIGN_OR_RETURN(const int64_t world, r.Int(j, "world_size", 1, 1 << 30));
+  BATON_ASSIGN_OR_RETURN(const int64_t world, r.Int(j, "world_size", 1, kMaxWorldSize));
   h.world_size = static_cast<int>(world);
   BATON_ASSIGN_OR_RETURN(h.param_dtype, r.Str(j, "param_dtype"));
   BATON_ASSIGN_OR_RETURN(const std::string nonce, r.Str(j, "nonce"));
