@@ -98,7 +98,9 @@ SHRINK = {
 # Commands of these targets run the smallest model preset instead of the
 # one they name (unless they give a config.json).
 SMALLEST_MODEL = {"//examples:train_tiny": "--model=micro",
-                  "//bench:scheduler": "--issue-model=micro"}
+                  "//bench:scheduler": "--issue-model=micro",
+                  # its train_tiny flags: a command shows them after "--"
+                  "//examples:checkpoint_bench": "--model=micro"}
 
 
 # A train_tiny command that saves or resumes a checkpoint keeps up to 20
