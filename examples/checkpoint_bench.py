@@ -113,7 +113,7 @@ def main():
     # The steps of the run with saves that no writer overlapped: a second
     # baseline, measured in the same run (the machine's load drifts).
     free = [e - s for s, e in step_times(saved) if all(s >= hi or e <= lo for lo, hi in busy)]
-    same_run = sum(free) / len(free) if free else float("nan")
+    same_run = sum(free) / len(free) if free else None  # every step overlapped a save
     for sv, (lo, hi) in zip(saved["saves"], busy):
         d = sv["dir"]
         total = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n.endswith(".bin"))
@@ -140,10 +140,11 @@ def main():
     print(f"dd (bs=4M conv=fsync, {dd_bytes / 2**20:.0f} MiB): {dd_bps / 1e6:.0f} MB/s")
     print(f"step time: {baseline:.1f} ms without saves ({len(base_steps)} steps, standard "
           f"deviation {spread:.1f} ms), "
-          f"{same_run:.1f} ms in the run with saves when no writer ran ({len(free)} steps), "
-          f"{mean_overlapped:.1f} ms while a writer ran ({len(overlapped)} steps): exposed "
-          f"{mean_overlapped - baseline:+.1f} ms per step against the run without saves, "
-          f"{mean_overlapped - same_run:+.1f} ms against the same run")
+          + (f"{same_run:.1f} ms in the run with saves when no writer ran ({len(free)} steps), "
+             if free else "no step of the run with saves ran without a writer, ")
+          + f"{mean_overlapped:.1f} ms while a writer ran ({len(overlapped)} steps): exposed "
+          f"{mean_overlapped - baseline:+.1f} ms per step against the run without saves"
+          + (f", {mean_overlapped - same_run:+.1f} ms against the same run" if free else ""))
     print(json.dumps({"model": saved["model"], "parameters": saved["parameters"],
                       "nranks": saved["nranks"], "baseline_step_ms": baseline,
                       "baseline_step_ms_stdev": spread,
