@@ -20,6 +20,8 @@ PUBLIC_HEADERS = [
     "runtime/version.h",
     "optim/adamw_hook.h",
     "optim/zenflow_driver.h",
+    "scheduler/checkpoint.h",
+    "scheduler/checkpoint_fs.h",
     "scheduler/executor.h",
     "scheduler/layout.h",
     "scheduler/limits.h",

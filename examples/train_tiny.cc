@@ -12,6 +12,13 @@
 //     flags (examples/technique_flags.h: --optimizer, --recompute,
 //     --offload; the tiny Llama has no LoRA or NF4 kernels, so --lora-*,
 //     --base-dtype and policy files with adapters are refused)
+//     [--save-dir=DIR --save-every=N] [--resume=DIR]
+//
+// --save-dir=DIR --save-every=N saves a checkpoint (scheduler/checkpoint.h)
+// to DIR/step-S after every N-th step, in the background; --resume=DIR
+// starts from the newest complete checkpoint in DIR (or that checkpoint
+// directory) and trains up to --steps, on any rank count or policy with the
+// same global batch (--batch x ranks x micro-steps). docs/checkpoints.md.
 //
 // --trace=PATH writes a Perfetto / Chrome trace of every step: one process
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
@@ -29,6 +36,7 @@
 // WORLD_SIZE, ... set) each process is one rank; started without one,
 // train_tiny launches --nranks copies of itself. Rank 0 prints.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -94,6 +102,9 @@ struct Flags {
   bool check_schedule = false;  // --check-schedule
   bool arrivals = false;        // --arrivals (or --arrivals-out)
   std::string arrivals_out;     // --arrivals-out=PATH
+  // Checkpoints: --save-dir, --save-every, --resume.
+  std::string save_dir, resume;
+  int64_t save_every = 0;
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -117,6 +128,8 @@ const char kUsage[] =
     "  [--arrivals] (per step: arrival skew and slowest rank per collective;\n"
     "   at the end the measured straggler_cv) [--arrivals-out=PATH] (also\n"
     "   writes it as a cluster file for simulate --cluster-file=PATH)\n"
+    "  [--save-dir=DIR --save-every=N] (a checkpoint after every N-th step)\n"
+    "  [--resume=DIR] (from the newest complete checkpoint in DIR; same global batch)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -188,6 +201,14 @@ Flags Parse(int argc, char** argv) {
     else if (f.tech.Parse(key, v)) {}
     else if (key == "--recompute-layers") {
       f.recompute_layers = v == "all" ? -1 : cli::IntFlag("train_tiny", key, v, 0, dim);
+    else if (key == "--save-dir") {
+      if (v.empty()) Fail("--save-dir needs a directory");
+      f.save_dir = v;
+    }
+    else if (key == "--save-every") f.save_every = Positive(key, v, kMaxSteps);
+    else if (key == "--resume") {
+      if (v.empty()) Fail("--resume needs a checkpoint directory");
+      f.resume = v;
     }
     else if (key == "--trace") {
       if (v.empty()) Fail("--trace needs a file path");
@@ -199,6 +220,12 @@ Flags Parse(int argc, char** argv) {
       f.arrivals = true;
     }
     else Fail(absl::StrCat("unknown flag ", key, " (see --help)"));
+  }
+  if (f.save_dir.empty() != (f.save_every == 0)) {
+    Fail("--save-dir and --save-every go together: where and how often to save");
+  }
+  if (!f.resume.empty() && f.check_reference) {
+    Fail("--check-reference trains from step 0; it cannot follow --resume");
   }
   if (f.model_given && !f.hf_config.empty()) {
     Fail("--model and --hf-config name two models; give one");
@@ -302,7 +329,18 @@ scheduler::Policy PolicyFromFlags(const Flags& f) {
 
 // What one rank's training produced (rank 0's is reported).
 struct RunResult {
+  int64_t first_step = 0;      // 0, or the step resumed from
   std::vector<double> losses;  // mean loss over the global batch, per step
+  std::vector<double> step_end_ms;  // per step: when it ended (from the first step's start)
+  // Checkpoints saved (this rank's figures) and the wait for the last one
+  // at the end of the run.
+  struct Save {
+    double at_ms = 0;    // when the save began (as step_end_ms)
+    double wait_ms = 0;  // the host's wait for the previous save first
+    scheduler::SaveStats stats;
+  };
+  std::vector<Save> saves;
+  double final_save_wait_ms = 0;
   double ms_per_step = 0;      // steps after the first (of one step: that step)
   double tokens_per_s = 0;
   size_t arena_bytes = 0, lower_bound_bytes = 0, persistent_bytes = 0;
@@ -322,7 +360,39 @@ struct Job {
   bool progress = false;  // rank 0 prints a line per step
   bool check_schedule = false;
   bool arrivals = false;
+  std::string save_dir, resume;
+  int64_t save_every = 0;
 };
+
+// Fills the executor's state: from the checkpoint (returns the step it
+// holds) or from the initial values (0). The data position saved is the
+// sequences consumed, so a global batch other than this run's is refused.
+StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
+                             int64_t global_batch) {
+  if (job.resume.empty()) {
+    const uint64_t seed = job.config.seed;
+    BATON_RETURN_IF_ERROR(executor.InitParameters([seed](const scheduler::ParamSlot& slot,
+                                                         float* values) {
+      for (int64_t i = 0; i < slot.numel; ++i) {
+        values[i] = examples::InitialParameter(slot.name, i, seed);
+      }
+    }));
+    return 0;
+  }
+  BATON_ASSIGN_OR_RETURN(const scheduler::CheckpointInfo info, executor.Load(job.resume));
+  if (info.data_position != info.step * global_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", info.dir, " was saved after ", info.step, " steps at data position ",
+        info.data_position, " (sequences); this run's global batch is ", global_batch,
+        " sequences per step: resume with the same global batch (--batch is per rank)"));
+  }
+  if (info.step >= job.steps) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", info.dir, " is at step ",
+                                                   info.step, "; --steps=", job.steps,
+                                                   " leaves nothing to train"));
+  }
+  return info.step;
+}
 
 // The model's bounds on the policy (scheduler/limits.h), named by the route
 // each knob came from, as simulate names them: --micro-steps, else the
@@ -359,20 +429,23 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   std::optional<scheduler::ArrivalMonitor> monitor;
   if (job.arrivals) monitor.emplace(*graph, comm, device);
   double monitor_ms = 0, straggler_ms = 0, skew_ms = 0;
-  const uint64_t seed = job.config.seed;
-  BATON_RETURN_IF_ERROR(executor->InitParameters([seed](const scheduler::ParamSlot& slot,
-                                                        float* values) {
-    for (int64_t i = 0; i < slot.numel; ++i) values[i] = examples::InitialParameter(slot.name, i, seed);
-  }));
+  const int64_t global_batch = job.config.batch * graph->policy.micro_steps * ranks;
+  BATON_ASSIGN_OR_RETURN(const int64_t first, StartState(job, *executor, global_batch));
+  out->first_step = first;
   // The loss all-reduce runs on the compute stream after the step: a stream
   // of its own would be one more thread per in-process rank.
   Stream& loss_stream = executor->compute_stream();
   BATON_ASSIGN_OR_RETURN(DeviceBuffer scalar, device.Allocate(sizeof(float)));
   const scheduler::StepCallbacks callbacks = model->Callbacks();
   const double global_tokens = static_cast<double>(model->tokens_per_step()) * ranks;
-  auto t_first = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < job.steps; ++step) {
-    if (step == 1) t_first = std::chrono::steady_clock::now();
+  const auto t_start = std::chrono::steady_clock::now();
+  auto since_start = [&t_start]() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start)
+        .count();
+  };
+  auto t_first = t_start;
+  for (int64_t step = first; step < job.steps; ++step) {
+    if (step == first + 1) t_first = std::chrono::steady_clock::now();
     const auto t0 = std::chrono::steady_clock::now();
     BATON_RETURN_IF_ERROR(model->LoadBatch(executor->compute_stream(), step));
     BATON_RETURN_IF_ERROR(executor->Step(callbacks));
@@ -392,6 +465,24 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
       return absl::DataLossError(absl::StrCat("step ", step, ": the loss is ", loss));
     }
     out->losses.push_back(loss);
+    if (job.save_every > 0 && (step + 1) % job.save_every == 0) {
+      // In the background: the copies run on the checkpoint stream (the
+      // next step's optimizer waits for them on the device), the writer
+      // thread writes the files during the next steps.
+      RunResult::Save save;
+      save.at_ms = since_start();
+      scheduler::SaveOptions so;
+      so.root = job.save_dir;
+      so.data_position = (step + 1) * global_batch;
+      // One save at a time: the previous one's figures, and how long the
+      // host waited for it (0 when it was done).
+      BATON_RETURN_IF_ERROR(executor->WaitForSave(&save.stats));
+      save.wait_ms = since_start() - save.at_ms;
+      if (!out->saves.empty()) out->saves.back().stats = save.stats;
+      BATON_RETURN_IF_ERROR(executor->Save(so));
+      out->saves.push_back(save);
+    }
+    out->step_end_ms.push_back(since_start());
     if (job.progress && rank == 0) {
       const double ms = std::chrono::duration<double, std::milli>(
                             std::chrono::steady_clock::now() - t0).count();
@@ -402,7 +493,7 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
       // Collective over the ranks; its own time is left out of the step's.
       const auto m0 = std::chrono::steady_clock::now();
       BATON_ASSIGN_OR_RETURN(scheduler::StepArrivals a, monitor->Collect(step));
-      if (step >= 1) {
+      if (step > first) {
         monitor_ms += std::chrono::duration<double, std::milli>(
                           std::chrono::steady_clock::now() - m0).count();
         straggler_ms += a.straggler_ms;
@@ -416,7 +507,12 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   const double total_ms = std::chrono::duration<double, std::milli>(
                               std::chrono::steady_clock::now() - t_first).count() -
                           monitor_ms;
-  const int64_t timed = std::max<int64_t>(1, job.steps - 1);
+  if (!out->saves.empty()) {
+    const double t = since_start();
+    BATON_RETURN_IF_ERROR(executor->WaitForSave(&out->saves.back().stats));
+    out->final_save_wait_ms = since_start() - t;
+  }
+  const int64_t timed = std::max<int64_t>(1, job.steps - first - 1);
   out->ms_per_step = total_ms / timed;
   out->straggler_ms = straggler_ms / timed;
   out->max_skew_ms = skew_ms / timed;
@@ -462,16 +558,23 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   if (trace) {
     for (int r = 0; r < n; ++r) observers[r] = step_trace.ForRank(r, *graph);
   }
+  // A rank that fails (a damaged checkpoint file, say) aborts its
+  // communicator so that its peers fail at once instead of at the timeout;
+  // the first to fail is the one reported.
+  std::atomic<int> first_failed{-1};
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r]() {
       status[r] = TrainRank(job, graph, corpus, *device, *comms[r], &results[r], observers[r]);
+      if (!status[r].ok()) {
+        int none = -1;
+        first_failed.compare_exchange_strong(none, r);
+        comms[r]->Abort();
+      }
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    if (!status[r].ok()) {
-      return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
-    }
+  if (const int r = first_failed.load(); r >= 0) {
+    return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
   }
   if (trace) results[0].trace_json = step_trace.Json();  // streams synced
   return results[0];
@@ -567,6 +670,9 @@ int Main(int argc, char** argv) {
   job.progress = true;  // a progress line per step on stderr (rank 0)
   job.check_schedule = f.check_schedule;
   job.arrivals = f.arrivals;
+  job.save_dir = f.save_dir;
+  job.save_every = f.save_every;
+  job.resume = f.resume;
   auto corpus = f.data.empty() ? Corpus::Synthetic(job.spec.vocab, f.seed)
                                : Corpus::FromFile(f.data, job.spec.vocab, f.seed);
   if (!corpus.ok()) Fail(std::string(corpus.status().message()));
@@ -647,10 +753,21 @@ int Main(int argc, char** argv) {
   }
   // The first step (allocation, first touches) is left out of the timing
   // when there is a second one.
-  const std::string timed = f.steps > 1 ? absl::StrCat("steps 2..", f.steps)
-                                        : std::string("the only step, set-up included");
+  const int64_t run = f.steps - res.first_step;  // the steps this run trained
+  const std::string timed = run > 1 ? absl::StrCat("steps ", res.first_step + 2, "..", f.steps)
+                                    : std::string("the only step, set-up included");
   std::printf("time per step: %.1f ms (%s), %.0f tokens/s\n", res.ms_per_step,
               timed.c_str(), res.tokens_per_s);
+  if (res.first_step > 0) {
+    std::printf("resumed from %s at step %lld\n", f.resume.c_str(),
+                static_cast<long long>(res.first_step));
+  }
+  for (const RunResult::Save& sv : res.saves) {
+    std::printf("checkpoint %s: %s on rank 0, copied after %.1f ms, written %.1f ms, done %.1f ms "
+                "(host %.2f ms in Save)\n",
+                sv.stats.dir.c_str(), MiB(sv.stats.bytes).c_str(), sv.stats.copied_ms,
+                sv.stats.written_ms, sv.stats.done_ms, sv.stats.issue_ms);
+  }
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
@@ -704,6 +821,17 @@ int Main(int argc, char** argv) {
     j["persistent_bytes"] = res.persistent_bytes;
     j["host_bytes"] = res.host_bytes;
     j["ms_per_step"] = res.ms_per_step;
+    j["first_step"] = res.first_step;
+    j["step_end_ms"] = res.step_end_ms;
+    nlohmann::json saves = nlohmann::json::array();
+    for (const RunResult::Save& sv : res.saves) {
+      saves.push_back({{"step", sv.stats.step}, {"dir", sv.stats.dir}, {"at_ms", sv.at_ms}, {"wait_ms", sv.wait_ms},
+                       {"issue_ms", sv.stats.issue_ms}, {"copied_ms", sv.stats.copied_ms},
+                       {"written_ms", sv.stats.written_ms}, {"done_ms", sv.stats.done_ms},
+                       {"writer_cpu_ms", sv.stats.writer_cpu_ms}, {"bytes", sv.stats.bytes}});
+    }
+    j["saves"] = saves;
+    j["final_save_wait_ms"] = res.final_save_wait_ms;
     j["tokens_per_s"] = res.tokens_per_s;
     if (f.arrivals) {
       j["straggler_ms"] = res.straggler_ms;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "baton/runtime/dtype.h"
 #include "baton/runtime/stream_ops.h"
+#include "baton/scheduler/checkpoint_saver.h"
 #include "baton/scheduler/offload.h"
 #include "baton/scheduler/optimizer_state.h"
 #include "baton/scheduler/schedule_check.h"
@@ -90,6 +91,7 @@ Executor::Executor(std::shared_ptr<const StepGraph> graph, Device& device,
       trace_mu_(std::make_shared<std::mutex>()) {}
 
 Executor::~Executor() {
+  saver_.reset();  // its writer finishes; its copies read the state
   if (driver_) (void)driver_->Synchronize();
   driver_.reset();  // it may run work of its own that uses our streams
   for (auto& s : streams_) {
@@ -201,6 +203,15 @@ Status Executor::Init() {
                               graph_.nodes[i + 1].stream == n.stream;
     fusable_cast_ = fusable_cast_ && next_is_cast && !needs[i];
   }
+  writes_saved_.assign(nn, false);
+  for (int i = 0; i < nn; ++i) {
+    for (int w : graph_.nodes[i].writes) {
+      const BufferRole r = graph_.buffers[w].role;
+      if (r == BufferRole::kMaster || r == BufferRole::kMoment1 || r == BufferRole::kMoment2) {
+        writes_saved_[i] = true;
+      }
+    }
+  }
   node_events_.resize(nn);
   for (int i = 0; i < nn; ++i) {
     if (!needs[i]) continue;
@@ -268,6 +279,7 @@ Status Executor::InitParameters(
     const std::function<void(const ParamSlot&, float*)>& init, const Nf4Packer& nf4) {
   const int rank = shard_rank();
   Stream& s = compute_stream();
+  if (saver_) BATON_RETURN_IF_ERROR(saver_->WaitCopies());  // they read the masters
   BATON_RETURN_IF_ERROR(s.Synchronize());
   for (const Bucket& bk : graph_.layout.buckets) {
     if (bk.nf4 && !nf4) {
@@ -309,6 +321,10 @@ Status Executor::InitParameters(
     BATON_RETURN_IF_ERROR(s.MemcpyAsync(BufferData(b), bytes.data(), bytes.size()));
     BATON_RETURN_IF_ERROR(s.Synchronize());
   }
+  return CastMasters();
+}
+
+Status Executor::CastMasters() {
   // Cast every master into its shard (under offload: the host shard, which
   // the first step's H2D copies to the device).
   init_cast_ = true;
@@ -345,6 +361,7 @@ Status Executor::EndStep() {
     BATON_RETURN_IF_ERROR(end_events_[s]->Record(*streams_[s]));
   }
   in_step_ = false;
+  save_pending_ = false;  // this step's writers of saved state waited
   ++step_;
   return absl::OkStatus();
 }
@@ -395,6 +412,10 @@ Status Executor::PreNode(int i) {
   BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWaits, s));
   if (driver_) BATON_RETURN_IF_ERROR(driver_->BeforeWaits(i, step_, s));
   for (int w : n.waits) BATON_RETURN_IF_ERROR(s.Wait(*node_events_[w]));
+  if (save_pending_ && writes_saved_[i]) {
+    // A checkpoint's copies of this state must be taken first (device wait).
+    BATON_RETURN_IF_ERROR(s.Wait(saver_->copied()));
+  }
   if (driver_) BATON_RETURN_IF_ERROR(driver_->AfterWaits(i, step_, s));
   BATON_RETURN_IF_ERROR(Observe(i, NodeObserver::Point::kBeforeWork, ws));
   if (options_.max_delay_us > 0) {
@@ -751,6 +772,8 @@ Status Executor::CaptureStep(const StepCallbacks& callbacks) {
         "up on first use, which a capture cannot record)");
   }
   BATON_RETURN_IF_ERROR(Synchronize());
+  if (saver_) BATON_RETURN_IF_ERROR(saver_->WaitCopies());
+  save_pending_ = false;  // a capture must not record a checkpoint's wait
   // Created before the capture and kept alive until it ended.
   BATON_ASSIGN_OR_RETURN(auto fork, device_.CreateEvent());
   auto origin = static_cast<cudaStream_t>(streams_[0]->native_handle());
@@ -801,6 +824,8 @@ Status Executor::ReplayStep() {
   for (size_t s = 1; s < streams_.size(); ++s) {
     if (step_ > 0) BATON_RETURN_IF_ERROR(streams_[0]->Wait(*end_events_[s]));
   }
+  if (save_pending_) BATON_RETURN_IF_ERROR(streams_[0]->Wait(saver_->copied()));
+  save_pending_ = false;
   auto origin = static_cast<cudaStream_t>(streams_[0]->native_handle());
   BATON_CUDA_CHECK(cudaGraphLaunch(
       static_cast<cudaGraphExec_t>(cuda_graph_exec_), origin));

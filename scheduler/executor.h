@@ -58,6 +58,7 @@
 #include "baton/memory/arena.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
+#include "baton/scheduler/checkpoint.h"
 #include "baton/scheduler/optimizer_driver.h"
 #include "baton/scheduler/step_graph.h"
 
@@ -209,6 +210,8 @@ struct ExecutorOptions {
   OptimizerDriverFactory optimizer_driver;
 };
 
+class CheckpointSaver;  // scheduler/checkpoint_saver.h
+
 struct TraceRecord {
   int node = 0;
   int64_t step = 0;
@@ -252,6 +255,24 @@ class Executor final : private ExecutorParts {
   // Under ZenFlow: the host master, whose selected columns the device
   // holds newer values of until the next selection step hands them back.
   StatusOr<std::vector<float>> ReadMaster(int bucket);
+
+  // Checkpoints (scheduler/checkpoint.h, docs/checkpoints.md). Save is
+  // collective (every rank, between the same two steps) and returns once
+  // its copies are enqueued; the next step's optimizer waits for them on
+  // the device and a writer thread writes the files meanwhile. WaitForSave
+  // blocks until this rank's part is written (OK when none was started);
+  // a failed save is sticky. Load (not collective) reads the checkpoint at
+  // `path` into this executor's layout, whatever layout saved it, and sets
+  // steps_issued(). FailedPrecondition inside a step or with an optimizer
+  // driver (ZenFlow); Load: NotFound / InvalidArgument / DataLoss naming
+  // the checkpoint, parameter or file.
+  Status Save(const SaveOptions& options);
+  Status WaitForSave(SaveStats* stats = nullptr);
+  StatusOr<CheckpointInfo> Load(const std::string& path, const LoadOptions& options = {});
+  // Recorded after the last save's copies of the state (null before the
+  // first Save): a trainer that writes masters or moments itself between
+  // steps waits on it first.
+  Event* SaveCopiesEvent();
 
   // CUDA only: captures one step as a CUDA graph (callbacks are called
   // during capture), then each ReplayStep launches it. Unimplemented on
@@ -304,6 +325,9 @@ class Executor final : private ExecutorParts {
   double grad_scale() const override;
 
   Status RunWork(int i, const StepCallbacks& callbacks);
+  // Casts every master into its shard (InitParameters, Load); synchronizes.
+  Status CastMasters();
+  Status CheckpointAllowed(const char* call) const;
   Status Trace(int i, bool start, Stream& s);
   Status Observe(int i, NodeObserver::Point point, Stream& s);
 
@@ -356,6 +380,13 @@ class Executor final : private ExecutorParts {
   std::shared_ptr<std::mutex> trace_mu_;
   std::shared_ptr<TraceRecord> pending_trace_;
   void* cuda_graph_exec_ = nullptr;  // cudaGraphExec_t
+  // Checkpoints: the saver (made by the first Save; destroyed before the
+  // state it copies), whether the next step's writers of saved state must
+  // wait for its copies, and per node whether it writes a master or a
+  // moment.
+  std::unique_ptr<CheckpointSaver> saver_;
+  bool save_pending_ = false;
+  std::vector<bool> writes_saved_;
 };
 
 }  // namespace baton::scheduler

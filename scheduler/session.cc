@@ -183,4 +183,22 @@ Status Session::FinishStep(
   return executor_->EndStep();
 }
 
+Status Session::Save(const SaveOptions& options) {
+  if (in_step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Save: a step is open; the plan expects ", Describe(open_ >= 0 ? open_ : NextCompute())));
+  }
+  return executor_->Save(options);
+}
+
+Status Session::WaitForSave(SaveStats* stats) { return executor_->WaitForSave(stats); }
+
+StatusOr<CheckpointInfo> Session::Load(const std::string& path, const LoadOptions& options) {
+  if (in_step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Load: a step is open; the plan expects ", Describe(open_ >= 0 ? open_ : NextCompute())));
+  }
+  return executor_->Load(path, options);
+}
+
 }  // namespace baton::scheduler

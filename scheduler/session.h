@@ -104,6 +104,13 @@ class Session {
   Status FinishStep(
       const std::function<Status(const OptimizerContext&)>& optimizer);
 
+  // Checkpoints, between steps (Executor::Save / WaitForSave / Load,
+  // scheduler/checkpoint.h): FailedPrecondition naming the next expected
+  // hook while a step is open.
+  Status Save(const SaveOptions& options);
+  Status WaitForSave(SaveStats* stats = nullptr);
+  StatusOr<CheckpointInfo> Load(const std::string& path, const LoadOptions& options = {});
+
  private:
   explicit Session(std::unique_ptr<Executor> executor)
       : executor_(std::move(executor)) {}

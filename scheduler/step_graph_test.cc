@@ -206,6 +206,7 @@ TEST(StreamsTest, CommStreamsHaveTheirOwnTagsBelowTheTrainers) {
     for (StreamId s : {ag, rs}) {
       EXPECT_GT(CollectiveTag(s), 0u);
       EXPECT_LT(CollectiveTag(s), kFirstTrainerTag);
+      EXPECT_LT(CollectiveTag(s), kCheckpointTag);
     }
   }
   EXPECT_EQ(StreamFor(StreamClass::kCompute, true), kComputeStream);

@@ -94,8 +94,12 @@ constexpr int NumStreams(bool shared_comm_stream, bool offload = false,
 constexpr uint32_t CollectiveTag(StreamId s) {
   return static_cast<uint32_t>(s.index());
 }
-// The first tag the step's own collectives never use.
-inline constexpr uint32_t kFirstTrainerTag = 6;
+// The tag of a checkpoint save's one collective (the broadcast of its
+// nonce on the checkpoint stream; scheduler/checkpoint.h): above every
+// step tag, parallel graphs' included.
+inline constexpr uint32_t kCheckpointTag = 6;
+// The first tag neither the step's collectives nor the executor's own use.
+inline constexpr uint32_t kFirstTrainerTag = 7;
 
 }  // namespace baton::scheduler
 

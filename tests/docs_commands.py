@@ -71,6 +71,12 @@ SHRINK = {
                               ("--batch", 1, True)],
     # issue cost over 3 steps of the micro model (default 200 of tiny).
     "//bench:scheduler": [("--issue-steps", 3, True)],
+    # 6 steps saving every 2nd; the model flags it passes to train_tiny
+    # (after --) at the micro model's sizes.
+    "//examples:checkpoint_bench": [("--steps", 6, False), ("--save-every", 2, False),
+                                 ("--layers", 2, False), ("--hidden", 64, False),
+                                 ("--ffn", 128, False), ("--vocab", 256, False),
+                                 ("--seq", 16, False), ("--batch", 1, False)],
     # one run of every policy (default: the best of 3).
     "//bench:simulator": [("--reps", 1, True)],
     # 256K parameters, 2 repetitions (default 16M).
@@ -90,12 +96,27 @@ SHRINK = {
 # Commands of these targets run the smallest model preset instead of the
 # one they name (unless they give a config.json).
 SMALLEST_MODEL = {"//examples:train_tiny": "--model=micro",
-                  "//bench:scheduler": "--issue-model=micro"}
+                  "//bench:scheduler": "--issue-model=micro",
+                  # its train_tiny flags: a command shows them after "--"
+                  "//examples:checkpoint_bench": "--model=micro"}
+
+
+# A train_tiny command that saves or resumes a checkpoint keeps up to 20
+# steps and 4 sequences per rank (the micro model still): the page names
+# the checkpoints by step and resumes with the same global batch on other
+# rank counts.
+CHECKPOINT_FLAGS = ("--save-dir=", "--resume=")
+CHECKPOINT_SHRINK = {"//examples:train_tiny": {"--steps": 20, "--batch": 4}}
 
 
 def shrink(label, args):
     """(args with the rules of SHRINK applied, whether anything changed)."""
     rules = SHRINK.get(label, [])
+    if label in CHECKPOINT_SHRINK and any(a.startswith(CHECKPOINT_FLAGS) for a in args):
+        keep = CHECKPOINT_SHRINK[label]
+        # (train_tiny's defaults are within those: nothing to add)
+        rules = [(flag, keep[flag], False) if flag in keep else (flag, cap, add)
+                 for flag, cap, add in rules]
     out = list(args)
     changed = False
     if label in SMALLEST_MODEL and not any(a.startswith("--hf-config=") for a in out):

@@ -1,0 +1,158 @@
+#include "baton/scheduler/checkpoint_plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace baton::scheduler {
+namespace {
+
+BufferRole RoleOf(StateTensor t) {
+  switch (t) {
+    case StateTensor::kMaster: return BufferRole::kMaster;
+    case StateTensor::kMoment1: return BufferRole::kMoment1;
+    case StateTensor::kMoment2: return BufferRole::kMoment2;
+  }
+  return BufferRole::kMaster;
+}
+
+int FindBuffer(const StepGraph& g, int bucket, BufferRole role) {
+  for (int b = 0; b < static_cast<int>(g.buffers.size()); ++b) {
+    if (g.buffers[b].role == role && g.buffers[b].bucket == bucket) return b;
+  }
+  return -1;
+}
+
+// The first element of rank's shard in every bucket's flat buffer.
+int64_t ShardBegin(const StepGraph& g, const Bucket& bk, int rank) {
+  if (!g.layout.sharding.shard) return 0;
+  return static_cast<int64_t>(g.mesh.position(rank, kDataShardGroup)) * bk.shard_numel;
+}
+
+// The ranks holding the same elements as `rank`.
+MeshGroup SameDataGroup(const StepGraph& g) {
+  if (g.layout.sharding.shard) return kReplicaGroup;
+  return MeshGroup{MeshDim::kReplicate, MeshDim::kShard, MeshDim::kHpz};
+}
+
+std::string Shape(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
+
+}  // namespace
+
+StatusOr<RankSavePlan> PlanRankSave(const StepGraph& g, int rank,
+                                    const std::vector<CheckpointParam>& params) {
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].name] = static_cast<int>(i);
+  const MeshGroup same = SameDataGroup(g);
+  const int64_t replicas = g.mesh.size(same);
+  const int64_t position = g.mesh.position(rank, same);
+  RankSavePlan plan;
+  for (const Bucket& bk : g.layout.buckets) {
+    const int64_t begin = ShardBegin(g, bk, rank);
+    const int64_t per = (bk.shard_numel + replicas - 1) / replicas;
+    const int64_t lo = begin + std::min(bk.shard_numel, position * per);
+    const int64_t hi = begin + std::min(bk.shard_numel, (position + 1) * per);
+    std::vector<const ParamSlot*> slots;
+    for (const ParamSlot& p : bk.params) slots.push_back(&p);
+    std::sort(slots.begin(), slots.end(),
+              [](const ParamSlot* a, const ParamSlot* b) { return a->offset < b->offset; });
+    for (int t = 0; t < kNumStateTensors; ++t) {
+      const StateTensor tensor = static_cast<StateTensor>(t);
+      const int buffer = FindBuffer(g, bk.id, RoleOf(tensor));
+      if (buffer < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: the step graph has no ", StateTensorName(tensor), " buffer for bucket ",
+            bk.name));
+      }
+      if (hi <= lo) continue;
+      SaveSpan span{buffer, lo - begin, hi - lo, plan.staging_bytes};
+      for (const ParamSlot* p : slots) {
+        const int64_t a = std::max(lo, p->offset), e = std::min(hi, p->offset + p->numel);
+        if (a >= e) continue;
+        SaveChunk c;
+        c.chunk.param = index.at(p->name);
+        c.chunk.tensor = tensor;
+        c.chunk.begin = a - p->offset;
+        c.chunk.end = e - p->offset;
+        c.chunk.offset = plan.file_bytes;
+        c.staging_offset = span.staging_offset + (a - lo) * 4;
+        plan.file_bytes += c.chunk.bytes();
+        plan.chunks.push_back(c);
+      }
+      plan.staging_bytes += span.count * 4;
+      plan.spans.push_back(span);
+    }
+  }
+  return plan;
+}
+
+StatusOr<std::vector<LoadPiece>> PlanRankLoad(const Manifest& m, const StepGraph& g, int rank) {
+  const auto& mparams = m.header.params;
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < mparams.size(); ++i) index[mparams[i].name] = static_cast<int>(i);
+  // The manifest's chunks per (parameter, tensor), by begin.
+  struct Held {
+    int64_t begin, end, offset;
+    int file;
+  };
+  std::vector<std::vector<Held>> held(mparams.size() * kNumStateTensors);
+  for (size_t f = 0; f < m.files.size(); ++f) {
+    for (const CheckpointChunk& c : m.files[f].chunks) {
+      held[c.param * kNumStateTensors + static_cast<int>(c.tensor)].push_back(
+          {c.begin, c.end, c.offset, static_cast<int>(f)});
+    }
+  }
+  for (auto& v : held) {
+    std::sort(v.begin(), v.end(), [](const Held& a, const Held& b) { return a.begin < b.begin; });
+  }
+  const std::string model = absl::StrCat("the checkpoint (model ", m.header.model, ")");
+  const std::vector<CheckpointParam> mine = CheckpointParams(g.layout);
+  for (const CheckpointParam& p : mine) {
+    auto it = index.find(p.name);
+    if (it == index.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(model, " has no parameter ", p.name,
+                                                     ", which model ", g.layout.spec.name, " has"));
+    }
+    if (mparams[it->second].shape != p.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          model, " holds parameter ", p.name, " with shape ", Shape(mparams[it->second].shape),
+          "; model ", g.layout.spec.name, " has ", Shape(p.shape)));
+    }
+  }
+  if (mine.size() != mparams.size()) {
+    for (const CheckpointParam& p : mparams) {
+      if (std::none_of(mine.begin(), mine.end(),
+                       [&](const CheckpointParam& q) { return q.name == p.name; })) {
+        return absl::InvalidArgumentError(absl::StrCat(model, " holds parameter ", p.name,
+                                                       ", which model ", g.layout.spec.name,
+                                                       " does not have"));
+      }
+    }
+  }
+  std::vector<LoadPiece> out;
+  for (const Bucket& bk : g.layout.buckets) {
+    const int64_t lo = ShardBegin(g, bk, rank), hi = lo + bk.shard_numel;
+    for (const ParamSlot& p : bk.params) {
+      const int64_t a = std::max(lo, p.offset) - p.offset;
+      const int64_t e = std::min(hi, p.offset + p.numel) - p.offset;
+      if (a >= e) continue;
+      const int pi = index.at(p.name);
+      for (int t = 0; t < kNumStateTensors; ++t) {
+        for (const Held& h : held[pi * kNumStateTensors + t]) {
+          const int64_t b = std::max(a, h.begin), x = std::min(e, h.end);
+          if (b >= x) continue;
+          out.push_back({h.file, h.offset + (b - h.begin) * 4, (x - b) * 4, bk.id,
+                         static_cast<StateTensor>(t), p.offset + b - lo});
+        }
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const LoadPiece& x, const LoadPiece& y) {
+    return x.file != y.file ? x.file < y.file : x.file_offset < y.file_offset;
+  });
+  return out;
+}
+
+}  // namespace baton::scheduler
