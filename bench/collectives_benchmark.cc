@@ -10,6 +10,12 @@
 // RANK/WORLD_SIZE/... set). Only rank 0 prints. Two footer lines follow
 // nccl-tests' own: the limit of the medium measured in the same run at the
 // largest size, and the best busbw at that size over it.
+//
+// --collective=sendrecv is nccl-tests' sendrecv_perf: each rank sends
+// `count` to the next rank and receives as many from the previous one in
+// one SendRecvGroup; size = count x type size, busbw = algbw. There is no
+// in-place form (a rank's buffer would be read by the next rank while the
+// previous one writes it): its columns print N/A.
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,7 +78,7 @@ int Usage(const std::string& why) {
   std::fprintf(stderr,
                "collectives: %s\n"
                "usage: collectives --collective=all_gather|reduce_scatter|"
-               "all_reduce|broadcast --backend=inproc|ucx|nccl --nranks=N\n"
+               "all_reduce|broadcast|sendrecv --backend=inproc|ucx|nccl --nranks=N\n"
                "  [--device=host|cuda] [-b MIN] [-e MAX] [-i STEP] [-f FACTOR]"
                " [-n ITERS] [-w WARMUP] [-m AGG]\n"
                "  [-c CHECK] [-o sum|avg] [-d float|half|bfloat16|int32] "
@@ -174,7 +180,9 @@ int Parse(int argc, char** argv, Options* o) {
       return 0;
     };
     int rc = 0;
-    if (key == "collective") {
+    if (key == "collective" && val == "sendrecv") {
+      o->kind = CollectiveKind::kSend;  // the ring exchange (collective_check.h)
+    } else if (key == "collective") {
       auto k = ParseCollective(val);
       if (!k.ok() || *k == CollectiveKind::kBarrier) {
         return Usage("bad --collective '" + val + "'");
@@ -243,6 +251,9 @@ int Parse(int argc, char** argv, Options* o) {
   if (o->min_bytes > o->max_bytes) return Usage("-b is larger than -e");
   if (o->step_factor == 1 && o->step_bytes == 0) return Usage("-i 0");
   if (o->root >= o->nranks) return Usage("--root must be < --nranks");
+  if (o->kind == CollectiveKind::kSend && o->nranks < 2) {
+    return Usage("--collective=sendrecv needs --nranks >= 2 (no self-sends)");
+  }
   if (o->cudagraph > 0) {
     return Usage("-G (CUDA graph capture) is not supported by this bench");
   }
@@ -301,6 +312,11 @@ double SharedDeviceLimit(CollectiveKind k, int n, bool in_place,
                          double copy_gbps) {
   const double t = TrafficFactor(k, n, in_place);
   return t > 0 ? copy_gbps * 2.0 * BusFactor(k, n) / t : 0;
+}
+
+bool IsSendRecv(const Options& o) { return o.kind == CollectiveKind::kSend; }
+const char* BenchName(const Options& o) {
+  return IsSendRecv(o) ? "sendrecv" : CollectiveName(o.kind);
 }
 
 struct Half {
@@ -383,7 +399,7 @@ Status Run(RankCtx& ctx, const Options& o, std::vector<Row>* rows,
     cc.nranks = n;
     cc.count = count;
     cc.root = o.root;
-    for (int in_place = 0; in_place < 2; ++in_place) {
+    for (int in_place = 0; in_place < (IsSendRecv(o) ? 1 : 2); ++in_place) {
       auto ptrs = [&](int shift, const void** send, void** recv) {
         PlaceBuffers(cc, ctx.rank, in_place, base + shift * Buffers::kShift,
                      base + region + shift * Buffers::kShift, send, recv);
@@ -511,7 +527,7 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
       "# Collective: %s  backend: %s%s  device: %s  nranks: %d\n"
       "# minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg "
       "iters: %d validation: %d blocking: %d\n#\n# Using devices\n%s#\n",
-      CollectiveName(o.kind), o.backend.c_str(),
+      BenchName(o), o.backend.c_str(),
       o.inproc_events ? " (event protocol)" : "", o.device.c_str(), n,
       o.min_bytes, o.max_bytes,
       (o.step_factor > 1 ? absl::StrCat(o.step_factor, "(factor)")
@@ -532,6 +548,10 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
     std::printf(" %11zu %13zu %9s %7s %7d", r.size, r.count,
                 DataTypeName(o.type), RedopName(o), root);
     for (const Half* h : {&r.oop, &r.ip}) {
+      if (h == &r.ip && IsSendRecv(o)) {
+        std::printf(" %10s %8s %8s %6s", "N/A", "N/A", "N/A", "N/A");
+        continue;
+      }
       std::printf(" %10.1f %8.2f %8.2f %6s", h->time_us, h->algbw, h->busbw,
                   o.check ? absl::StrCat(h->wrong).c_str() : "N/A");
       wrong += h->wrong;
@@ -539,7 +559,8 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
     }
     std::printf("\n");
   }
-  const double avg_bus = rows.empty() ? 0 : bus_sum / (2 * rows.size());
+  const double halves = IsSendRecv(o) ? 1 : 2;
+  const double avg_bus = rows.empty() ? 0 : bus_sum / (halves * rows.size());
   std::printf("# Out of bounds values : %lld %s\n", wrong,
               wrong == 0 ? "OK" : "FAILED");
   std::printf("# Avg bus bandwidth    : %g \n#\n", avg_bus);
@@ -578,7 +599,7 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
   std::fflush(stdout);
   if (!o.json_path.empty()) {
     nlohmann::json j;
-    j["collective"] = CollectiveName(o.kind);
+    j["collective"] = BenchName(o);
     j["backend"] = o.backend;
     j["device"] = o.device;
     j["nranks"] = n;
@@ -593,6 +614,7 @@ int Report(const Options& o, int n, const std::vector<Row>& rows,
       row["count"] = r.count;
       for (auto [name, h] : {std::pair{"out_of_place", &r.oop},
                              std::pair{"in_place", &r.ip}}) {
+        if (h == &r.ip && IsSendRecv(o)) continue;  // no in-place form
         row[name] = {{"time_us", h->time_us},
                      {"algbw_gbps", h->algbw},
                      {"busbw_gbps", h->busbw},

@@ -172,4 +172,28 @@ SplitPlace PlaceInSplit(const std::vector<std::pair<int, int>>& colour_key,
   return p;
 }
 
+CollectiveHeader P2PHeader(const P2POp& op, const CollectiveOptions& options,
+                           uint64_t seq) {
+  return MakeHeader(op.kind == P2POp::Kind::kSend ? CollectiveKind::kSend
+                                                  : CollectiveKind::kRecv,
+                    op.count, op.type, ReduceOp::kSum, op.peer, options, seq);
+}
+
+std::string P2PLabel(const P2POp& op, uint32_t tag, uint64_t seq) {
+  const bool send = op.kind == P2POp::Kind::kSend;
+  return absl::StrCat(send ? "send #" : "recv #", seq, " (tag ", tag, ") ",
+                      send ? "to" : "from", " rank ", op.peer, ", ",
+                      op.bytes(), " bytes");
+}
+
+uint64_t RecordP2P(const Recording& rec, const P2POp& op,
+                   const CollectiveOptions& options, uint64_t seq,
+                   const std::vector<int>& world_ranks) {
+  SchedulePosition p = options.position;
+  p.peer = op.peer < static_cast<int>(world_ranks.size())
+               ? world_ranks[op.peer]
+               : op.peer;
+  return rec.Issue(P2PHeader(op, options, seq), p);
+}
+
 }  // namespace baton

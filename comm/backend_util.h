@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -81,6 +82,37 @@ Status ValidateWorldRanks(const CommConfig& config);
 std::vector<int> ChildWorldRanks(
     const std::vector<std::pair<int, int>>& colour_key, int rank,
     const std::vector<int>& parent_world_ranks);
+
+// ---- Point-to-point (communicator.h, "Point-to-point") ----
+
+// Sequence numbers of sends and receives, per (direction, peer, tag): the
+// k-th send from a to b with tag t matches b's k-th receive from a with t.
+// Thread-safe.
+class P2PCounters {
+ public:
+  uint64_t Next(P2POp::Kind kind, int peer, uint32_t tag) {
+    absl::MutexLock lock(&mu_);
+    const uint64_t key = (static_cast<uint64_t>(peer) << 9) |
+                         (kind == P2POp::Kind::kSend ? 256u : 0u) |
+                         (tag & 255);
+    return next_[key]++;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<uint64_t, uint64_t> next_ ABSL_GUARDED_BY(mu_);
+};
+
+// The header of one op (kind kSend / kRecv, root = the peer), as recorded.
+CollectiveHeader P2PHeader(const P2POp& op, const CollectiveOptions& options,
+                           uint64_t seq);
+// "send #3 (tag 0) to rank 2, 4096 bytes" (or "recv ... from rank 2").
+std::string P2PLabel(const P2POp& op, uint32_t tag, uint64_t seq);
+// Records one op in `rec` with options.position and its peer's world rank
+// (from `world_ranks`, communicator rank -> world rank).
+uint64_t RecordP2P(const Recording& rec, const P2POp& op,
+                   const CollectiveOptions& options, uint64_t seq,
+                   const std::vector<int>& world_ranks);
 
 // Per-tag sequence numbers, taken at issue time.
 class SequenceCounters {

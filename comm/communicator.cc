@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -19,6 +20,10 @@ const char* CollectiveName(CollectiveKind kind) {
       return "broadcast";
     case CollectiveKind::kBarrier:
       return "barrier";
+    case CollectiveKind::kSend:
+      return "send";
+    case CollectiveKind::kRecv:
+      return "recv";
   }
   return "?";
 }
@@ -41,6 +46,69 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int colour,
   (void)key;
   return absl::UnimplementedError(
       absl::StrCat(backend(), ": Split is not implemented"));
+}
+
+Status Communicator::SendRecvGroup(absl::Span<const P2POp> ops,
+                                   Stream& stream,
+                                   const CollectiveOptions& options) {
+  (void)ops;
+  (void)stream;
+  (void)options;
+  return absl::UnimplementedError(
+      absl::StrCat(backend(), ": point-to-point is not implemented"));
+}
+
+Status ValidateP2P(const char* backend, int rank, int size,
+                   absl::Span<const P2POp> ops,
+                   const CollectiveOptions& options) {
+  if (options.tag > 255) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        backend, " send/recv: tag ", options.tag, " is out of range 0..255"));
+  }
+  if (options.timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(backend, " send/recv: negative timeout"));
+  }
+  if (ops.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(backend, " send/recv: empty group"));
+  }
+  if (ops.size() > Communicator::kMaxGroupOps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        backend, " send/recv: group of ", ops.size(), " ops (at most ",
+        Communicator::kMaxGroupOps, ")"));
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    const bool is_send = op.kind == P2POp::Kind::kSend;
+    const std::string what = absl::StrCat(
+        backend, " ", is_send ? "send" : "recv", " (op ", i, " of the group) ",
+        is_send ? "to" : "from", " rank ", op.peer, " on rank ", rank);
+    if (op.kind != P2POp::Kind::kSend && op.kind != P2POp::Kind::kRecv) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": bad op kind"));
+    }
+    if (op.peer < 0 || op.peer >= size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": peer is out of range 0..", size - 1));
+    }
+    if (op.peer == rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": sending to oneself is not supported (copy locally)"));
+    }
+    if (DataTypeSize(op.type) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": bad data type"));
+    }
+    if (op.count > std::numeric_limits<size_t>::max() / 8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": count ", op.count, " overflows a byte size"));
+    }
+    const void* buf = is_send ? op.send : op.recv;
+    if (op.count > 0 && buf == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": buffer is null with count ", op.count));
+    }
+  }
+  return Status();
 }
 
 size_t SendBytes(CollectiveKind kind, int size, size_t count, DataType type) {

@@ -78,6 +78,38 @@
 //     (and store, on ucx), which must outlive it; it may outlive the parent.
 //   * A broken parent returns its error and creates nothing. Backends
 //     without sub-communicators return Unimplemented.
+//
+// Point-to-point (Send, Recv, SendRecvGroup; NCCL's ncclSend / ncclRecv):
+//   * SendRecvGroup(ops) posts every op of the list at once (as NCCL's
+//     ncclGroupStart / ncclGroupEnd around them) and is ENQUEUED on
+//     `stream` like a collective: the group completes on the stream when all
+//     its ops have. Send and Recv are groups of one op.
+//   * Matching: the k-th send from rank a to rank b with tag t matches the
+//     k-th receive on rank b from rank a with tag t (counted per ordered
+//     pair and tag, separately from the collectives' sequence numbers).
+//     Only the ranks of a pair meet; the other ranks need not call.
+//   * A send may complete only once its receive was posted (it then knows
+//     the receiver's size): two ranks that exchange must put both ops in
+//     one group, or order them (one sends first, the other receives first),
+//     else they wait on each other until the timeout (as on NCCL).
+//   * A send and its receive must agree on the byte size (count x type
+//     size); a difference fails BOTH ranks with InvalidArgument naming the
+//     two sizes (nccl cannot check it: NCCL's behaviour is undefined).
+//   * Refused at the call (InvalidArgument, nothing enqueued): a peer out of
+//     range 0..size()-1, a peer equal to this rank (self-sends are not
+//     supported: copy locally), a null buffer with count > 0, a count whose
+//     byte size overflows, a bad data type, an empty group, a group with
+//     more than kMaxGroupOps ops. Also the tag and timeout checks of the
+//     collectives.
+//   * Failures while it runs follow the collectives' rules: a peer that
+//     does not post the matching op within the timeout: DeadlineExceeded
+//     naming this rank, the peer, the op (send / recv), its bytes and tag;
+//     a dead or aborted peer: Unavailable naming the peer. The
+//     communicator is then broken, as after a collective's failure.
+//   * Every op is recorded in the flight recorder (kind kSend / kRecv,
+//     SchedulePosition::peer = the peer's world rank, seq = its number in
+//     its (pair, tag)); the hang report's cross-rank matching of the
+//     collectives skips them.
 #ifndef BATON_COMM_COMMUNICATOR_H_
 #define BATON_COMM_COMMUNICATOR_H_
 
@@ -87,6 +119,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "absl/time/time.h"
 #include "baton/comm/reduce.h"
 #include "baton/runtime/device.h"
@@ -102,8 +135,13 @@ enum class CollectiveKind : uint8_t {
   kAllReduce = 2,
   kBroadcast = 3,
   kBarrier = 4,
+  // Point-to-point (Send / Recv / SendRecvGroup): recorded like the
+  // collectives (comm/flight_recorder.h), never matched with them.
+  kSend = 5,
+  kRecv = 6,
 };
-// "all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier".
+// "all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier",
+// "send", "recv". ParseCollective knows the five collectives only.
 const char* CollectiveName(CollectiveKind kind);
 StatusOr<CollectiveKind> ParseCollective(absl::string_view name);
 
@@ -135,6 +173,38 @@ struct SchedulePosition {
   bool given() const { return step >= 0 || node >= 0 || bucket >= 0; }
 };
 
+// One op of SendRecvGroup: `count` elements of `type` sent from `send` to
+// `peer`, or received from `peer` into `recv`. Plain value.
+struct P2POp {
+  enum class Kind : uint8_t { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  int peer = -1;
+  const void* send = nullptr;  // kSend
+  void* recv = nullptr;        // kRecv
+  size_t count = 0;
+  DataType type = DataType::kF32;
+
+  static P2POp Send(const void* buf, size_t count, DataType type, int peer) {
+    P2POp o;
+    o.kind = Kind::kSend;
+    o.peer = peer;
+    o.send = buf;
+    o.count = count;
+    o.type = type;
+    return o;
+  }
+  static P2POp Recv(void* buf, size_t count, DataType type, int peer) {
+    P2POp o;
+    o.kind = Kind::kRecv;
+    o.peer = peer;
+    o.recv = buf;
+    o.count = count;
+    o.type = type;
+    return o;
+  }
+  size_t bytes() const { return count * DataTypeSize(type); }
+};
+
 struct CollectiveOptions {
   // Give up after this long without completing; zero means the
   // communicator's default (CommConfig::timeout).
@@ -162,6 +232,10 @@ struct CommCaps {
   bool host_memory = false;
   // Buffers may be device memory (with CUDA streams).
   bool device_memory = false;
+  // Send / Recv / SendRecvGroup work (else Unimplemented), on the memory
+  // kinds named by p2p_host_memory and p2p_device_memory.
+  bool p2p_host_memory = false;
+  bool p2p_device_memory = false;
 };
 
 class Communicator {
@@ -194,6 +268,24 @@ class Communicator {
                                          const CollectiveOptions& options) = 0;
   [[nodiscard]] virtual Status Barrier(Stream& stream,
                                        const CollectiveOptions& options) = 0;
+
+  // Point-to-point (see "Point-to-point" above). The base answers
+  // Unimplemented.
+  static constexpr size_t kMaxGroupOps = 4096;
+  [[nodiscard]] virtual Status SendRecvGroup(absl::Span<const P2POp> ops,
+                                             Stream& stream,
+                                             const CollectiveOptions& options);
+  [[nodiscard]] Status Send(const void* send, size_t count, DataType type,
+                            int peer, Stream& stream,
+                            const CollectiveOptions& options) {
+    const P2POp op = P2POp::Send(send, count, type, peer);
+    return SendRecvGroup(absl::MakeConstSpan(&op, 1), stream, options);
+  }
+  [[nodiscard]] Status Recv(void* recv, size_t count, DataType type, int peer,
+                            Stream& stream, const CollectiveOptions& options) {
+    const P2POp op = P2POp::Recv(recv, count, type, peer);
+    return SendRecvGroup(absl::MakeConstSpan(&op, 1), stream, options);
+  }
 
   // The bandwidth limit of the medium this backend moves data through,
   // measured now with `bytes`-sized transfers (mean over `iters` after a
@@ -235,6 +327,12 @@ Status ValidateCollective(CollectiveKind kind, int rank, int size,
                           const void* send, const void* recv, size_t count,
                           DataType type, int root,
                           const CollectiveOptions& options);
+
+// The argument checks of SendRecvGroup shared by every backend (see
+// "Point-to-point" above); `backend` prefixes the message.
+Status ValidateP2P(const char* backend, int rank, int size,
+                   absl::Span<const P2POp> ops,
+                   const CollectiveOptions& options);
 
 // Byte offsets of a collective's send and receive buffers.
 size_t SendBytes(CollectiveKind kind, int size, size_t count, DataType type);

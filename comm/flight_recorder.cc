@@ -130,8 +130,11 @@ uint64_t FlightRecorder::Issue(int comm, const CollectiveCall& call,
   s.done_ns.store(0, std::memory_order_relaxed);
   s.failed.store(false, std::memory_order_relaxed);
   s.version.store(2 * i + 2, std::memory_order_release);
-  // Callers issue one tag's collectives in order (communicator.h).
-  c->issued[call.tag & 0xff].store(call.seq + 1, std::memory_order_relaxed);
+  // Callers issue one tag's collectives in order (communicator.h). Sends
+  // and receives number per peer, not per tag: they have no counters.
+  if (!IsPointToPoint(call.kind)) {
+    c->issued[call.tag & 0xff].store(call.seq + 1, std::memory_order_relaxed);
+  }
   return i;
 }
 
@@ -162,6 +165,7 @@ void FlightRecorder::Complete(uint64_t index, bool ok) {
   const int comm = static_cast<int>((meta >> 32) & 0xffff);
   CommSlot* c = comms_[comm].load(std::memory_order_acquire);
   if (c == nullptr || !ok) return;
+  if (IsPointToPoint(static_cast<CollectiveKind>((meta >> 8) & 0xff))) return;
   std::atomic<uint64_t>& done = c->completed[meta & 0xff];
   uint64_t cur = done.load(std::memory_order_relaxed);
   while (cur < seq + 1 &&
@@ -336,7 +340,7 @@ bool ParseRecord(const std::vector<absl::string_view>& f, size_t ncomms,
   const bool ok =
       U64(f[1], &r->index) && Num<int>(f[2], 0, static_cast<int>(ncomms) - 1, &r->comm) &&
       Num<uint32_t>(f[3], 0, 255, &r->tag) && U64(f[4], &r->seq) &&
-      Num<int>(f[5], 0, static_cast<int>(CollectiveKind::kBarrier), &kind) &&
+      Num<int>(f[5], 0, static_cast<int>(CollectiveKind::kRecv), &kind) &&
       Num<int>(f[6], 0, static_cast<int>(DataType::kI32), &type) &&
       Num<int>(f[7], 0, static_cast<int>(ReduceOp::kAvg), &op) &&
       Num<int32_t>(f[8], -1, INT32_MAX, &r->root) && U64(f[9], &r->count) &&

@@ -42,6 +42,13 @@
 
 namespace baton {
 
+// Sends and receives (kSend, kRecv) are recorded like collectives, with
+// SchedulePosition::peer set and seq their number within (pair, tag); they
+// do not move the per-tag issued / completed counters.
+inline bool IsPointToPoint(CollectiveKind k) {
+  return k == CollectiveKind::kSend || k == CollectiveKind::kRecv;
+}
+
 // One collective as the recorder saw it.
 struct CollectiveRecord {
   uint64_t index = 0;  // issue number on the recorder (all its communicators)

@@ -86,6 +86,7 @@ std::map<std::string, CommView> Communicators(const States& states) {
 const CollectiveRecord* FindRecord(const RankState& s, int comm, uint32_t tag,
                                    uint64_t seq) {
   for (const CollectiveRecord& r : s.records) {
+    if (IsPointToPoint(r.kind)) continue;  // numbered per pair, not per tag
     if (r.comm == comm && r.tag == tag && r.seq == seq) return &r;
   }
   return nullptr;
@@ -154,6 +155,7 @@ bool FindDivergence(const States& states, HangVerdict* v) {
   for (const auto& s : states) {
     if (!s) continue;
     for (const CollectiveRecord& r : s->records) {
+      if (IsPointToPoint(r.kind)) continue;  // numbered per pair, not per tag
       places[Place{KeyOf(*s, r), r.tag, r.seq}].push_back(Seen{s->world_rank, &r});
     }
   }

@@ -35,6 +35,13 @@ if (( $(nproc) < 256 )); then
   check nranks-host "--nranks asks for 4096 ranks on this host; it runs at most $(( 16 * $(nproc) )) at once" --nranks=4096
   check nranks-host-ucx "ranks on this host" --backend=ucx --nranks=$(( 16 * $(nproc) + 1 ))
 fi
+# Issue 32: the send/recv ring needs a peer.
+check sendrecv-one-rank "--collective=sendrecv needs --nranks >= 2" --collective=sendrecv --nranks=1
+timeout 120 "$bin" --collective=sendrecv --backend=inproc --nranks=3 -b 1K -e 4K -f 2 -n 2 \
+  >"$TEST_TMPDIR/out" 2>&1 || { echo "FAIL sendrecv run"; cat "$TEST_TMPDIR/out"; fail=1; }
+grep -q '^# Collective: sendrecv ' "$TEST_TMPDIR/out" || { echo "FAIL sendrecv: header"; cat "$TEST_TMPDIR/out"; fail=1; }
+grep -qE '^ *4096 +1024 +float +none +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 +N/A' "$TEST_TMPDIR/out" || { echo "FAIL sendrecv: no checked 4096-byte row"; cat "$TEST_TMPDIR/out"; fail=1; }
+grep -q '^# Peak busbw / limit : [0-9]' "$TEST_TMPDIR/out" || { echo "FAIL sendrecv: no limit line"; cat "$TEST_TMPDIR/out"; fail=1; }
 timeout 120 "$bin" --collective=all_reduce --backend=inproc --nranks=2 -b 1K -e 4K -f 2 -n 2 \
   >"$TEST_TMPDIR/out" 2>&1 || { echo "FAIL valid run"; cat "$TEST_TMPDIR/out"; fail=1; }
 grep -q '^ *4096 ' "$TEST_TMPDIR/out" || { echo "FAIL valid run: no 4096-byte row"; cat "$TEST_TMPDIR/out"; fail=1; }

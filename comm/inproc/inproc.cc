@@ -18,11 +18,14 @@
 #include "baton/comm/flight_recorder.h"
 #include "baton/comm/hang_reporting.h"
 #include "baton/comm/inproc/move.h"
+#include "baton/comm/inproc/p2p.h"
 
 namespace baton {
 namespace {
 
 using inproc_internal::EnqueueMoveAll;
+using inproc_internal::Mailbox;
+using inproc_internal::P2PPost;
 using inproc_internal::MoveShare;
 using inproc_internal::RankBuffers;
 
@@ -129,6 +132,7 @@ class World {
   const std::shared_ptr<InProcessHangReports>& reports() const {
     return reports_;
   }
+  Mailbox& mailbox() { return mailbox_; }
 
   Status MarkJoined(int rank) {
     absl::MutexLock lock(&mu_);
@@ -242,6 +246,7 @@ class World {
           absl::StrCat("inproc group '", group_, "': rank ", rank,
                        " aborted")));
     }
+    mailbox_.Abort(aborted_);
     while (!stream_slots_.empty()) {
       std::shared_ptr<StreamSlot> slot = stream_slots_.begin()->second;
       FailSlotLocked(slot, aborted_);
@@ -457,6 +462,7 @@ class World {
   const int size_;
   const uint64_t id_;
   const std::shared_ptr<InProcessHangReports> reports_;
+  Mailbox mailbox_;  // point-to-point (p2p.h)
   absl::Mutex mu_;
   absl::CondVar cv_;  // wakes the watchdog
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -559,6 +565,7 @@ class InprocCommunicator : public CommunicatorBase {
     c.accumulate_fp32 = true;
     c.graph_capture = false;  // ranks are matched on the host at issue time
     c.host_memory = true;
+    c.p2p_host_memory = true;  // not on the event protocol (yet)
 #if defined(BATON_HAVE_CUDA)
     c.device_memory = true;
 #endif
@@ -660,6 +667,47 @@ class InprocCommunicator : public CommunicatorBase {
     world_->Abort(rank_);
     health_.Fail(absl::UnavailableError(
         absl::StrCat("inproc rank ", rank_, " aborted")));
+  }
+
+  // Host streams without the event protocol (p2p.h): the group is one host
+  // work item on `stream`.
+  Status SendRecvGroup(absl::Span<const P2POp> ops, Stream& stream,
+                       const CollectiveOptions& options) override {
+    BATON_RETURN_IF_ERROR(ValidateP2P("inproc", rank_, size(), ops, options));
+    if (stream.kind() != device_->kind()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inproc: a ", DeviceKindName(stream.kind()),
+          " stream on a communicator of a ", DeviceKindName(device_->kind()),
+          " device"));
+    }
+    if (event_protocol_ || stream.kind() == DeviceKind::kCuda) {
+      return absl::UnimplementedError(
+          "inproc: send/recv runs on host streams only (not on CUDA streams "
+          "or the event protocol)");
+    }
+    BATON_RETURN_IF_ERROR(health_.Get());
+    std::vector<P2PPost> posts;
+    posts.reserve(ops.size());
+    for (const P2POp& op : ops) {
+      const uint64_t seq = p2p_seqs_.Next(op.kind, op.peer, options.tag);
+      posts.push_back(
+          P2PPost{op, seq, RecordP2P(rec_, op, options, seq, world_ranks_)});
+    }
+    const absl::Duration timeout = EffectiveTimeout(options, timeout_);
+    const uint32_t tag = options.tag;
+    return stream.Enqueue([this, posts = std::move(posts), tag,
+                           timeout]() -> Status {
+      Status s = health_.Get();
+      if (s.ok()) {
+        s = world_->mailbox().RunGroup(
+            rank_, posts, tag, timeout, rec_.recorder.get(),
+            [this](Status e) { return world_->reports()->Report(e); });
+      } else {
+        for (const P2PPost& p : posts) rec_.recorder->Complete(p.record, false);
+      }
+      if (!s.ok()) health_.Fail(s);
+      return s;
+    });
   }
 
  private:
@@ -767,6 +815,7 @@ class InprocCommunicator : public CommunicatorBase {
   Device* const device_;
   const bool event_protocol_;
   SequenceCounters seqs_;
+  P2PCounters p2p_seqs_;
   HealthState health_;
   int limit_calls_ = 0;
   uint64_t split_calls_ = 0;

@@ -55,6 +55,8 @@ void MoveShare(const CollectiveHeader& h, const std::vector<RankBuffers>& a,
       return;
     }
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kSend:  // point-to-point moves in p2p.cc
+    case CollectiveKind::kRecv:
       return;
   }
 }
@@ -132,6 +134,8 @@ Status EnqueueOnCuda(const CollectiveHeader& h,
           "reduction");
     }
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kSend:  // point-to-point moves in p2p.cc
+    case CollectiveKind::kRecv:
       return Status();
   }
   return Status();

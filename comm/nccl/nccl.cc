@@ -83,7 +83,75 @@ class NcclCommunicator : public CommunicatorBase {
     c.accumulate_fp32 = false;  // NCCL reduces in the buffer's type
     c.graph_capture = true;
     c.device_memory = true;
+    c.p2p_device_memory = true;
     return c;
+  }
+
+  // ncclSend / ncclRecv of every op inside one ncclGroupStart / End on
+  // `stream`; watched like a collective (one event for the group). NCCL
+  // does not compare the sizes of a send and its receive.
+  Status SendRecvGroup(absl::Span<const P2POp> ops, Stream& stream,
+                       const CollectiveOptions& options) override {
+    BATON_RETURN_IF_ERROR(ValidateP2P("nccl", rank_, size_, ops, options));
+    if (stream.kind() != DeviceKind::kCuda) {
+      return absl::InvalidArgumentError("nccl: send/recv need a CUDA stream");
+    }
+    BATON_RETURN_IF_ERROR(health_.Get());
+    std::vector<ncclDataType_t> types;
+    for (const P2POp& op : ops) {
+      BATON_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(op.type));
+      types.push_back(t);
+    }
+    auto s = static_cast<cudaStream_t>(stream.native_handle());
+    BATON_CUDA_CHECK(cudaSetDevice(ordinal_));
+    std::vector<uint64_t> records;
+    std::string label;
+    for (const P2POp& op : ops) {
+      const uint64_t seq = p2p_seqs_.Next(op.kind, op.peer, options.tag);
+      records.push_back(
+          RecordP2P(rec_, op, options, seq, WorldRanks(config_)));
+      if (label.empty()) label = P2PLabel(op, options.tag, seq);
+    }
+    ncclResult_t r = ncclGroupStart();
+    for (size_t i = 0; i < ops.size() && r == ncclSuccess; ++i) {
+      const P2POp& op = ops[i];
+      r = op.kind == P2POp::Kind::kSend
+              ? ncclSend(op.send, op.count, types[i], op.peer, comm_, s)
+              : ncclRecv(op.recv, op.count, types[i], op.peer, comm_, s);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess) r = end;
+    if (r != ncclSuccess && r != ncclInProgress) {
+      for (uint64_t ri : records) rec_.recorder->Complete(ri, false);
+      return health_.FailWith([&]() -> Status {
+        BATON_NCCL_CHECK(r);
+        return Status();
+      }());
+    }
+    BATON_RETURN_IF_ERROR(WaitEnqueued(r, "send/recv group"));
+    cudaEvent_t ev;
+    {
+      absl::MutexLock lock(&mu_);
+      if (free_events_.empty()) {
+        BATON_CUDA_CHECK(
+            cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      } else {
+        ev = free_events_.back();
+        free_events_.pop_back();
+      }
+    }
+    BATON_CUDA_CHECK(cudaEventRecord(ev, s));
+    {
+      absl::MutexLock lock(&mu_);
+      Pending p{ev, absl::Now() + EffectiveTimeout(options, timeout_),
+                absl::StrCat("nccl group of ", ops.size(), " send/recv (",
+                             label, ops.size() > 1 ? ", ..." : "",
+                             ") on rank ", rank_),
+                records[0], nullptr};
+      p.more.assign(records.begin() + 1, records.end());
+      pending_.push_back(std::move(p));
+    }
+    return stream.Enqueue([this]() { return health_.Get(); });
   }
 
   StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
@@ -414,6 +482,9 @@ class NcclCommunicator : public CommunicatorBase {
       case CollectiveKind::kBroadcast:
         r = ncclBroadcast(send, recv, count, t, root, comm_, s);
         break;
+      case CollectiveKind::kSend:  // SendRecvGroup, never Issue
+      case CollectiveKind::kRecv:
+        return absl::InternalError("nccl: send/recv issued as a collective");
     }
     if (r != ncclSuccess && r != ncclInProgress) {
       return health_.FailWith([&]() -> Status {
@@ -505,6 +576,7 @@ class NcclCommunicator : public CommunicatorBase {
       free_timing_events_.push_back(p.start);
     }
     rec_.recorder->Complete(p.record, true);
+    for (uint64_t ri : p.more) rec_.recorder->Complete(ri, true);
     free_events_.push_back(p.event);
   }
 
@@ -531,6 +603,7 @@ class NcclCommunicator : public CommunicatorBase {
     std::string label;
     uint64_t record = FlightRecorder::kNoRecord;
     cudaEvent_t start = nullptr;  // device arrival (timing event) or null
+    std::vector<uint64_t> more;   // a send/recv group's other records
   };
 
   int rank_;  // const after creation
@@ -545,6 +618,7 @@ class NcclCommunicator : public CommunicatorBase {
   ncclComm_t comm_ = nullptr;
   void* scratch_ = nullptr;
   SequenceCounters seqs_;
+  P2PCounters p2p_seqs_;
   HealthState health_;
   std::thread watchdog_;
   // Device arrivals: the clock anchor (AnchorClock; Init, then only the

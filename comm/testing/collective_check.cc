@@ -124,7 +124,13 @@ size_t CountWrong(const CheckCase& c, int rank, const void* recv) {
     case CollectiveKind::kBroadcast:
       for (size_t i = 0; i < c.count; ++i) check(i, InputValue(c, c.root, i));
       break;
+    case CollectiveKind::kSend:  // the ring exchange: the previous rank's
+      for (size_t i = 0; i < c.count; ++i) {
+        check(i, InputValue(c, (rank + c.nranks - 1) % c.nranks, i));
+      }
+      break;
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kRecv:
       break;
   }
   return wrong;
@@ -147,6 +153,21 @@ Status IssueCollective(Communicator& comm, Stream& stream, const CheckCase& c,
                             options);
     case CollectiveKind::kBarrier:
       return comm.Barrier(stream, options);
+    case CollectiveKind::kSend: {
+      // The ring exchange: send to the next rank, receive from the previous
+      // one, in one group.
+      const int r = comm.rank(), n = comm.size();
+      if (n == 1) {
+        return absl::InvalidArgumentError(
+            "the send/recv ring needs at least 2 ranks (no self-sends)");
+      }
+      const P2POp ops[] = {
+          P2POp::Send(send, c.count, c.type, (r + 1) % n),
+          P2POp::Recv(recv, c.count, c.type, (r + n - 1) % n)};
+      return comm.SendRecvGroup(ops, stream, options);
+    }
+    case CollectiveKind::kRecv:
+      break;
   }
   return absl::InvalidArgumentError("bad collective kind");
 }

@@ -63,7 +63,11 @@ StatusOr<size_t> RunChecked(Communicator& comm, Device& device, Stream& stream,
                             const CheckCase& c, bool in_place,
                             const CollectiveOptions& options = {});
 
-// Issues one collective of kind c.kind on the given buffers.
+// Issues one collective of kind c.kind on the given buffers. kind kSend
+// means the ring exchange (//bench:collectives --collective=sendrecv): each
+// rank sends `count` to the next rank and receives `count` from the previous
+// one in one SendRecvGroup; CountWrong then expects the previous rank's
+// input.
 Status IssueCollective(Communicator& comm, Stream& stream, const CheckCase& c,
                        const void* send, void* recv,
                        const CollectiveOptions& options);

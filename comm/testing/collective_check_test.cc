@@ -36,7 +36,13 @@ std::vector<char> Expected(const CheckCase& c, int rank) {
     case CollectiveKind::kBroadcast:
       for (size_t i = 0; i < c.count; ++i) put(i, InputValue(c, c.root, i));
       break;
+    case CollectiveKind::kSend:  // the ring exchange: the previous rank's
+      for (size_t i = 0; i < c.count; ++i) {
+        put(i, InputValue(c, (rank + c.nranks - 1) % c.nranks, i));
+      }
+      break;
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kRecv:
       break;
   }
   return out;

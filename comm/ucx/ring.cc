@@ -68,6 +68,8 @@ RingJob::RingJob(const CollectiveHeader& header, const void* send, void* recv,
       AddPass(Mode::kChain, {0, count}, in, out);
       break;
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kSend:  // point-to-point: p2p.cc, never a ring
+    case CollectiveKind::kRecv:
       break;
   }
 }

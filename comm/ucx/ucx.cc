@@ -20,12 +20,15 @@
 #include "baton/comm/flight_recorder.h"
 #include "baton/comm/hang_reporting.h"
 #include "baton/comm/ucx/blame.h"
+#include "baton/comm/ucx/p2p.h"
 #include "baton/comm/ucx/ring.h"
 #include "baton/runtime/ucx_check.h"
 
 namespace baton {
 namespace {
 
+using ucx_internal::P2PJob;
+using ucx_internal::P2PLinks;
 using ucx_internal::RingJob;
 using ucx_internal::RingLinks;
 using ucx_internal::Scratch;
@@ -38,7 +41,8 @@ constexpr int kMaxRanks = 1 << 14;  // step field of the tag
 
 // A job and the notification its stream work waits on.
 struct Submission {
-  std::unique_ptr<RingJob> job;
+  std::unique_ptr<RingJob> job;     // a collective, or
+  std::unique_ptr<P2PJob> p2p;      // a group of sends and receives
   absl::Notification done;
   Status status;
   Suspect suspect;  // whom a failure points at
@@ -62,6 +66,7 @@ class UcxCommunicator : public CommunicatorBase {
     CommCaps c;
     c.accumulate_fp32 = true;
     c.host_memory = true;
+    c.p2p_host_memory = true;
     return c;
   }
 
@@ -105,6 +110,49 @@ class UcxCommunicator : public CommunicatorBase {
   }
 
   Status health() override { return health_.Get(); }
+
+  // One P2PJob (p2p.h) on the progress thread per group, enqueued on
+  // `stream` like a collective. Endpoints to peers other than the ring
+  // neighbours are made on first use from the addresses every rank
+  // published at creation.
+  Status SendRecvGroup(absl::Span<const P2POp> ops, Stream& stream,
+                       const CollectiveOptions& options) override {
+    BATON_RETURN_IF_ERROR(ValidateP2P("ucx", rank_, size_, ops, options));
+    if (stream.kind() != DeviceKind::kHost) {
+      return absl::InvalidArgumentError(
+          "ucx: send/recv run on host streams (host memory)");
+    }
+    if (options.tag == 255) {
+      return absl::InvalidArgumentError("ucx: tag 255 is reserved");
+    }
+    BATON_RETURN_IF_ERROR(health_.Get());
+    for (const P2POp& op : ops) BATON_RETURN_IF_ERROR(FetchAddress(op.peer));
+    std::vector<P2PJob::Op> jobs;
+    std::vector<uint64_t> records;
+    for (const P2POp& op : ops) {
+      const uint64_t seq = p2p_seqs_.Next(op.kind, op.peer, options.tag);
+      jobs.push_back(P2PJob::Op{op, seq});
+      records.push_back(
+          RecordP2P(rec_, op, options, seq, WorldRanks(config_)));
+    }
+    const absl::Duration timeout = EffectiveTimeout(options, timeout_);
+    const uint32_t tag = options.tag;
+    return stream.Enqueue([this, jobs = std::move(jobs),
+                           records = std::move(records), tag,
+                           timeout]() mutable -> Status {
+      FlightRecorder& rec = *rec_.recorder;
+      for (uint64_t ri : records) rec.Start(ri);
+      Status s = health_.Get();
+      if (s.ok()) {
+        auto sub = std::make_shared<Submission>();
+        sub->p2p = std::make_unique<P2PJob>(std::move(jobs), tag, p2p_links_,
+                                            timeout);
+        s = Submit(std::move(sub), timeout);
+      }
+      for (uint64_t ri : records) rec.Complete(ri, s.ok());
+      return s;
+    });
+  }
 
   FlightRecorder* recorder() override { return rec_.recorder.get(); }
 
@@ -229,17 +277,7 @@ class UcxCommunicator : public CommunicatorBase {
         return absl::InvalidArgumentError(
             absl::StrCat("ucx rank ", rank_, ": ", theirs.status().message()));
       }
-      ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(theirs->data());
-      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-      ep.err_handler.cb = &UcxCommunicator::OnEndpointError;
-      ep.err_handler.arg = this;
-      ucp_ep_h h = nullptr;
-      BATON_UCX_CHECK(ucp_ep_create(worker_, &ep, &h));
-      eps_[peer] = h;
+      BATON_ASSIGN_OR_RETURN(eps_[peer], CreateEndpoint(*theirs));
     }
     links_.worker = worker_;
     links_.next = eps_.at(next);
@@ -248,6 +286,10 @@ class UcxCommunicator : public CommunicatorBase {
     links_.size = size_;
     links_.chunk_bytes = chunk_bytes_;
     links_.peer_status = [this](int peer) { return PeerStatus(peer); };
+    p2p_links_.worker = worker_;
+    p2p_links_.rank = rank_;
+    p2p_links_.endpoint = [this](int peer) { return EndpointTo(peer); };
+    p2p_links_.peer_status = links_.peer_status;
     return GroupBarrier(store, absl::StrCat(prefix, "ready"));
   }
 
@@ -270,6 +312,65 @@ class UcxCommunicator : public CommunicatorBase {
         absl::StrCat("ucx barrier '", name, "': ", now.ok() ? *now : -1,
                      " of ", size_, " ranks arrived within ",
                      absl::FormatDuration(timeout_)));
+  }
+
+  // The peer's worker address from the store (published at creation), kept
+  // for the progress thread to connect (EndpointTo).
+  Status FetchAddress(int peer) {
+    {
+      absl::MutexLock lock(&peers_mu_);
+      if (addresses_.count(peer) != 0) return Status();
+    }
+    const std::string key = absl::StrCat(group_, "/ucx/addr/", peer);
+    StatusOr<std::string> sealed = store_->Get(key, timeout_);
+    if (!sealed.ok()) {
+      return absl::Status(sealed.status().code(),
+                          absl::StrCat("ucx: rank ", peer,
+                                       " never published its address: ",
+                                       sealed.status().message()));
+    }
+    StatusOr<std::string> theirs =
+        OpenSealedValue(key, kAddressKind, peer, *sealed);
+    if (!theirs.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ucx rank ", rank_, ": ", theirs.status().message()));
+    }
+    absl::MutexLock lock(&peers_mu_);
+    addresses_[peer] = *std::move(theirs);
+    return Status();
+  }
+
+  // Progress thread: the endpoint to `peer`, made on first use.
+  StatusOr<ucp_ep_h> EndpointTo(int peer) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    auto it = eps_.find(peer);
+    if (it != eps_.end()) return it->second;
+    std::string address;
+    {
+      absl::MutexLock lock(&peers_mu_);
+      auto a = addresses_.find(peer);
+      if (a == addresses_.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("no address of rank ", peer));
+      }
+      address = a->second;
+    }
+    BATON_ASSIGN_OR_RETURN(ucp_ep_h h, CreateEndpoint(address));
+    eps_[peer] = h;
+    return h;
+  }
+
+  StatusOr<ucp_ep_h> CreateEndpoint(const std::string& address) {
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &UcxCommunicator::OnEndpointError;
+    ep.err_handler.arg = this;
+    ucp_ep_h h = nullptr;
+    BATON_UCX_CHECK(ucp_ep_create(worker_, &ep, &h));
+    return h;
   }
 
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -321,17 +422,12 @@ class UcxCommunicator : public CommunicatorBase {
     return Run(h, send, recv, timeout_, raw);
   }
 
-  // Hands the job to the progress thread and waits for it.
+  // Hands the collective to the progress thread and waits for it.
   Status Run(const CollectiveHeader& h, const void* send, void* recv,
              absl::Duration timeout, bool raw) {
     auto sub = std::make_shared<Submission>();
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) return absl::CancelledError("ucx: communicator closed");
-      if (abort_requested_) {
-        return absl::UnavailableError(
-            absl::StrCat("ucx rank ", rank_, " aborted"));
-      }
       std::unique_ptr<Scratch> scratch;
       if (!scratch_pool_.empty()) {
         scratch = std::move(scratch_pool_.back());
@@ -340,6 +436,20 @@ class UcxCommunicator : public CommunicatorBase {
       sub->job = std::make_unique<RingJob>(h, send, recv,
                                            links_, timeout, std::move(scratch),
                                            raw);
+    }
+    return Submit(std::move(sub), timeout);
+  }
+
+  // Hands a job to the progress thread, waits for it, and on a failure
+  // writes the hang report and names the failed rank.
+  Status Submit(std::shared_ptr<Submission> sub, absl::Duration timeout) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("ucx: communicator closed");
+      if (abort_requested_) {
+        return absl::UnavailableError(
+            absl::StrCat("ucx rank ", rank_, " aborted"));
+      }
       incoming_.push_back(sub);
     }
     sub->done.WaitForNotification();
@@ -404,11 +514,12 @@ class UcxCommunicator : public CommunicatorBase {
           for (auto& sub : active) {
             sub->status = absl::UnavailableError(
                 absl::StrCat("ucx rank ", rank_, " aborted"));
-            failed_.push_back(std::move(sub->job));
+            Keep(*sub);
             sub->done.Notify();
           }
           active.clear();
           failed_.clear();
+          failed_p2p_.clear();
           CloseEndpoints(/*graceful=*/false);
         }
         while (!incoming_.empty()) {
@@ -423,22 +534,25 @@ class UcxCommunicator : public CommunicatorBase {
       if (progressed == 0) std::this_thread::yield();
       for (auto it = active.begin(); it != active.end();) {
         Submission& sub = **it;
-        if (!sub.job->Advance()) {
+        if (sub.p2p != nullptr ? !sub.p2p->Advance() : !sub.job->Advance()) {
           ++it;
           continue;
         }
-        sub.status = sub.job->status();
-        sub.suspect = sub.job->suspect();
+        sub.status = sub.p2p != nullptr ? sub.p2p->status() : sub.job->status();
+        sub.suspect =
+            sub.p2p != nullptr ? sub.p2p->suspect() : sub.job->suspect();
         {
           absl::MutexLock lock(&mu_);
           if (sub.status.ok()) {
-            if (auto s = sub.job->TakeScratch(); s != nullptr) {
-              scratch_pool_.push_back(std::move(s));
+            if (sub.job != nullptr) {
+              if (auto s = sub.job->TakeScratch(); s != nullptr) {
+                scratch_pool_.push_back(std::move(s));
+              }
             }
           } else {
             // Requests were cancelled; keep the memory they pointed at
             // until the worker is gone.
-            failed_.push_back(std::move(sub.job));
+            Keep(sub);
           }
         }
         sub.done.Notify();
@@ -448,9 +562,15 @@ class UcxCommunicator : public CommunicatorBase {
     // Stopping: fail what is still in flight.
     for (auto& sub : active) {
       sub->status = absl::CancelledError("ucx: communicator closed");
-      failed_.push_back(std::move(sub->job));
+      Keep(*sub);
       sub->done.Notify();
     }
+  }
+
+  // Progress thread: keeps a finished job's memory until the worker goes.
+  void Keep(Submission& sub) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (sub.job != nullptr) failed_.push_back(std::move(sub.job));
+    if (sub.p2p != nullptr) failed_p2p_.push_back(std::move(sub.p2p));
   }
 
   void Shutdown() {
@@ -470,6 +590,7 @@ class UcxCommunicator : public CommunicatorBase {
     }
     if (thread_.joinable()) thread_.join();
     failed_.clear();  // cancels and frees their requests
+    failed_p2p_.clear();
     // Flush our last messages to the peers when healthy; after a failure
     // some transfers can never complete, so drop them.
     CloseEndpoints(/*graceful=*/health_.Get().ok());
@@ -514,7 +635,9 @@ class UcxCommunicator : public CommunicatorBase {
   // Written by Connect and CloseEndpoints; read under mu_ by the wake test.
   std::map<int, ucp_ep_h> eps_;
   RingLinks links_;
+  P2PLinks p2p_links_;
   SequenceCounters seqs_;
+  P2PCounters p2p_seqs_;
   HealthState health_;
   uint64_t probe_seq_ = 0;  // private tag 255: MeasureLimit and Split
   uint64_t split_calls_ = 0;
@@ -523,6 +646,8 @@ class UcxCommunicator : public CommunicatorBase {
 
   absl::Mutex peers_mu_;
   std::map<int, Status> peer_errors_ ABSL_GUARDED_BY(peers_mu_);
+  // Worker addresses of SendRecvGroup's peers (FetchAddress).
+  std::map<int, std::string> addresses_ ABSL_GUARDED_BY(peers_mu_);
 
   absl::Mutex mu_;
   std::deque<std::shared_ptr<Submission>> incoming_ ABSL_GUARDED_BY(mu_);
@@ -533,6 +658,7 @@ class UcxCommunicator : public CommunicatorBase {
   std::thread thread_;
   // Failed jobs: owned by the progress thread, then by Shutdown.
   std::vector<std::unique_ptr<RingJob>> failed_;
+  std::vector<std::unique_ptr<P2PJob>> failed_p2p_;
 };
 
 }  // namespace
