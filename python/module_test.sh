@@ -10,6 +10,14 @@
 # the C++ code's leaks are checked by its own tests.
 set -euo pipefail
 so="$PWD/python/baton/_baton.so"
+# The module links no PyTorch and no libpython (the interpreter has it).
+if ldd "$so" | grep -Ei 'torch|libpython'; then
+  echo "FAIL: $so links the library above"; exit 1
+fi
+exported=$(nm -D --defined-only "$so" | awk '{print $3}')
+if [ "$exported" != "PyInit__baton" ]; then
+  echo "FAIL: $so exports more than PyInit__baton:"; echo "$exported" | head; exit 1
+fi
 asan=$(ldd "$so" | awk '/libasan\.so/ {print $3}')
 if [ -n "$asan" ]; then
   stdcxx=$(ldd "$so" | awk '/libstdc\+\+\.so/ {print $3}')
