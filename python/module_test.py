@@ -42,6 +42,16 @@ class ModuleTest(unittest.TestCase):
         print(f"simulate step_time_s: module {got['policies'][0]['step_time_s']!r}, "
               f"cli {want['policies'][0]['step_time_s']!r}")
 
+    def test_threads(self):
+        # The simulator runs with the GIL released: concurrent calls give
+        # the same answers as one at a time.
+        import concurrent.futures
+        configs = [dict(ACCEPTANCE, gpus=g, global_batch=g) for g in (8, 16, 32, 64)] * 2
+        want = [baton.simulate(**c) for c in configs]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda c: baton.simulate(**c), configs))
+        self.assertEqual(got, want)
+
     def test_compare_list(self):
         got = baton.simulate(model="llama3-8b", gpus=16, seq=4096, global_batch=16,
                              compare=["baton", "fsdp2"])
