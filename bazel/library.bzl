@@ -39,6 +39,7 @@ SUPPORT_HEADERS = [
     "memory/planner.h",
     "memory/step_dag.h",
     "ops/adamw.h",
+    "ops/adamw8bit.h",
 ]
 
 def header_label(path):

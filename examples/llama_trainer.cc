@@ -173,14 +173,22 @@ Status LlamaRank::Allocate() {
     a.q = Buf(T * Q * e);
     a.k = Buf(T * KV * e);
     a.v = Buf(T * KV * e);
-    a.o = Buf(T * Q * e);
+    if (SelectiveRecompute(b)) {
+      if (shared_o_ == nullptr) {
+        shared_o_ = Buf(T * Q * e);
+        shared_lse_ = static_cast<float*>(Buf(heads_rows * 4));
+      }
+      a.o = shared_o_;
+    } else {
+      a.o = Buf(T * Q * e);
+    }
     a.x1 = Buf(T * H * e);
     a.n2 = Buf(T * H * e);
     a.g = Buf(T * F * e);
     a.u = Buf(T * F * e);
     a.s = Buf(T * F * e);
     a.rstd1 = static_cast<float*>(Buf(T * 4));
-    a.lse = static_cast<float*>(Buf(heads_rows * 4));
+    a.lse = SelectiveRecompute(b) ? shared_lse_ : static_cast<float*>(Buf(heads_rows * 4));
     a.rstd2 = static_cast<float*>(Buf(T * 4));
     blocks_.push_back(a);
   }
@@ -256,6 +264,10 @@ Status LlamaRank::Compute(const scheduler::ComputeContext& ctx) {
                                     ctx.grads[0].dtype, ctx.grad_accumulate[0]);
     }
     case scheduler::UnitKind::kBlock:
+      if (ctx.kind == scheduler::NodeKind::kRecompute &&
+          ctx.recompute == scheduler::Recompute::kSelective) {
+        return AttentionCore(ctx);
+      }
       return backward ? BlockBackward(ctx) : BlockForward(ctx);
     case scheduler::UnitKind::kFinalNorm: {
       if (!backward) {
@@ -310,6 +322,17 @@ Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
   void* out = h_[b + 1];
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(out, a.x1, d_.act_bytes));
   return ops::LinearForward(st, {T, F, H, dtype_}, a.s, p("w_down"), out, true);
+}
+
+bool LlamaRank::SelectiveRecompute(int64_t block) const {
+  const scheduler::Policy& p = graph_.policy;
+  return p.recompute == scheduler::Recompute::kSelective &&
+         (p.recompute_blocks < 0 || block < p.recompute_blocks);
+}
+
+Status LlamaRank::AttentionCore(const scheduler::ComputeContext& ctx) {
+  BlockActs& a = blocks_[ctx.spec->block];
+  return ops::AttentionForward(*ctx.stream, d_.attn, a.q, a.k, a.v, a.o, a.lse);
 }
 
 Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {

@@ -7,7 +7,10 @@
 // One LlamaRank per rank. It owns the activations of one micro-step (the
 // scheduler runs micro-steps one after another) and per-micro-step token
 // buffers, all allocated on the rank's device; gathered parameters and
-// gradients belong to the executor.
+// gradients belong to the executor. Under selective recompute the blocks it
+// covers keep no attention output or softmax statistics of their own: one
+// scratch serves them all, and each recompute node refills it for its
+// block's backward.
 //
 // Data: sequence number n = ((step * micro_steps + m) * ranks + rank) * batch
 // + j (for sequence j of micro-step m on `rank`), so any split of the same
@@ -107,6 +110,12 @@ class LlamaRank {
   Status Compute(const scheduler::ComputeContext& ctx);
   Status Optimizer(const scheduler::OptimizerContext& ctx);
   Status BlockForward(const scheduler::ComputeContext& ctx);
+  // Selective recompute: the attention core's output and statistics again.
+  Status AttentionCore(const scheduler::ComputeContext& ctx);
+  // Whether block b's attention core is recomputed (Policy::recompute =
+  // selective over it): then its output and statistics live in one scratch
+  // shared by all such blocks, which the recompute refills.
+  bool SelectiveRecompute(int64_t block) const;
   Status BlockBackward(const scheduler::ComputeContext& ctx);
 
   const scheduler::StepGraph& graph_;
@@ -146,6 +155,8 @@ class LlamaRank {
     float *rstd1, *lse, *rstd2;
   };
   std::vector<BlockActs> blocks_;
+  void* shared_o_ = nullptr;  // selective recompute: o and lse of every
+  float* shared_lse_ = nullptr;  // recomputed block
   void* nf_ = nullptr;  // final norm output
   float* rstdf_ = nullptr;
   void* logits_ = nullptr;  // then the logits' gradient, in place

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "baton/examples/simulate_run.h"
 #include "baton/cli/flags.h"
+#include "baton/examples/technique_flags.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
 #include "baton/runtime/output_file.h"
@@ -27,6 +28,7 @@
 #include "baton/scheduler/parallel_graph.h"
 #include "baton/sim/cluster.h"
 #include "baton/sim/host_cost.h"
+#include "baton/sim/memory_report.h"
 #include "baton/sim/parallel_sim.h"
 #include "baton/sim/report.h"
 #include "baton/sim/simulator.h"
@@ -55,6 +57,9 @@ struct Flags {
   // Policy files and the tuner.
   std::string policy_file, policy_out;
   bool tune = false;
+  bool memory = false;  // --memory: the W / A / G / O split per policy
+  bool policies_given = false;  // --policy, --compare or --policy-file
+  examples::TechniqueFlags tech{"simulate", /*adapters=*/true};
   bool micro_batch_given = false, recompute_given = false;
   bool parallel = false;  // --tp, --cp or --pp > 1
 };
@@ -63,7 +68,8 @@ Status Bad(const std::string& message) { return absl::InvalidArgumentError(messa
 
 }  // namespace
 
-const char kSimulateUsage[] =
+// The --help text; %s: the techniques' flags (TechniqueFlags::Usage).
+const char kUsage[] =
     "usage: simulate [--model=NAME | --hf-config=PATH] [--cluster=h100|a100]\n"
     "  [--cluster-file=JSON] [--gpus=N] [--seq=N] [--global-batch=N]\n"
     "  [--micro-batch=N] [--recompute-layers=N|all|auto]\n"
@@ -99,10 +105,18 @@ const char kSimulateUsage[] =
     "   micro-batch, reduce dtype, shard and hpZ groups, with the fewest\n"
     "   recomputed layers that fit; print the best 5 and write the best as\n"
     "   a policy file that --policy-file runs)\n"
+    "  [--memory] (per GPU: weights, activations, gradients, optimizer state,\n"
+    "   communication buffers, reserve, and host memory; also in --json)\n"
+    "%s"
     "Limits (scheduler/limits.h): --gpus <= 2^20, --seq <= 2^24, batches <=\n"
     "2^30, at most 4096 micro-steps (global batch / gpus / micro-batch) and\n"
     "32768 micro-steps x (layers + 3); a policy file's knobs have the same\n"
     "bounds (recompute_blocks <= the model's blocks). A flag may be given once.\n";
+
+std::string SimulateUsage() {
+  const examples::TechniqueFlags tech{"simulate", /*adapters=*/true};
+  return absl::StrFormat(kUsage, tech.Usage());
+}
 
 // Flag bounds, documented in --help, from scheduler/limits.h (where they
 // are explained): the same bounds whatever route a value takes.
@@ -175,6 +189,11 @@ StatusOr<Flags> Parse(const std::vector<std::string>& args, bool* help, bool* ve
       f.tune = true;
       continue;
     }
+    if (a == "--memory") {
+      BATON_RETURN_IF_ERROR(flags.TrySwitch(a));
+      f.memory = true;
+      continue;
+    }
     if (a == "--sp" || a == "--tp-overlap" || a == "--tp-across-nodes") {
       BATON_RETURN_IF_ERROR(flags.TrySwitch(a));
       (a == "--sp" ? f.workload.sp : a == "--tp-overlap" ? f.workload.tp_overlap
@@ -184,6 +203,8 @@ StatusOr<Flags> Parse(const std::vector<std::string>& args, bool* help, bool* ve
     BATON_ASSIGN_OR_RETURN(const auto kv, flags.TrySplit(a));
     const std::string& key = kv.first;
     const std::string& v = kv.second;
+    BATON_ASSIGN_OR_RETURN(const bool technique, f.tech.TryParse(key, v));
+    if (technique) continue;  // --optimizer, --recompute, --lora-*, ...
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
     else if (key == "--cluster") f.cluster = v;
@@ -237,6 +258,7 @@ StatusOr<Flags> Parse(const std::vector<std::string>& args, bool* help, bool* ve
   if (!f.hf_config.empty() && f.model_given) {
     return Bad("--model and --hf-config name two models; give one");
   }
+  BATON_RETURN_IF_ERROR(f.tech.TryCheck());
   const bool chosen = !f.policies.empty();
   if (f.tune && (chosen || !f.policy_file.empty())) {
     return Bad("--tune searches the policy; drop --policy, --compare and --policy-file");
@@ -256,7 +278,12 @@ StatusOr<Flags> Parse(const std::vector<std::string>& args, bool* help, bool* ve
          "drop --recompute-layers, --shard-group, --hpz-group, --trace and --svg");
   }
   if (!f.policy_out.empty() && !f.tune) return Bad("--policy-out needs --tune");
+  f.policies_given = !f.policies.empty() || !f.policy_file.empty();
   BATON_RETURN_IF_ERROR(ParseParallel(f));
+  if (f.parallel && (f.memory || f.tech.any())) {
+    return Bad("--memory and the techniques' flags (--optimizer, --recompute, --lora-*, "
+               "--base-dtype, --offload) cover the data-parallel step; drop --tp, --cp and --pp");
+  }
   if (f.policies.empty()) {
     // Tensor, context and pipeline parallelism run Megatron's distributed
     // optimizer (scheduler/policy.h): the baton preset's knobs.
@@ -316,6 +343,39 @@ StatusOr<scheduler::Policy> PolicyFromFile(const Flags& f, const scheduler::Mode
     return Bad(absl::StrCat("policy file ", f.policy_file, ": ", g.status().message()));
   }
   return *std::move(p);
+}
+
+// --memory: one line per policy, bytes per GPU by what holds them.
+void PrintMemory(const sim::MemoryReport& m, const sim::ClusterSpec& c, bool fits,
+                 std::string& out) {
+  const double gib = 1073741824.0;
+  absl::StrAppendFormat(&out, "        memory per GPU (GiB): weights %.2f, activations %.2f, "
+              "gradients %.2f, optimizer %.2f, comm buffers %.2f, reserve %.2f = %.2f of %.0f (%s)",
+              m.weights / gib, m.activations / gib, m.gradients / gib, m.optimizer / gib,
+              m.comm_buffers / gib, m.reserve / gib, m.total() / gib, c.memory_gib,
+              fits ? "fits" : "does NOT fit");
+  if (m.host() > 0) {
+    absl::StrAppendFormat(&out, "; host %.2f (weights %.2f, gradients %.2f, optimizer %.2f)",
+                          m.host() / gib, m.host_weights / gib, m.host_gradients / gib,
+                          m.host_optimizer / gib);
+  }
+  absl::StrAppendFormat(&out, "; %.3gB of %.3gB parameters trained\n", m.trainable / 1e9,
+                        m.parameters / 1e9);
+}
+
+nlohmann::json MemoryJson(const sim::MemoryReport& m) {
+  return {{"weights_bytes", m.weights},
+          {"activations_bytes", m.activations},
+          {"gradients_bytes", m.gradients},
+          {"optimizer_bytes", m.optimizer},
+          {"comm_buffers_bytes", m.comm_buffers},
+          {"reserve_bytes", m.reserve},
+          {"total_bytes", m.total()},
+          {"host_weights_bytes", m.host_weights},
+          {"host_gradients_bytes", m.host_gradients},
+          {"host_optimizer_bytes", m.host_optimizer},
+          {"parameters", m.parameters},
+          {"trainable_parameters", m.trainable}};
 }
 
 // --tune: the search, its best candidates, and --policy-out.
@@ -388,7 +448,7 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
   bool help = false, version = false;
   BATON_ASSIGN_OR_RETURN(const Flags f, Parse(args, &help, &version));
   if (help) {
-    run.text = kSimulateUsage;
+    run.text = SimulateUsage();
     return run;
   }
   if (version) {
@@ -491,6 +551,10 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
                 f.kernel_stack.c_str(), f.gemm_dtype.c_str());
   }
   const bool parallel = f.parallel || (file_policy && scheduler::IsParallel(*file_policy));
+  if (parallel && (f.memory || f.tech.any())) {
+    return Bad("--memory and the techniques' flags cover the data-parallel step; the policy "
+               "file sets tensor, context or pipeline parallelism");
+  }
   if (parallel) {
     auto p = file_policy ? StatusOr<scheduler::Policy>(*file_policy)
                          : sim::SimPolicy(f.policies[0], w, cluster->gpus_per_node);
@@ -528,18 +592,22 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
     o.stack = *stack;
     o.timeline = first && (!f.trace.empty() || !f.svg.empty());
     scheduler::StepGraph graph;
-    scheduler::ParallelStep step;
-    StatusOr<sim::SimResult> r = absl::UnknownError("");
-    if (parallel) {
-      auto p = file_policy ? StatusOr<scheduler::Policy>(*file_policy)
-                           : sim::SimPolicy(name, w, cluster->gpus_per_node);
-      if (!p.ok()) return Bad(absl::StrCat(name, ": ", p.status().message()));
-      r = sim::SimulateParallel(*model, *cluster, w, *p, recompute, o, &step, &graph);
-    } else {
-      r = file_policy ? sim::SimulatePolicy(*model, *cluster, w, *file_policy, recompute, o,
-                                            &graph)
-                      : sim::Simulate(*model, *cluster, w, name, recompute, o, &graph);
+    StatusOr<scheduler::Policy> policy =
+        file_policy ? StatusOr<scheduler::Policy>(*file_policy)
+                    : sim::SimPolicy(name, w, cluster->gpus_per_node);
+    if (!policy.ok()) return Bad(absl::StrCat(name, ": ", policy.status().message()));
+    f.tech.Apply(*policy);  // the techniques' flags
+    if (Status st = scheduler::ValidatePolicy(*policy); !st.ok()) {
+      // A preset the techniques do not combine with, when none was chosen.
+      if (f.policies_given) return Bad(std::string(st.message()));
+      absl::StrAppendFormat(&out, "# %s: skipped (%s)\n", name.c_str(),
+                            std::string(st.message()).c_str());
+      continue;
     }
+    scheduler::ParallelStep step;
+    StatusOr<sim::SimResult> r =
+        parallel ? sim::SimulateParallel(*model, *cluster, w, *policy, recompute, o, &step, &graph)
+                 : sim::SimulatePolicy(*model, *cluster, w, *policy, recompute, o, &graph);
     if (!r.ok()) return Bad(absl::StrCat(name, ": ", r.status().message()));
     if (Status s = sim::ValidateResult(*r); !s.ok()) return Bad(std::string(s.message()));
     const sim::MemoryBreakdown& m = r->memory;
@@ -567,6 +635,9 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
                   h.opt_gparams, h.opt_memory_bound ? "memory" : "core",
                   h.ranks_on_node);
     }
+    std::optional<sim::MemoryReport> mr;  // the data-parallel step's
+    if (!parallel) mr = sim::ReportMemory(graph, *cluster, w);
+    if (f.memory) PrintMemory(*mr, *cluster, r->fits, out);
     if (!r->stages.empty()) out += sim::StagesText(*r);
     rows.push_back({{"policy", name},
                     {"step_time_s", r->step_s},
@@ -575,7 +646,9 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
                     {"peak_memory_bytes", m.peak()},
                     {"fits", r->fits},
                     {"recompute_blocks", r->recompute_blocks},
+                    {"recompute", scheduler::RecomputeName(graph.policy.recompute)},
                     {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu}});
+    if (mr) rows.back()["memory"] = MemoryJson(*mr);
     if (!r->stages.empty()) rows.back()["pipeline"] = sim::StagesJson(*r);
     if (o.timeline) {
       const std::string title =

@@ -1,5 +1,5 @@
 // The simulate program as a function: the command-line flags of
-// `simulate` (see kSimulateUsage) in, the report it prints and its JSON out.
+// `simulate` (see SimulateUsage) in, the report it prints and its JSON out.
 // Both the program (examples/simulate.cc) and the Python module
 // (python/module.cc, baton.simulate and baton.tune) call it, so the two give
 // the same numbers and refuse the same inputs with the same messages.
@@ -19,7 +19,7 @@
 namespace baton {
 
 // The --help text.
-extern const char kSimulateUsage[];
+[[nodiscard]] std::string SimulateUsage();
 
 struct SimulateRun {
   // What the program prints on stdout (the table, or --help / --version;

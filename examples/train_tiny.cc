@@ -8,6 +8,10 @@
 //     [--policy=baton] [--backend=inproc|ucx|nccl] [--nranks=N]
 //     [--device=cpu|cuda] [--dtype=f32|bf16] [--data=PATH]
 //     [--check-reference] [--json] [--timeout=SECONDS] [--trace=PATH]
+//     [--recompute-layers=N|all] and the techniques'
+//     flags (examples/technique_flags.h: --optimizer, --recompute,
+//     --offload; the tiny Llama has no LoRA or NF4 kernels, so --lora-*,
+//     --base-dtype and policy files with adapters are refused)
 //
 // --trace=PATH writes a Perfetto / Chrome trace of every step: one process
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
@@ -45,6 +49,7 @@
 #include "baton/comm/bootstrap/store.h"
 #include "baton/cli/flags.h"
 #include "baton/examples/llama_trainer.h"
+#include "baton/examples/technique_flags.h"
 #include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/output_file.h"
@@ -84,6 +89,8 @@ struct Flags {
   std::optional<scheduler::Policy> file_policy;
   bool policy_given = false, dtype_given = false;
   std::string trace;  // --trace=PATH
+  examples::TechniqueFlags tech{"train_tiny", /*adapters=*/false};  // --optimizer, ...
+  int64_t recompute_layers = -2;  // --recompute-layers: -1 all, -2 the policy's
   bool check_schedule = false;  // --check-schedule
   bool arrivals = false;        // --arrivals (or --arrivals-out)
   std::string arrivals_out;     // --arrivals-out=PATH
@@ -103,6 +110,9 @@ const char kUsage[] =
     "   simulate --tune --policy-out: its knobs as written, except that\n"
     "   --dtype and --micro-steps override its param_dtype and micro_steps)\n"
     "  [--trace=PATH] (Perfetto / Chrome JSON, one track per stream)\n"
+    "  [--recompute-layers=N|all] (activation recompute of the first N blocks;\n"
+    "   default: the policy's, none)\n"
+    "%s"
     "  [--check-schedule] (every rank's schedule of collectives compared first)\n"
     "  [--arrivals] (per step: arrival skew and slowest rank per collective;\n"
     "   at the end the measured straggler_cv) [--arrivals-out=PATH] (also\n"
@@ -140,7 +150,7 @@ Flags Parse(int argc, char** argv) {
     const std::string a = argv[i];
     cli::VersionFlag("train_tiny", a);
     if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
+      std::printf(kUsage, f.tech.Usage());
       std::exit(0);
     }
     if (a == "--json") { flags.Switch(a); f.json = true; continue; }
@@ -175,6 +185,10 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--device") f.device = v;
     else if (key == "--dtype") { f.dtype = v; f.dtype_given = true; }
     else if (key == "--data") f.data = v;
+    else if (f.tech.Parse(key, v)) {}
+    else if (key == "--recompute-layers") {
+      f.recompute_layers = v == "all" ? -1 : cli::IntFlag("train_tiny", key, v, 0, dim);
+    }
     else if (key == "--trace") {
       if (v.empty()) Fail("--trace needs a file path");
       f.trace = v;
@@ -189,6 +203,7 @@ Flags Parse(int argc, char** argv) {
   if (f.model_given && !f.hf_config.empty()) {
     Fail("--model and --hf-config name two models; give one");
   }
+  f.tech.Check();
   if (f.backend != "inproc" && f.backend != "ucx" && f.backend != "nccl") {
     Fail(absl::StrCat("--backend must be inproc, ucx or nccl, got \"", f.backend, "\""));
   }
@@ -255,11 +270,24 @@ scheduler::ModelSpec ModelFromFlags(const Flags& f) {
   return s;
 }
 
+// The techniques flags (examples/technique_flags.h, --recompute-layers)
+// applied to a policy.
+void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
+  f.tech.Apply(p);
+  if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
+  if (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
+    Fail("the policy has LoRA adapters or NF4 base weights, and the tiny Llama has no "
+         "LoRA or NF4 kernels (simulate prices them)");
+  }
+}
+
 scheduler::Policy PolicyFromFlags(const Flags& f) {
   if (f.file_policy) {
     scheduler::Policy p = *f.file_policy;
     p.param_dtype = f.dtype == "bf16" ? DataType::kBF16 : DataType::kF32;
     if (f.micro_steps) p.micro_steps = static_cast<int>(f.micro_steps);
+    ApplyTechniques(f, p);
+    if (Status st = scheduler::ValidatePolicy(p); !st.ok()) Fail(std::string(st.message()));
     return p;
   }
   auto p = scheduler::PolicyPreset(f.policy);
@@ -267,6 +295,7 @@ scheduler::Policy PolicyFromFlags(const Flags& f) {
   p->param_dtype = f.dtype == "bf16" ? DataType::kBF16 : DataType::kF32;
   p->reduce_dtype = DataType::kF32;
   if (f.micro_steps) p->micro_steps = static_cast<int>(f.micro_steps);
+  ApplyTechniques(f, *p);
   if (Status st = scheduler::ValidatePolicy(*p); !st.ok()) Fail(std::string(st.message()));
   return *p;
 }
@@ -605,6 +634,7 @@ int Main(int argc, char** argv) {
               job.policy.name.c_str(), f.backend.c_str(), nranks, f.device.c_str(), f.dtype.c_str(),
               static_cast<long long>(job.policy.micro_steps), static_cast<long long>(f.batch),
               static_cast<long long>(f.seq));
+  std::printf("optimizer %s\n", scheduler::OptimizerName(job.policy.optimizer));
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
               res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));
   std::printf("memory plan: arena %s vs lower bound %s (ratio %.3f, %s); persistent state %s\n",
@@ -660,6 +690,9 @@ int Main(int argc, char** argv) {
     j["nranks"] = nranks;
     j["device"] = f.device;
     j["dtype"] = f.dtype;
+    j["optimizer"] = scheduler::OptimizerName(job.policy.optimizer);
+    j["recompute"] = scheduler::RecomputeName(job.policy.recompute);
+    j["recompute_blocks"] = job.policy.recompute_blocks;
     j["steps"] = f.steps;
     j["losses"] = res.losses;
     j["loss_first"] = res.losses.front();

@@ -60,6 +60,18 @@ int LaunchAdamW(float* master, const void* grad, int grad_dtype, float* m1,
                 float grad_scale, float lr, float beta1, float beta2, float eps,
                 float weight_decay, float bc1, float bc2, void* stream);
 
+// ops/adamw8bit.h's per-call constants, each computed as its CPU path does.
+struct AdamW8bitHyper {
+  float scale, beta1, omb1, beta2, omb2, decay, lr, bc1, bc2, eps;
+};
+// param_dtype -1: no param output. code1 / code2: the 256 host values of
+// the signed / unsigned code (copied into the launch's arguments).
+int LaunchAdamW8bit(float* master, const void* grad, int grad_dtype,
+                    uint8_t* m1, uint8_t* m2, float* absmax1, float* absmax2,
+                    void* param, int param_dtype, int64_t n,
+                    const AdamW8bitHyper& h, const float* code1,
+                    const float* code2, void* stream);
+
 }  // namespace baton::ops_internal
 
 #endif  // BATON_OPS_KERNELS_H_

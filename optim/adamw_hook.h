@@ -12,6 +12,10 @@
 // pool one after another (its workers never wait for other host work, so
 // this keeps runtime/device.h's rule 7).
 //
+// Under Policy::optimizer = adamw8bit (OptimizerContext::moment1_codes set)
+// the step is ops/adamw8bit.h's, on the device or, under offload, as host
+// work on the host stream (one thread), with the same fused cast.
+//
 // Thread-safe: the hook holds only its configuration.
 #ifndef BATON_OPTIM_ADAMW_HOOK_H_
 #define BATON_OPTIM_ADAMW_HOOK_H_
@@ -19,6 +23,7 @@
 #include <functional>
 
 #include "baton/ops/adamw.h"
+#include "baton/ops/adamw8bit.h"
 #include "baton/runtime/status.h"
 #include "baton/scheduler/executor.h"
 
@@ -27,6 +32,9 @@ namespace baton::optim {
 // The arguments of one AdamW step over an optimizer context's shard
 // (ctx.step + 1 for the bias correction).
 ops::AdamWArgs AdamWArgsFor(const scheduler::OptimizerContext& ctx);
+
+// The arguments of one 8-bit AdamW step over a context's shard.
+ops::AdamW8bitArgs AdamW8bitArgsFor(const scheduler::OptimizerContext& ctx);
 
 // One optimizer step of `ctx` with `config`, on its stream (host work on
 // the shared host pool when ctx.on_host).

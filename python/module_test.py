@@ -119,6 +119,39 @@ class ModuleTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             baton.model_from_hf_config(42)
 
+    def test_memory_and_techniques_equal_cli(self):
+        # The techniques' knobs and memory=True reach simulate's flags: the
+        # memory report's fields are the program's --json ones.
+        knobs = dict(model="llama3-8b", gpus=2, seq=2048, global_batch=2, policy="baton",
+                     lora_rank=16, lora_targets=["q", "v"], optimizer="adamw8bit",
+                     offload="optimizer")
+        got = baton.simulate(memory=True, **knobs)
+        want = cli_json(*flags(dict(knobs, lora_targets="q,v")), "--memory")
+        self.assertEqual(got, want)
+        memory = got["policies"][0]["memory"]
+        for key in ("weights_bytes", "activations_bytes", "gradients_bytes",
+                    "optimizer_bytes", "comm_buffers_bytes", "reserve_bytes",
+                    "total_bytes", "host_optimizer_bytes", "parameters",
+                    "trainable_parameters"):
+            self.assertIn(key, memory)
+        self.assertGreater(memory["host_optimizer_bytes"], 0)
+        self.assertLess(memory["trainable_parameters"], memory["parameters"])
+        parts = sum(memory[k] for k in ("weights_bytes", "activations_bytes",
+                                        "gradients_bytes", "optimizer_bytes",
+                                        "comm_buffers_bytes", "reserve_bytes"))
+        self.assertAlmostEqual(parts, memory["total_bytes"], delta=1)
+        # Without the techniques the trainable parameters are all of them.
+        plain = baton.simulate(memory=True, model="llama3-8b", gpus=2, seq=2048,
+                               global_batch=2, policy="baton")["policies"][0]["memory"]
+        self.assertEqual(plain["trainable_parameters"], plain["parameters"])
+        with self.assertRaises(ValueError) as e:
+            baton.simulate(memory=True, tp=2, **ACCEPTANCE)
+        self.assertIn("cover the data-parallel step; drop --tp", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            baton.simulate(lora_rank=0, **ACCEPTANCE)
+        self.assertEqual(str(e.exception),
+                         'simulate: --lora-rank needs a positive integer, got "0"')
+
     def test_bad_input_raises_the_cli_message(self):
         cases = [
             dict(ACCEPTANCE, model="nosuch"),                 # unknown model

@@ -6,8 +6,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "baton/runtime/dtype.h"
 #include "baton/runtime/stream_ops.h"
 #include "baton/scheduler/offload.h"
+#include "baton/scheduler/optimizer_state.h"
 #include "baton/scheduler/schedule_check.h"
 #ifdef BATON_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -263,14 +265,24 @@ void* Executor::BufferData(int buffer) {
 }
 
 Status Executor::InitParameters(
-    const std::function<void(const ParamSlot&, float*)>& init) {
+    const std::function<void(const ParamSlot&, float*)>& init, const Nf4Packer& nf4) {
   const int rank = shard_rank();
   Stream& s = compute_stream();
   BATON_RETURN_IF_ERROR(s.Synchronize());
+  for (const Bucket& bk : graph_.layout.buckets) {
+    if (bk.nf4 && !nf4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor: bucket ", bk.name, " stores its weights as NF4: InitParameters needs "
+          "the packer (Nf4Packer)"));
+    }
+  }
   for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
     const GraphBuffer& buf = graph_.buffers[b];
-    if (buf.role != BufferRole::kMaster) continue;
     const Bucket& bk = graph_.layout.buckets[buf.bucket];
+    // A master shard, or the shard itself of a frozen bucket.
+    const bool frozen_shard =
+        bk.frozen && (buf.role == BufferRole::kShard || buf.role == BufferRole::kHostShard);
+    if (buf.role != BufferRole::kMaster && !frozen_shard) continue;
     const int64_t begin = graph_.layout.sharding.shard ? rank * bk.shard_numel : 0;
     const int64_t end = begin + bk.shard_numel;
     std::vector<float> shard(bk.shard_numel, 0.0f);
@@ -284,8 +296,17 @@ Status Executor::InitParameters(
       std::copy(full.begin() + (lo - p.offset), full.begin() + (hi - p.offset),
                 shard.begin() + (lo - begin));
     }
-    BATON_RETURN_IF_ERROR(
-        s.MemcpyAsync(BufferData(b), shard.data(), shard.size() * sizeof(float)));
+    std::vector<uint8_t> bytes(buf.bytes());
+    if (buf.role == BufferRole::kMaster || buf.dtype == DataType::kF32) {
+      if (bk.nf4) {
+        BATON_RETURN_IF_ERROR(nf4(shard.data(), bk.shard_numel, bytes.data()));
+      } else {
+        std::memcpy(bytes.data(), shard.data(), shard.size() * sizeof(float));
+      }
+    } else {
+      NarrowFromF32(bytes.data(), shard.data(), buf.dtype, shard.size());
+    }
+    BATON_RETURN_IF_ERROR(s.MemcpyAsync(BufferData(b), bytes.data(), bytes.size()));
     BATON_RETURN_IF_ERROR(s.Synchronize());
   }
   // Cast every master into its shard (under offload: the host shard, which
@@ -455,6 +476,7 @@ ComputeContext Executor::MakeComputeContext(int i) {
   const ModelLayout& layout = graph_.layout;
   ComputeContext ctx;
   ctx.kind = n.kind;
+  ctx.recompute = n.recompute;
   ctx.unit = n.unit;
   ctx.spec = &layout.units[n.unit];
   ctx.micro_step = n.micro_step;
@@ -476,6 +498,10 @@ ComputeContext Executor::MakeComputeContext(int i) {
          static_cast<char*>(BufferData(pb)) + slot.offset * DataTypeSize(pbuf.dtype),
          pbuf.dtype});
     if (n.kind == NodeKind::kBackward) {
+      if (slot.frozen) {
+        ctx.grads.push_back({&slot, nullptr, graph_.policy.reduce_dtype});
+        continue;
+      }
       const int gb = find(n.writes, ref.bucket);
       const GraphBuffer& gbuf = graph_.buffers[gb];
       ctx.grads.push_back(
@@ -516,10 +542,11 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       return absl::UnimplementedError(absl::StrCat("executor: cannot run ", n.name));
     case NodeKind::kAllGather: {
       // A shard (shard group) or a secondary shard (hpZ group).
-      const size_t count = graph_.buffers[n.reads[0]].numel;
+      // (NF4: the packings, as fp32 words.)
+      const GraphBuffer& in = graph_.buffers[n.reads[0]];
       return CommFor(n.group).AllGather(BufferData(n.reads[0]),
-                                        BufferData(n.writes[0]), count,
-                                        p.param_dtype, s, co);
+                                        BufferData(n.writes[0]), in.numel,
+                                        in.dtype, s, co);
     }
     case NodeKind::kReduceScatter: {
       const Bucket& bk = layout.buckets[n.bucket];
@@ -570,6 +597,23 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
     case NodeKind::kOptimizer:
       if (!cb.optimizer || cb.optimizer_writes_shard) return absl::OkStatus();
       return RunOptimizer(i, cb, nullptr, DataType::kBF16);
+    case NodeKind::kDequantize: {
+      if (!cb.dequantize) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "executor: ", n.name, " needs StepCallbacks::dequantize"));
+      }
+      const Bucket& bk = layout.buckets[n.bucket];
+      DequantizeContext ctx;
+      ctx.bucket = n.bucket;
+      ctx.spec = &bk;
+      ctx.stream = &s;
+      ctx.packed = BufferData(n.reads[0]);
+      ctx.segment_numel = bk.shard_numel;
+      ctx.segments = bk.padded_numel / bk.shard_numel;
+      ctx.out = BufferData(n.writes[0]);
+      ctx.out_dtype = graph_.buffers[n.writes[0]].dtype;
+      return cb.dequantize(ctx);
+    }
   }
   return absl::InternalError("executor: unknown node kind");
 }
@@ -589,8 +633,17 @@ Status Executor::RunOptimizer(int i, const StepCallbacks& cb, void* shard,
   ctx.master = static_cast<float*>(BufferData(n.writes[0]));
   ctx.grad = BufferData(n.reads[0]);
   ctx.grad_dtype = graph_.buffers[n.reads[0]].dtype;
-  ctx.moment1 = static_cast<float*>(BufferData(n.writes[1]));
-  ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
+  if (graph_.buffers[n.writes[1]].role == BufferRole::kMoments8bit) {
+    char* q = static_cast<char*>(BufferData(n.writes[1]));
+    const Moments8bitLayout l = Moments8bitLayoutFor(bk.shard_numel);
+    ctx.moment1_codes = reinterpret_cast<uint8_t*>(q + l.codes1);
+    ctx.moment2_codes = reinterpret_cast<uint8_t*>(q + l.codes2);
+    ctx.moment1_absmax = reinterpret_cast<float*>(q + l.absmax1);
+    ctx.moment2_absmax = reinterpret_cast<float*>(q + l.absmax2);
+  } else {
+    ctx.moment1 = static_cast<float*>(BufferData(n.writes[1]));
+    ctx.moment2 = static_cast<float*>(BufferData(n.writes[2]));
+  }
   ctx.shard_numel = bk.shard_numel;
   ctx.shard_offset = layout.sharding.shard ? shard_rank() * bk.shard_numel : 0;
   ctx.grad_scale = grad_scale();

@@ -71,6 +71,11 @@ struct TensorView {
 
 struct ComputeContext {
   NodeKind kind = NodeKind::kForward;  // forward, recompute or backward
+  // kRecompute: what to run again before the backward: the whole forward
+  // of the unit (kFull), or only its attention core (kSelective: from the
+  // q, k, v the forward kept, rebuild the core's output and softmax
+  // statistics, which the forward did not keep).
+  Recompute recompute = Recompute::kFull;
   int unit = 0;
   const UnitSpec* spec = nullptr;
   int micro_step = 0;
@@ -78,7 +83,9 @@ struct ComputeContext {
   int rank = 0;
   Stream* stream = nullptr;
   std::vector<TensorView> params;      // one per layout.unit_params[unit]
-  std::vector<TensorView> grads;       // backward only, same order
+  // Backward only, same order; data is null for a frozen parameter (no
+  // gradient: the backward computes only what flows to the inputs).
+  std::vector<TensorView> grads;
   std::vector<bool> grad_accumulate;   // backward only
 };
 
@@ -93,6 +100,14 @@ struct OptimizerContext {
   DataType grad_dtype = DataType::kF32;
   float* moment1 = nullptr;
   float* moment2 = nullptr;
+  // Policy::optimizer = adamw8bit: moment1 and moment2 are null; the
+  // moments are one code byte per element each, with one fp32 absmax per
+  // block of kQuantBlockNumel elements (scheduler/optimizer_state.h; the
+  // shard's first element is a block boundary: Sharding::block).
+  uint8_t* moment1_codes = nullptr;
+  uint8_t* moment2_codes = nullptr;
+  float* moment1_absmax = nullptr;
+  float* moment2_absmax = nullptr;
   int64_t shard_numel = 0;
   int64_t shard_offset = 0;  // first element of the shard in the bucket
   double grad_scale = 1.0;
@@ -106,8 +121,31 @@ struct OptimizerContext {
   bool on_host = false;
 };
 
+// A dequantize node (NF4 base weights; step_graph.h): the gathered packings
+// of a frozen bucket's shards into its gathered weights. Enqueue on
+// `stream` only.
+struct DequantizeContext {
+  int bucket = 0;
+  const Bucket* spec = nullptr;
+  Stream* stream = nullptr;
+  // `segments` packings (scheduler/nf4_layout.h) one after another, each
+  // of `segment_numel` elements at Nf4PackedWords(segment_numel) x 4 bytes.
+  const void* packed = nullptr;
+  int64_t segments = 0;
+  int64_t segment_numel = 0;
+  void* out = nullptr;  // segments x segment_numel elements of out_dtype
+  DataType out_dtype = DataType::kBF16;
+};
+
+// Packs n floats (a frozen NF4 bucket's shard, n a multiple of
+// kNf4AlignNumel) into Nf4PackingFor(n).bytes at `packed` (host memory).
+using Nf4Packer = std::function<Status(const float* values, int64_t n, void* packed)>;
+
 struct StepCallbacks {
   std::function<Status(const ComputeContext&)> compute;
+  // Required by a graph with NF4 buckets (base_dtype nf4): runs its
+  // dequantize nodes (the caller's NF4 kernel; baton ships none yet).
+  std::function<Status(const DequantizeContext&)> dequantize;
   std::function<Status(const OptimizerContext&)> optimizer;
   // The optimizer also casts the updated master into the shard
   // (OptimizerContext::shard; ops/adamw.h does both in one pass), so the
@@ -196,9 +234,13 @@ class Executor final : private ExecutorParts {
 
   // Fills this rank's master shards from full parameter values: `init`
   // writes slot.numel floats for one parameter. Padding is zero. Also
-  // casts the shards. Blocks until done.
+  // casts the shards. Frozen buckets have no master: their shards get the
+  // values directly, in the parameter dtype, or packed by `nf4` for NF4
+  // buckets (InvalidArgument when the graph has NF4 buckets and `nf4` is
+  // empty). Blocks until done.
   Status InitParameters(
-      const std::function<void(const ParamSlot&, float*)>& init);
+      const std::function<void(const ParamSlot&, float*)>& init,
+      const Nf4Packer& nf4 = nullptr);
 
   // Issues one whole step and returns (the host does not wait for it).
   Status Step(const StepCallbacks& callbacks);

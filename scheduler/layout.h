@@ -3,8 +3,9 @@
 //
 // A bucket's parameters are concatenated in declaration order into a flat
 // buffer; each parameter starts on a 16-byte boundary (in the parameter
-// dtype) and the total is padded so that it divides into `Sharding::ranks` equal
-// shards, each a multiple of 16 bytes. Rank r owns elements
+// dtype) and on a multiple of Sharding::block elements, and the total is
+// padded so that it divides into `Sharding::ranks` equal shards, each a
+// multiple of 16 bytes and of the block. Rank r owns elements
 // [r * shard_numel, (r + 1) * shard_numel) of every bucket.
 //
 // Bucket policies:
@@ -17,6 +18,19 @@
 // and reduced once at its end. A unit whose parameters are all resident has
 // no bucket of its own.
 //
+// LoRA (LayoutOptions::lora_rank > 0; Hu et al. 2021): every targeted
+// matrix W [out, in] of each block gets two adapter parameters,
+// "<W>.lora_a" [rank, in] and "<W>.lora_b" [out, rank], appended to its
+// unit's parameters, and the model's own parameters (all of them) are
+// frozen. A bucket then holds frozen parameters or adapters, never both:
+// each frozen bucket of blocks has a companion adapter bucket (Bucket::
+// adapters, placed right after it) holding its units' adapters, gathered
+// with it, reduced and trained; frozen buckets (and a frozen resident
+// bucket) are gathered for compute and never reduced, with no master,
+// gradient or optimizer state. Adapters are never resident. With
+// base_dtype nf4 the frozen buckets of blocks store their parameters as
+// NF4 (scheduler/nf4_layout.h): 4.13 bits a parameter, gathered packed.
+//
 // Plain data; copyable.
 #ifndef BATON_SCHEDULER_LAYOUT_H_
 #define BATON_SCHEDULER_LAYOUT_H_
@@ -27,11 +41,33 @@
 
 #include "baton/runtime/dtype.h"
 #include "baton/runtime/status.h"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/model.h"
 
 namespace baton::scheduler {
 
 enum class BucketPolicy { kPerUnit, kMerge };
+
+// The block matrices LoRA may adapt (LayoutOptions::lora_targets, a bit per
+// target), named q, k, v, o, gate, up, down (parameters wq, wk, wv, wo,
+// w_gate, w_up, w_down).
+enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int kNumLoraTargets = 7;
+inline constexpr uint32_t kAllLoraTargets = (1u << kNumLoraTargets) - 1;
+const char* LoraTargetName(LoraTarget t);   // "q", ..., "down"
+const char* LoraTargetParam(LoraTarget t);  // "wq", ..., "w_down"
+// "q,k,v,o,gate,up,down" for every bit set, in that order ("" for none).
+std::string LoraTargetsName(uint32_t targets);
+// A comma-separated list of target names, or "all". InvalidArgument naming
+// an unknown target (listing the names), or for an empty list.
+StatusOr<uint32_t> ParseLoraTargets(absl::string_view list);
+
+// How frozen base weights are stored (LayoutOptions::base_dtype): in the
+// parameter dtype, or as NF4 (QLoRA's 4-bit NormalFloat, block 64, with
+// double-quantized scales).
+enum class BaseDtype { kParam, kNf4 };
+const char* BaseDtypeName(BaseDtype d);  // "param", "nf4"
+StatusOr<BaseDtype> ParseBaseDtype(absl::string_view name);
 
 // The layout knobs of a schedule policy (Policy::layout).
 struct LayoutOptions {
@@ -39,12 +75,20 @@ struct LayoutOptions {
   int64_t merge_target_bytes = 0;  // kMerge; in parameter-dtype bytes; > 0
   bool resident_small_params = true;
   int64_t resident_max_numel = 0;  // 0: only 1-D parameters are small
+  // LoRA: adapters of this rank on the targeted matrices, base frozen (0:
+  // off); the forward adds (alpha / rank) x B A x to W x.
+  int lora_rank = 0;
+  double lora_alpha = 16;
+  uint32_t lora_targets = kAllLoraTargets;
+  BaseDtype base_dtype = BaseDtype::kParam;  // of frozen block weights
 
   friend bool operator==(const LayoutOptions& a, const LayoutOptions& b) {
     return a.bucket_policy == b.bucket_policy &&
            a.merge_target_bytes == b.merge_target_bytes &&
            a.resident_small_params == b.resident_small_params &&
-           a.resident_max_numel == b.resident_max_numel;
+           a.resident_max_numel == b.resident_max_numel &&
+           a.lora_rank == b.lora_rank && a.lora_alpha == b.lora_alpha &&
+           a.lora_targets == b.lora_targets && a.base_dtype == b.base_dtype;
   }
 };
 
@@ -56,11 +100,18 @@ struct Sharding {
   // and only a tied embedding is resident.
   bool shard = true;
   DataType dtype = DataType::kBF16;  // the parameter dtype: sets the 16-byte granule
+  // Elements (in [1, kMaxShardingBlock]): every parameter's offset and every
+  // shard a multiple of it as well as of the 16-byte granule (the 8-bit
+  // optimizer's blocks, scheduler/optimizer_state.h; 1: none).
+  int64_t block = 1;
 
   friend bool operator==(const Sharding& a, const Sharding& b) {
-    return a.ranks == b.ranks && a.shard == b.shard && a.dtype == b.dtype;
+    return a.ranks == b.ranks && a.shard == b.shard && a.dtype == b.dtype &&
+           a.block == b.block;
   }
 };
+
+inline constexpr int64_t kMaxShardingBlock = int64_t{1} << 20;
 
 struct ParamSlot {
   std::string name;
@@ -68,6 +119,7 @@ struct ParamSlot {
   int64_t numel = 0;
   int unit = 0;         // owning unit
   int64_t offset = 0;   // first element in the bucket's flat buffer
+  bool frozen = false;  // never trained (LoRA's base)
 };
 
 struct Bucket {
@@ -79,6 +131,11 @@ struct Bucket {
   int64_t numel = 0;         // end of the last parameter (gaps included)
   int64_t padded_numel = 0;  // shard_numel * shard count
   int64_t shard_numel = 0;
+  // Every parameter frozen: gathered, never reduced; no master, gradient or
+  // optimizer state.
+  bool frozen = false;
+  bool nf4 = false;   // frozen, stored as NF4 (LayoutOptions::base_dtype)
+  int adapters = -1;  // a frozen bucket's companion holding its units' adapters
 };
 
 // A parameter a unit reads: where it lives.
@@ -100,12 +157,16 @@ struct ModelLayout {
   std::vector<std::vector<ParamRef>> unit_params;
 
   int64_t total_params() const;  // sum of parameter numels (each once)
+  int64_t trainable_params() const;  // those not frozen
   // Bytes of one shard of every bucket in `dtype`.
   int64_t shard_bytes(DataType dtype) const;
 };
 
 // InvalidArgument naming the option for a sharding over fewer than 1 rank,
-// an integer dtype, a non-positive merge target, or an invalid spec.
+// a block outside [1, kMaxShardingBlock], an integer dtype, a non-positive
+// merge target, a LoRA rank outside [0, kMaxLoraRank] or larger than a
+// targeted matrix (naming it), no targets, a non-positive or non-finite
+// alpha, NF4 without LoRA (a trainable base), or an invalid spec.
 StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
                                   const LayoutOptions& options,
                                   const Sharding& sharding = {});

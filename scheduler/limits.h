@@ -83,6 +83,9 @@ inline constexpr int64_t kMaxPolicyBytes = int64_t{1} << 50;
 // and dividing the world size; virtual_stages, pipeline_first_layers,
 // pipeline_last_layers: up to kMaxModelLayers and the model's layers
 // (scheduler/parallel_graph.h).
+// lora_rank (simulate --lora-rank): [0, kMaxLoraRank], and at most each
+// targeted matrix's smaller side (the layout, which knows the model).
+inline constexpr int kMaxLoraRank = 1 << 16;
 
 // ---- A model (scheduler/model.h) ------------------------------------------
 // So that every size product and the parameter count fit in int64 with

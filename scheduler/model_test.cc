@@ -230,6 +230,92 @@ TEST(LayoutTest, DdpDoesNotShard) {
   for (const Bucket& b : l->buckets) EXPECT_EQ(b.shard_numel, b.padded_numel);
 }
 
+// adamw8bit's policy shards in whole 2048-element blocks with every
+// parameter on a block boundary, so each block belongs to one parameter
+// and its position in that parameter is the same for every sharding.
+TEST(LayoutTest, EightBitOptimizerAlignsParametersAndShardsToBlocks) {
+  Policy p = *PolicyPreset("baton");
+  p.optimizer = OptimizerKind::kAdamW8bit;
+  p.param_dtype = DataType::kF32;
+  for (int ranks : {1, 3, 4}) {
+    auto mesh = ResolveMesh(p, ranks);
+    ASSERT_TRUE(mesh.ok());
+    EXPECT_EQ(ShardingFor(p, *mesh).block, 2048);
+    auto l = LayoutFor(*ModelPreset("tiny"), p, *mesh);
+    ASSERT_TRUE(l.ok()) << l.status();
+    for (const Bucket& b : l->buckets) {
+      EXPECT_EQ(b.shard_numel % 2048, 0) << b.name;
+      for (const ParamSlot& s : b.params) EXPECT_EQ(s.offset % 2048, 0) << s.name;
+    }
+  }
+  Sharding huge{2};
+  huge.block = kMaxShardingBlock + 1;
+  EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), LayoutOptions{}, huge).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// LoRA: every targeted matrix of each block gets its two adapters, in a
+// companion bucket right after its (frozen) bucket; the base is frozen,
+// the adapters are not, and nothing else changes place.
+TEST(LayoutTest, LoraAdaptersLiveInCompanionBuckets) {
+  LayoutOptions o;
+  o.lora_rank = 4;
+  o.lora_targets = *ParseLoraTargets("q,v,down");
+  const ModelSpec spec = *ModelPreset("tiny");
+  auto l = BuildLayout(spec, o, Sharding{2});
+  ASSERT_TRUE(l.ok()) << l.status();
+  int adapter_buckets = 0;
+  int64_t adapter_numel = 0;
+  for (const Bucket& b : l->buckets) {
+    if (b.adapters >= 0) {
+      ASSERT_EQ(b.adapters, b.id + 1) << b.name;
+      const Bucket& a = l->buckets[b.adapters];
+      EXPECT_FALSE(a.frozen);
+      EXPECT_EQ(a.units, b.units);
+      EXPECT_EQ(a.params.size(), 6u);  // 3 targets x (A, B)
+      ++adapter_buckets;
+    }
+    for (const ParamSlot& p : b.params) {
+      const bool adapter = p.name.find(".lora_") != std::string::npos;
+      EXPECT_EQ(p.frozen, !adapter) << p.name;
+      EXPECT_EQ(b.frozen, !adapter) << b.name;
+      if (adapter) adapter_numel += p.numel;
+    }
+  }
+  EXPECT_EQ(adapter_buckets, spec.layers);
+  // q [256, 256], v [64, 256], down [256, F] at rank 4.
+  const int64_t per_block =
+      4 * (256 + 256) + 4 * (64 + 256) + 4 * (256 + spec.intermediate);
+  EXPECT_EQ(adapter_numel, spec.layers * per_block);
+  EXPECT_EQ(l->trainable_params(), adapter_numel);
+  EXPECT_EQ(l->total_params(), ParameterCount(spec) + adapter_numel);
+  // The blocks read their adapters.
+  EXPECT_EQ(l->unit_params[1].size(), 9u + 6u);
+  // Bad LoRA options name the problem.
+  o.lora_rank = 65;  // wk of tiny is [64, 256]
+  o.lora_targets = *ParseLoraTargets("k");
+  auto big = BuildLayout(spec, o, Sharding{2});
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("lora_rank = 65 is larger than the matrix block0.wk"),
+            std::string::npos)
+      << big.status();
+  EXPECT_NE(ParseLoraTargets("q,qq").status().message().find("unknown LoRA target \"qq\""),
+            std::string::npos);
+  o.lora_rank = 0;
+  o.base_dtype = BaseDtype::kNf4;
+  EXPECT_NE(BuildLayout(spec, o, Sharding{2}).status().message().find("base_dtype = nf4"),
+            std::string::npos);
+  // Every preset's layout takes adapters (merged buckets, resident or not).
+  for (const std::string& name : PolicyPresetNames()) {
+    if (name == "zenflow") continue;
+    Policy p = *PolicyPreset(name);
+    p.layout.lora_rank = 2;
+    p.layout.lora_targets = 0x55;
+    auto pl = LayoutFor(*ModelPreset("micro"), p, *ResolveMesh(p, 4));
+    EXPECT_TRUE(pl.ok()) << name << ": " << pl.status();
+  }
+}
+
 TEST(LayoutTest, BadOptionsAreRefused) {
   LayoutOptions o;
   EXPECT_EQ(BuildLayout(*ModelPreset("tiny"), o, Sharding{0}).status().code(),

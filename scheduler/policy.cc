@@ -1,9 +1,13 @@
 #include "baton/scheduler/policy.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "baton/scheduler/nf4_layout.h"
+#include "baton/scheduler/optimizer_state.h"
 #include "baton/scheduler/limits.h"
 
 namespace baton::scheduler {
@@ -17,6 +21,7 @@ const char* OffloadName(Offload offload) {
   switch (offload) {
     case Offload::kNone: return "none";
     case Offload::kOptimizer: return "optimizer";
+    case Offload::kParams: return "params";
   }
   return "?";
 }
@@ -24,8 +29,35 @@ const char* OffloadName(Offload offload) {
 StatusOr<Offload> ParseOffload(absl::string_view name) {
   if (name == "none") return Offload::kNone;
   if (name == "optimizer") return Offload::kOptimizer;
+  if (name == "params") return Offload::kParams;
   return absl::InvalidArgumentError(absl::StrCat(
-      "offload must be none or optimizer, got \"", name, "\""));
+      "offload must be none, optimizer or params, got \"", name, "\""));
+}
+
+const char* RecomputeName(Recompute r) {
+  return r == Recompute::kSelective ? "selective" : "full";
+}
+
+StatusOr<Recompute> ParseRecompute(absl::string_view name) {
+  if (name == "full") return Recompute::kFull;
+  if (name == "selective") return Recompute::kSelective;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "recompute must be full or selective, got \"", name, "\""));
+}
+
+const char* OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kAdamW: return "adamw";
+    case OptimizerKind::kAdamW8bit: return "adamw8bit";
+  }
+  return "?";
+}
+
+StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name) {
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  if (name == "adamw8bit") return OptimizerKind::kAdamW8bit;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "optimizer must be adamw or adamw8bit, got \"", name, "\""));
 }
 
 const char* PipelineScheduleName(PipelineSchedule schedule) {
@@ -248,6 +280,45 @@ Status ValidatePolicy(const Policy& p) {
         "policy ", p.name, ": zenflow needs offload = optimizer, got offload = ",
         OffloadName(p.offload)));
   }
+  if (p.optimizer == OptimizerKind::kAdamW8bit) {
+    if (p.param_dtype != DataType::kF32 && p.param_dtype != DataType::kBF16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", p.name, ": optimizer = adamw8bit keeps an fp32 master and casts it "
+          "into the parameter dtype, which must be float or bfloat16, got param_dtype = ",
+          DataTypeName(p.param_dtype)));
+    }
+    if (p.zenflow) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy ", p.name, ": optimizer = adamw8bit does not combine with zenflow "
+          "(its device and host updates keep fp32 moments)"));
+    }
+  }
+  if (p.layout.lora_rank < 0 || p.layout.lora_rank > kMaxLoraRank) {
+    return bad("lora_rank", p.layout.lora_rank);
+  }
+  if (!(p.layout.lora_alpha > 0) || !std::isfinite(p.layout.lora_alpha)) {
+    return bad("lora_alpha", p.layout.lora_alpha);
+  }
+  if (p.layout.lora_rank > 0 && (p.layout.lora_targets & kAllLoraTargets) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": lora_targets names no matrix (", LoraTargetsName(kAllLoraTargets),
+        ")"));
+  }
+  if (p.layout.base_dtype == BaseDtype::kNf4 && p.layout.lora_rank == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": base_dtype = nf4 stores the base weights frozen in 4 bits, so "
+        "the base cannot be trained: set lora_rank > 0 (the adapters train)"));
+  }
+  if (p.layout.base_dtype == BaseDtype::kNf4 && p.all_reduce) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": base_dtype = nf4 gathers packed shards, but all_reduce (DDP) "
+        "keeps whole parameters and gathers nothing"));
+  }
+  if (p.layout.lora_rank > 0 && p.zenflow) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy ", p.name, ": lora_rank > 0 does not combine with zenflow (its column "
+        "selection is over trained matrices; LoRA's adapters are small)"));
+  }
   if (p.zenflow) {
     // A selection may not fall inside an accumulation window (ops/zenflow.h
     // checks the same of its config): select a multiple of update, once
@@ -348,6 +419,8 @@ Sharding ShardingFor(const Policy& p, const DeviceMesh& mesh) {
   s.ranks = mesh.size(kDataShardGroup);
   s.shard = !p.all_reduce;
   s.dtype = p.param_dtype;
+  s.block = p.optimizer == OptimizerKind::kAdamW8bit ? kQuantBlockNumel : 1;
+  if (p.layout.base_dtype == BaseDtype::kNf4) s.block = std::lcm(s.block, kNf4AlignNumel);
   return s;
 }
 

@@ -18,9 +18,14 @@
 //       Gradient accumulation: reduce-scatter each micro-step and add into
 //       the gradient shard (less memory, more traffic), or keep the full
 //       gradient buffers across micro-steps and reduce once on the last.
-//   recompute_blocks
-//       Full activation recompute of the first N blocks (-1: all): the
-//       backward of such a block is preceded by a recompute of its forward.
+//   recompute_blocks, recompute (full | selective)
+//       Activation recompute of the first N blocks (-1: all): the backward
+//       of such a block is preceded by a recompute node. full: the whole
+//       block's forward runs again and the forward keeps only the block's
+//       input. selective (Korthikanti et al. 2022, attention core only):
+//       the forward keeps everything but the attention core's output and
+//       softmax statistics, which the recompute rebuilds from the kept
+//       q, k, v (ComputeContext::recompute says which part to run).
 //   shared_comm_stream
 //       One comm stream for AG and RS in FIFO order (YaFSDP), or one each.
 //   reduce_window = w
@@ -80,6 +85,14 @@
 //       optimizer's time (serial with the step: the next forward needs the
 //       updated first bucket); saves 12 bytes per parameter (/ shard group)
 //       of device memory. Needs sharding: InvalidArgument under all_reduce.
+//       params: optimizer offload, and the shards of frozen buckets (LoRA's
+//       base; FSDP's CPUOffload(offload_params=True) as Answer.AI's FSDP +
+//       QLoRA runs it) live in host memory too: each gather of a frozen
+//       bucket first copies its shard to the device ("H2D" into a staged
+//       shard, host-copy stream, within the gather's prefetch window), so
+//       the device holds only the buckets in flight. Costs the frozen
+//       shards' bytes over the host link twice a step (forward and
+//       backward gathers).
 //   zenflow, zenflow_topk_ratio / zenflow_select_interval /
 //   zenflow_update_interval (ZenFlow, DeepSpeed's importance-aware offload)
 //       On top of offload = optimizer: the topk_ratio fraction of each
@@ -106,6 +119,34 @@
 //       next step wait for it. A selection step still waits for it before
 //       its selection (after its forward and backward).
 //       Default 0; the zenflow preset uses auto.
+//   lora_rank, lora_alpha, lora_targets, base_dtype (in Policy::layout)
+//       LoRA (Hu et al. 2021): rank r adapters on the targeted matrices of
+//       every block (any of q, k, v, o, gate, up, down), the forward adding
+//       (alpha / r) B A x to W x; the model's own parameters are frozen:
+//       gathered for compute, never reduced, with no master, gradient or
+//       optimizer state; the adapters are parameters of their units'
+//       companion buckets (layout.h), sharded, reduced and trained.
+//       base_dtype nf4 (QLoRA, Dettmers et al. 2023) stores the frozen
+//       block weights as NF4 with double-quantized scales (4.13 bits):
+//       their shards are packed, the all-gather moves the packed bytes,
+//       and a dequantize node on the compute stream writes the gathered
+//       weights in the parameter dtype just before their first use
+//       (step_graph.h). Both change what is trained: the tuner picks them
+//       only when allowed. nf4 needs lora_rank > 0 and sharding; neither
+//       combines with zenflow.
+//   optimizer (adamw | adamw8bit)
+//       adamw: two fp32 moments per parameter (8 bytes). adamw8bit: both
+//       moments in 8 bits, block-wise (ops/adamw8bit.h: blocks of
+//       kQuantBlockNumel = 2048 elements with one fp32 absmax per block
+//       and moment; scheduler/optimizer_state.h): 2 bytes (+ 8 per 2048)
+//       per parameter, so the optimizer state shrinks by 75%. Every
+//       parameter then starts on a block boundary of its bucket and every
+//       shard is whole blocks (Sharding::block), so a block holds one
+//       parameter's elements whatever the sharding, and the state does not
+//       depend on it. It changes the update (quantized moments), so the
+//       tuner picks it only when allowed. Needs the fp32 master with an f32
+//       or bf16 parameter dtype (InvalidArgument for half); not with
+//       zenflow, whose device and host updates keep fp32 moments.
 //   tensor_parallel = t, sequence_parallel, tp_comm_overlap
 //       Megatron-style tensor parallelism over t ranks of one node (the
 //       mesh's innermost dimension): column-parallel QKV and gate/up,
@@ -163,11 +204,22 @@
 
 namespace baton::scheduler {
 
-enum class Offload { kNone, kOptimizer };
-const char* OffloadName(Offload offload);  // "none", "optimizer"
+enum class Offload { kNone, kOptimizer, kParams };
+const char* OffloadName(Offload offload);  // "none", "optimizer", "params"
 // InvalidArgument listing the names for anything else.
 StatusOr<Offload> ParseOffload(absl::string_view name);
 
+// Which part of a block a recompute node runs (Policy::recompute).
+enum class Recompute { kFull, kSelective };
+const char* RecomputeName(Recompute r);  // "full", "selective"
+// InvalidArgument listing the names for anything else.
+StatusOr<Recompute> ParseRecompute(absl::string_view name);
+
+// The optimizer whose state the graph holds (Policy::optimizer).
+enum class OptimizerKind { kAdamW, kAdamW8bit };
+const char* OptimizerName(OptimizerKind kind);  // "adamw", "adamw8bit"
+// InvalidArgument listing the names for anything else.
+StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name);
 // Pipeline schedules (the pipeline_schedule knob).
 enum class PipelineSchedule { k1F1B, kInterleaved, kZbH1 };
 // "1f1b", "interleaved", "zb-h1".
@@ -189,6 +241,7 @@ struct Policy {
   int micro_steps = 1;
   bool reduce_every_micro_step = false;
   int recompute_blocks = 0;
+  Recompute recompute = Recompute::kFull;
   bool shared_comm_stream = false;
   int reduce_window = 2;
   int host_limit = 0;
@@ -205,6 +258,7 @@ struct Policy {
   int zenflow_select_interval = kAutoInterval;
   int zenflow_update_interval = kAutoInterval;
   int zenflow_staleness = 0;  // or kAutoInterval: update_interval - 1
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   // Tensor, context and pipeline parallelism (1: off).
   int tensor_parallel = 1;
   bool sequence_parallel = false;
@@ -266,8 +320,12 @@ std::vector<std::string> PolicyPresetNames();
 // a parallel size < 1, sequence_parallel or tp_comm_overlap without
 // tensor_parallel > 1, virtual_stages > 1 without the interleaved schedule
 // (or interleaved with fewer than 2), zb-h1 or interleaved without
-// pipeline_parallel > 1, first / last layers without it or negative, and
-// tensor / context / pipeline parallelism with offload, zenflow or hpz_group.
+// pipeline_parallel > 1, first / last layers without it or negative,
+// tensor / context / pipeline parallelism with offload, zenflow or hpz_group;
+// adamw8bit with a half parameter dtype or with zenflow, a lora_rank
+// outside [0, kMaxLoraRank], a non-positive lora_alpha, no LoRA targets,
+// nf4 without LoRA or under all_reduce, LoRA with zenflow. (A rank larger
+// than a targeted matrix is refused by the layout, which knows the model.)
 // Every route to a policy (presets, policy files, flags, the API) ends
 // here, so no route gets past these bounds.
 [[nodiscard]] Status ValidatePolicy(const Policy& policy);
@@ -310,7 +368,9 @@ StatusOr<DeviceMesh> ResolveMesh(const Policy& policy, int world_size);
 inline bool UsesHpz(const Policy& policy) { return policy.hpz_group > 0; }
 
 // How a policy's layout is sharded on `mesh`: over its data-shard group, in
-// the parameter dtype, or not at all under all_reduce.
+// the parameter dtype, or not at all under all_reduce; in whole 8-bit
+// optimizer blocks under adamw8bit and whole NF4 groups under nf4
+// (Sharding::block).
 Sharding ShardingFor(const Policy& policy, const DeviceMesh& mesh);
 
 // The layout of `spec` for `policy` on `mesh`: BuildLayout(spec,

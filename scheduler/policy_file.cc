@@ -35,9 +35,11 @@ struct InLayout {
 struct Field {
   using Member = std::variant<int Policy::*, int64_t Policy::*, bool Policy::*,
                               DataType Policy::*, double Policy::*, Offload Policy::*,
+                              OptimizerKind Policy::*, Recompute Policy::*,
                               PipelineSchedule Policy::*,
                               AutoInterval, InLayout<int64_t>, InLayout<bool>,
-                              InLayout<BucketPolicy>>;
+                              InLayout<BucketPolicy>, InLayout<int>, InLayout<double>,
+                              InLayout<uint32_t>, InLayout<BaseDtype>>;
   const char* key;
   Member member;
   int64_t lo = 0, hi = 0;  // integers only
@@ -64,6 +66,7 @@ const std::vector<Field>& Fields() {
       {"micro_steps", &Policy::micro_steps, 1, kMaxMicroSteps},
       {"reduce_every_micro_step", &Policy::reduce_every_micro_step},
       {"recompute_blocks", &Policy::recompute_blocks, -1, kMaxModelLayers},
+      {"recompute", &Policy::recompute},
       {"shared_comm_stream", &Policy::shared_comm_stream},
       {"reduce_window", &Policy::reduce_window, 1, kMaxPrefetchDepth},
       {"host_limit", &Policy::host_limit, 0, kMaxPrefetchDepth},
@@ -84,6 +87,11 @@ const std::vector<Field>& Fields() {
       {"zenflow_select_interval", AutoInterval{&Policy::zenflow_select_interval}},
       {"zenflow_update_interval", AutoInterval{&Policy::zenflow_update_interval}},
       {"zenflow_staleness", AutoInterval{&Policy::zenflow_staleness, 0}},
+      {"optimizer", &Policy::optimizer},
+      {"lora_rank", InLayout<int>{&LayoutOptions::lora_rank}, 0, kMaxLoraRank},
+      {"lora_alpha", InLayout<double>{&LayoutOptions::lora_alpha}},
+      {"lora_targets", InLayout<uint32_t>{&LayoutOptions::lora_targets}},
+      {"base_dtype", InLayout<BaseDtype>{&LayoutOptions::base_dtype}},
       {"tensor_parallel", &Policy::tensor_parallel, 1, kMaxWorldSize},
       {"sequence_parallel", &Policy::sequence_parallel},
       {"tp_comm_overlap", &Policy::tp_comm_overlap},
@@ -169,9 +177,52 @@ Status ReadValue(const json& v, const std::string& what, const Field&, Offload& 
                               : StatusOr<Offload>(absl::InvalidArgumentError(""));
   if (!off.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " must be \"none\" or \"optimizer\", got ", JsonBrief(v)));
+        what, " must be \"none\", \"optimizer\" or \"params\", got ", JsonBrief(v)));
   }
   out = *off;
+  return absl::OkStatus();
+}
+Status ReadValue(const json& v, const std::string& what, const Field&,
+                 OptimizerKind& out) {
+  StatusOr<OptimizerKind> k = v.is_string()
+                                  ? ParseOptimizer(v.get<std::string>())
+                                  : StatusOr<OptimizerKind>(absl::InvalidArgumentError(""));
+  if (!k.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"adamw\" or \"adamw8bit\", got ", JsonBrief(v)));
+  }
+  out = *k;
+  return absl::OkStatus();
+}
+Status ReadValue(const json& v, const std::string& what, const Field&, Recompute& out) {
+  StatusOr<Recompute> r = v.is_string() ? ParseRecompute(v.get<std::string>())
+                                        : StatusOr<Recompute>(absl::InvalidArgumentError(""));
+  if (!r.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"full\" or \"selective\", got ", JsonBrief(v)));
+  }
+  out = *r;
+  return absl::OkStatus();
+}
+// LoRA targets: a comma-separated list ("q,v") or "all".
+Status ReadValue(const json& v, const std::string& what, const Field&, uint32_t& out) {
+  if (!v.is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be a list like \"q,k,v,o,gate,up,down\", got ", JsonBrief(v)));
+  }
+  StatusOr<uint32_t> t = ParseLoraTargets(v.get<std::string>());
+  if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", t.status().message()));
+  out = *t;
+  return absl::OkStatus();
+}
+Status ReadValue(const json& v, const std::string& what, const Field&, BaseDtype& out) {
+  StatusOr<BaseDtype> d = v.is_string() ? ParseBaseDtype(v.get<std::string>())
+                                        : StatusOr<BaseDtype>(absl::InvalidArgumentError(""));
+  if (!d.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be \"param\" or \"nf4\", got ", JsonBrief(v)));
+  }
+  out = *d;
   return absl::OkStatus();
 }
 Status ReadValue(const json& v, const std::string& what, const Field&,
@@ -226,6 +277,10 @@ json WriteValue(double x) { return x; }
 json WriteValue(DataType d) { return DataTypeName(d); }
 json WriteValue(BucketPolicy b) { return BucketPolicyName(b); }
 json WriteValue(Offload o) { return OffloadName(o); }
+json WriteValue(OptimizerKind k) { return OptimizerName(k); }
+json WriteValue(Recompute r) { return RecomputeName(r); }
+json WriteValue(uint32_t targets) { return LoraTargetsName(targets); }
+json WriteValue(BaseDtype d) { return BaseDtypeName(d); }
 json WriteValue(PipelineSchedule s) { return PipelineScheduleName(s); }
 
 json WriteField(const Field& field, const Policy& p) {

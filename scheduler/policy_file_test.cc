@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,7 @@ Policy Unusual() {
   p.micro_steps = 8;
   p.reduce_every_micro_step = true;
   p.recompute_blocks = -1;
+  p.recompute = Recompute::kSelective;
   p.shared_comm_stream = true;
   p.reduce_window = 5;
   p.host_limit = 4;
@@ -41,6 +43,20 @@ Policy Unusual() {
   p.zenflow_select_interval = 8;
   p.zenflow_update_interval = 2;
   p.zenflow_staleness = 1;
+  return p;
+}
+
+// The knobs Unusual() cannot hold with zenflow and a half parameter dtype,
+// away from their defaults.
+Policy UnusualTechniques() {
+  Policy p;
+  p.name = "techniques";
+  p.optimizer = OptimizerKind::kAdamW8bit;
+  p.layout.lora_rank = 8;
+  p.layout.lora_alpha = 32;
+  p.layout.lora_targets = (1u << static_cast<int>(LoraTarget::kQ)) |
+                          (1u << static_cast<int>(LoraTarget::kV));
+  p.layout.base_dtype = BaseDtype::kNf4;
   return p;
 }
 
@@ -81,6 +97,11 @@ TEST(PolicyFileTest, RoundTripIsExactForPresetsAndEveryKnob) {
   EXPECT_TRUE(SamePolicy(u, *back)) << PolicyToJson(u) << "\n" << PolicyToJson(*back);
   EXPECT_EQ(back->layout.merge_target_bytes, (int64_t{1} << 40) + 3);
   EXPECT_EQ(back->name, "tuned \"x\"");
+  const Policy t = UnusualTechniques();
+  ASSERT_TRUE(ValidatePolicy(t).ok());
+  back = PolicyFromJson(PolicyToJson(t));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SamePolicy(t, *back)) << PolicyToJson(t) << "\n" << PolicyToJson(*back);
 }
 
 TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
@@ -88,11 +109,14 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
   for (const std::string& key : PolicyFileFields()) {
     EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
   }
-  EXPECT_EQ(PolicyFileFields().size(), 35u);
+  EXPECT_EQ(PolicyFileFields().size(), 41u);
   // Each knob of Unusual() differs from the default, and SamePolicy sees
   // each one: set them one at a time through the file.
   const std::string unusual = PolicyToJson(Unusual());
   const std::string parallel = PolicyToJson(UnusualParallel());
+  const std::string techniques = PolicyToJson(UnusualTechniques());
+  const std::set<std::string> technique_keys = {"optimizer", "lora_rank", "lora_alpha",
+                                                "lora_targets", "base_dtype"};
   const std::map<std::string, std::string> needs = {
       {"sequence_parallel", ", \"tensor_parallel\": 2"},
       {"tp_comm_overlap", ", \"tensor_parallel\": 2"},
@@ -106,15 +130,17 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
     if (key == "all_reduce" || key == "reshard_after_forward") continue;
     const bool par = needs.count(key) > 0 || key == "tensor_parallel" ||
                      key == "context_parallel" || key == "pipeline_parallel";
-    const std::string& from = par ? parallel : unusual;
+    const std::string& from = par ? parallel : technique_keys.count(key) ? techniques : unusual;
     const size_t at = from.find(absl::StrCat("\"", key, "\":"));
-    const size_t end = from.find_first_of(",\n", at);
+    std::string field = from.substr(at, from.find('\n', at) - at);
+    if (!field.empty() && field.back() == ',') field.pop_back();  // lists hold commas
     const std::string one =
-        absl::StrCat("{", from.substr(at, end - at), needs.count(key) ? needs.at(key) : "",
+        absl::StrCat("{", field, needs.count(key) ? needs.at(key) : "",
                      key == "host_limit" ? ", \"forward_prefetch\": 3" : "",
                      key == "merge_target_bytes" ? ", \"bucket_policy\": \"merge\"" : "",
                      key == "bucket_policy" ? ", \"merge_target_bytes\": 1" : "",
                      key == "zenflow" ? ", \"offload\": \"optimizer\"" : "",
+                     key == "base_dtype" ? ", \"lora_rank\": 4" : "",
                      "}");
     auto p = PolicyFromJson(one);
     ASSERT_TRUE(p.ok()) << one << ": " << p.status();
@@ -180,6 +206,20 @@ TEST(PolicyFileTest, BadFieldsAreRefusedNamingTheField) {
       {R"({"zenflow_staleness": "soon"})", "\"zenflow_staleness\""},
       {R"({"zenflow_staleness": 4})", "zenflow_staleness"},
       {R"({"zenflow_update_interval": 2, "zenflow_staleness": 2})", "zenflow_staleness"},
+      {R"({"recompute": "attention"})", "\"recompute\" must be \"full\" or \"selective\""},
+      {R"({"lora_rank": -1})", "\"lora_rank\""},
+      {R"({"lora_rank": 8, "lora_targets": "q,x"})", "unknown LoRA target \"x\""},
+      {R"({"lora_targets": 3})", "\"lora_targets\" must be a list"},
+      {R"({"lora_alpha": 0})", "lora_alpha"},
+      {R"({"base_dtype": "nf4"})", "base_dtype = nf4 stores the base weights frozen"},
+      {R"({"base_dtype": "int4"})", "\"base_dtype\" must be \"param\" or \"nf4\""},
+      {R"({"preset": "ddp", "lora_rank": 8, "base_dtype": "nf4"})", "all_reduce"},
+      {R"({"preset": "zenflow", "lora_rank": 8})", "does not combine with zenflow"},
+      {R"({"optimizer": "adam8"})", "\"optimizer\" must be \"adamw\" or \"adamw8bit\""},
+      {R"({"optimizer": "adamw8bit", "param_dtype": "half"})",
+       "optimizer = adamw8bit keeps an fp32 master"},
+      {R"({"preset": "zenflow", "optimizer": "adamw8bit"})",
+       "optimizer = adamw8bit does not combine with zenflow"},
       {R"([1, 2])", "JSON object"},
       {R"({"micro_steps": 1)", "not valid JSON"},
       {R"({"micro_steps": 2, "name": "x", "micro_steps": 4})",

@@ -83,19 +83,19 @@ Status Session::Expect(NodeKind kind, int unit, bool pre, const char* call) {
 }
 
 Status Session::IssueTo(int node) {
-  static const StepCallbacks kNone;
   for (; cursor_ < node; ++cursor_) {
-    BATON_RETURN_IF_ERROR(executor_->IssueNode(cursor_, kNone));
+    BATON_RETURN_IF_ERROR(executor_->IssueNode(cursor_, callbacks_));
   }
   return absl::OkStatus();
 }
 
-UnitViews Session::Views(int node, bool recompute) {
+UnitViews Session::Views(int node, bool recompute, Recompute part) {
   ComputeContext ctx = executor_->MakeComputeContext(node);
   UnitViews v;
   v.stream = ctx.stream;
   v.micro_step = ctx.micro_step;
   v.recompute = recompute;
+  v.recompute_part = part;
   v.params = std::move(ctx.params);
   v.grads = std::move(ctx.grads);
   v.grad_accumulate = std::move(ctx.grad_accumulate);
@@ -121,7 +121,7 @@ StatusOr<UnitViews> Session::PreForward(int unit) {
   BATON_RETURN_IF_ERROR(IssueTo(node));
   BATON_RETURN_IF_ERROR(executor_->PreNode(node));
   open_ = node;
-  return Views(node, false);
+  return Views(node, false, Recompute::kFull);
 }
 
 Status Session::PostForward(int unit) {
@@ -137,7 +137,9 @@ StatusOr<UnitViews> Session::PreBackward(int unit) {
   int node = NextCompute();
   BATON_RETURN_IF_ERROR(IssueTo(node));
   bool recompute = false;
+  Recompute part = Recompute::kFull;
   if (graph().nodes[node].kind == NodeKind::kRecompute) {
+    part = graph().nodes[node].recompute;
     // The recompute node reads what the backward reads and writes nothing;
     // the trainer runs it inside this hook, before the backward.
     BATON_RETURN_IF_ERROR(executor_->PreNode(node));
@@ -149,7 +151,7 @@ StatusOr<UnitViews> Session::PreBackward(int unit) {
   }
   BATON_RETURN_IF_ERROR(executor_->PreNode(node));
   open_ = node;
-  return Views(node, recompute);
+  return Views(node, recompute, part);
 }
 
 Status Session::PostBackward(int unit) {
@@ -172,7 +174,7 @@ Status Session::FinishStep(
     return absl::FailedPreconditionError(
         absl::StrCat("FinishStep: the plan still expects ", Describe(next)));
   }
-  StepCallbacks cb;
+  StepCallbacks cb = callbacks_;
   cb.optimizer = optimizer;
   for (; cursor_ < static_cast<int>(graph().nodes.size()); ++cursor_) {
     BATON_RETURN_IF_ERROR(executor_->IssueNode(cursor_, cb));

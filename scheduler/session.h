@@ -8,7 +8,8 @@
 //     session->PostForward(u);
 //   for each unit u in reverse order:
 //     auto views = session->PreBackward(u);  // params + gradient slots
-//     if (views->recompute) ... enqueue u's forward again ...
+//     if (views->recompute) ... enqueue u's forward again (all of it, or
+//         only the attention core: views->recompute_part) ...
 //     ... enqueue u's backward: write views->grads[i] (= or += as
 //         views->grad_accumulate[i] says) ...
 //     session->PostBackward(u);
@@ -50,6 +51,10 @@ struct UnitViews {
   Stream* stream = nullptr;           // the compute stream
   int micro_step = 0;
   bool recompute = false;             // backward: redo the forward first
+  // Which part (Policy::recompute): the whole forward (kFull) or only the
+  // attention core (kSelective: rebuild its output and softmax statistics
+  // from the kept q, k, v; ComputeContext::recompute).
+  Recompute recompute_part = Recompute::kFull;
   std::vector<TensorView> params;     // one per layout.unit_params[unit]
   std::vector<TensorView> grads;      // backward only
   std::vector<bool> grad_accumulate;  // backward only
@@ -81,6 +86,13 @@ class Session {
   Executor& executor() { return *executor_; }
   const StepGraph& graph() const { return executor_->graph(); }
 
+  // A graph with NF4 buckets (base_dtype nf4): the dequantize the hooks
+  // issue before compute (StepCallbacks::dequantize; the caller's kernel:
+  // baton ships no NF4 kernels yet).
+  void set_dequantize(std::function<Status(const DequantizeContext&)> dequantize) {
+    callbacks_.dequantize = std::move(dequantize);
+  }
+
   Status BeginStep();
   StatusOr<UnitViews> PreForward(int unit);
   Status PostForward(int unit);
@@ -100,9 +112,10 @@ class Session {
   std::string Describe(int node) const;  // "pre_forward(block3) of micro-step 0"
   Status Expect(NodeKind kind, int unit, bool pre, const char* call);
   Status IssueTo(int node);  // issues non-compute nodes [cursor_, node)
-  UnitViews Views(int node, bool recompute);
+  UnitViews Views(int node, bool recompute, Recompute part);
 
   std::unique_ptr<Executor> executor_;
+  StepCallbacks callbacks_;  // what the hooks' own nodes need (dequantize)
   bool in_step_ = false;
   int cursor_ = 0;     // next node to issue
   int open_ = -1;      // open compute node (its Pre done, Post not yet)

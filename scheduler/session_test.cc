@@ -106,6 +106,47 @@ TEST(SessionTest, HooksReproduceTheReference) {
   }
 }
 
+// PreBackward says which part of a block the trainer must recompute: with
+// recompute = selective over the first block, block0's views ask for its
+// attention core only, block1's for nothing; with full, the whole forward.
+TEST(SessionTest, SaysWhichPartToRecompute) {
+  for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
+    SCOPED_TRACE(RecomputeName(mode));
+    const ModelSpec spec = *ModelPreset("micro");
+    Policy p = *PolicyPreset("baton");
+    p.recompute_blocks = 1;
+    p.recompute = mode;
+    auto graph = BuildStepGraph(spec, p, 1);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    auto group = CreateInprocGroup(1);
+    ASSERT_TRUE(group.ok());
+    auto session = Session::Create(*graph, *group->device, *group->comms[0]);
+    ASSERT_TRUE(session.ok()) << session.status();
+    Session& s = **session;
+    ASSERT_TRUE(s.BeginStep().ok());
+    const int units = static_cast<int>(s.graph().layout.units.size());
+    for (int u = 0; u < units; ++u) {
+      ASSERT_TRUE(s.PreForward(u).ok());
+      ASSERT_TRUE(s.PostForward(u).ok());
+    }
+    for (int u = units - 1; u >= 0; --u) {
+      auto v = s.PreBackward(u);
+      ASSERT_TRUE(v.ok()) << v.status();
+      const bool block0 = s.graph().layout.units[u].block == 0;
+      EXPECT_EQ(v->recompute, block0) << u;
+      if (block0) {
+        EXPECT_EQ(v->recompute_part, mode);
+      }
+      ASSERT_TRUE(s.PostBackward(u).ok());
+    }
+    ASSERT_TRUE(s.FinishStep(nullptr).ok());
+    EXPECT_NE(s.graph().ToText().find(mode == Recompute::kSelective ? "R-ATTN block0"
+                                                                    : "\tR block0"),
+              std::string::npos)
+        << s.graph().ToText();
+  }
+}
+
 TEST(SessionTest, OutOfOrderCallsNameTheExpectedHook) {
   const ModelSpec spec = *ModelPreset("micro");
   Policy p = *PolicyPreset("baton");

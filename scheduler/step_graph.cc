@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/memory/step_dag.h"
+#include "baton/scheduler/nf4_layout.h"
+#include "baton/scheduler/optimizer_state.h"
 #include "baton/scheduler/graph_edges.h"
 #include "baton/scheduler/zenflow_buffers.h"
 
@@ -25,6 +27,7 @@ const char* NodeKindName(NodeKind kind) {
     case NodeKind::kCast: return "cast";
     case NodeKind::kD2H: return "d2h";
     case NodeKind::kH2D: return "h2d";
+    case NodeKind::kDequantize: return "dequantize";
     case NodeKind::kSend: return "send";
     case NodeKind::kRecv: return "recv";
     case NodeKind::kBackwardWeight: return "backward_weight";
@@ -65,6 +68,9 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kColumnNorms: return "column_norms";
     case BufferRole::kHostAccum: return "host_accum";
     case BufferRole::kStage: return "h2d_stage";
+    case BufferRole::kMoments8bit: return "moments8bit";
+    case BufferRole::kPacked: return "packed";
+    case BufferRole::kStagedShard: return "staged_shard";
     case BufferRole::kActivation: return "activation";
     case BufferRole::kActivationGrad: return "activation_grad";
   }
@@ -262,6 +268,19 @@ class Builder {
   StreamId hcopy_, host_;  // offload: host-link copies, host work
   bool offload_ = false;
   std::vector<int> shard_, master_, gshard_, m1_, m2_;
+  std::vector<int> q8_;  // adamw8bit: the 8-bit moments (m1_, m2_ unused)
+  // The moment buffers of bucket b, in the optimizer's read / write order.
+  std::vector<int> Moments(int b) const {
+    return q8_.empty() ? std::vector<int>{m1_[b], m2_[b]} : std::vector<int>{q8_[b]};
+  }
+  // NF4: the compute-side dequantize of a gathered packing; returns the
+  // buffer compute reads (the packing itself for other buckets).
+  int Dequantize(int b, int packed, Phase phase, int m);
+  // The compute side of a gathered bucket: its dequantize (NF4) or its
+  // copy-out (copy_in_out).
+  int ComputeSide(int b, int gathered, Phase phase, int m) {
+    return B(b).nf4 ? Dequantize(b, gathered, phase, m) : CopyOut(b, gathered, phase, m);
+  }
   std::vector<int> host_grad_, host_shard_;  // offload
   std::vector<int> topk_, norms_, stage_;    // zenflow: device state
   std::vector<int> accum_;                   // zenflow: host accumulator
@@ -291,6 +310,23 @@ void Builder::Persistent() {
   for (int b = 0; b < nb; ++b) {
     const int64_t n = B(b).shard_numel;
     const std::string& name = B(b).name;
+    if (B(b).frozen) {
+      // The shard only: gathered for compute, never reduced or updated
+      // (on the host under offload = params).
+      const bool on_host = p_.offload == Offload::kParams;
+      const BufferRole role = on_host ? BufferRole::kHostShard : BufferRole::kShard;
+      shard_.push_back(B(b).nf4 ? AddBuffer(absl::StrCat("shard.", name), role, b,
+                                            Nf4PackedWords(n), DataType::kF32, true, on_host)
+                                : AddBuffer(absl::StrCat("shard.", name), role, b, n,
+                                            p_.param_dtype, true, on_host));
+      for (auto* v : {&master_, &gshard_, &m1_, &m2_}) v->push_back(-1);
+      if (p_.optimizer == OptimizerKind::kAdamW8bit) q8_.push_back(-1);
+      if (offload_) {
+        host_grad_.push_back(-1);
+        host_shard_.push_back(-1);
+      }
+      continue;
+    }
     const bool h = offload_;  // master and moments on the host
     shard_.push_back(AddBuffer(absl::StrCat("shard.", name), BufferRole::kShard,
                                b, n, p_.param_dtype, true));
@@ -300,10 +336,18 @@ void Builder::Persistent() {
     gshard_.push_back(AddBuffer(absl::StrCat("grad_shard.", name),
                                 BufferRole::kGradShard, b, n, p_.reduce_dtype,
                                 true));
-    m1_.push_back(AddBuffer(absl::StrCat("moment1.", name), BufferRole::kMoment1,
-                            b, n, DataType::kF32, true, h));
-    m2_.push_back(AddBuffer(absl::StrCat("moment2.", name), BufferRole::kMoment2,
-                            b, n, DataType::kF32, true, h));
+    if (p_.optimizer == OptimizerKind::kAdamW8bit) {
+      q8_.push_back(AddBuffer(absl::StrCat("moments8bit.", name),
+                              BufferRole::kMoments8bit, b, Moments8bitWords(n),
+                              DataType::kF32, true, h));
+      m1_.push_back(-1);
+      m2_.push_back(-1);
+    } else {
+      m1_.push_back(AddBuffer(absl::StrCat("moment1.", name), BufferRole::kMoment1,
+                              b, n, DataType::kF32, true, h));
+      m2_.push_back(AddBuffer(absl::StrCat("moment2.", name), BufferRole::kMoment2,
+                              b, n, DataType::kF32, true, h));
+    }
     if (offload_) {
       host_grad_.push_back(AddBuffer(absl::StrCat("host_grad.", name),
                                      BufferRole::kHostGrad, b, n,
@@ -338,7 +382,7 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
       absl::StrCat(B(b).name, phase == kFwd ? " fwd" : " bwd", Tag(m));
   // hpZ: the backward gathers read the secondary shard over the hpZ group.
   const bool secondary = phase == kBwd && Hpz(b);
-  if (offload_ && !uploaded_[b]) {
+  if (offload_ && !uploaded_[b] && !B(b).frozen) {
     // The host updated this bucket last step: bring its shard back first.
     uploaded_[b] = true;
     std::vector<int> writes = {shard_[b]};
@@ -347,22 +391,35 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
             absl::StrCat("H2D ", B(b).name));
   }
   int input = secondary ? hpz_[b] : shard_[b];
+  int staging = -1;  // the H2D of a frozen shard on the host
+  if (!secondary && B(b).frozen && p_.offload == Offload::kParams) {
+    const GraphBuffer host = g_.buffers[input];
+    const int staged = AddBuffer(absl::StrCat("staged.", suffix), BufferRole::kStagedShard, b,
+                                 host.numel, host.dtype, false);
+    staging = AddNode(NodeKind::kH2D, hcopy_, -1, b, m, {input}, {staged},
+                      absl::StrCat("H2D ", suffix));
+    input = staged;
+  }
   if (p_.copy_in_out) {
     const int in = AddBuffer(absl::StrCat("ag_in.", suffix), BufferRole::kCopy,
-                             b, g_.buffers[input].numel, p_.param_dtype, false);
+                             b, g_.buffers[input].numel, g_.buffers[input].dtype, false);
     AddNode(NodeKind::kCopy, ag_, -1, b, m, {input}, {in},
             absl::StrCat("COPY-IN ", suffix));
     input = in;
   }
-  const int out = AddBuffer(absl::StrCat("gathered.", suffix),
-                            BufferRole::kGathered, b, B(b).padded_numel,
-                            p_.param_dtype, false);
+  // The group's shards one after another (NF4: their packings).
+  const GraphBuffer in_buf = g_.buffers[input];
+  const int group = g_.mesh.size(secondary ? kHpzGroup : kDataShardGroup);
+  const int out = AddBuffer(absl::StrCat(B(b).nf4 ? "packed." : "gathered.", suffix),
+                            B(b).nf4 ? BufferRole::kPacked : BufferRole::kGathered, b,
+                            in_buf.numel * group, in_buf.dtype, false);
   const int node = AddNode(NodeKind::kAllGather, ag_, -1, b, m, {input}, {out},
                            absl::StrCat(secondary ? "AG-HPZ " : "AG ", suffix));
   if (secondary) g_.nodes[node].group = kHpzGroup;
   last_gather_ = node;
   if (window_src >= 0) {
     window_edges_.push_back({window_src, node, EdgeKind::kWindow});
+    if (staging >= 0) window_edges_.push_back({window_src, staging, EdgeKind::kWindow});
     if (p_.copy_in_out) {
       window_edges_.push_back({window_src, node - 1, EdgeKind::kWindow});
     }
@@ -371,8 +428,8 @@ int Builder::Gather(int b, Phase phase, int m, int window_src, int host_src) {
   if (phase == kFwd && Hpz(b)) {
     // Keep this rank's hpZ slice of the gathered bucket for the backward.
     hpz_[b] = AddBuffer(absl::StrCat("hpz.", suffix), BufferRole::kHpzShard, b,
-                        B(b).padded_numel / g_.mesh.size(kHpzGroup), p_.param_dtype,
-                        false);
+                        g_.buffers[out].numel / g_.mesh.size(kHpzGroup),
+                        g_.buffers[out].dtype, false);
     const int copy = AddNode(NodeKind::kCopy, ag_, -1, b, m, {out}, {hpz_[b]},
                              absl::StrCat("HPZ-COPY ", suffix));
     g_.nodes[copy].group = kHpzGroup;
@@ -388,6 +445,16 @@ int Builder::CopyOut(int b, int gathered, Phase phase, int m) {
                             b, B(b).padded_numel, p_.param_dtype, false);
   AddNode(NodeKind::kCopy, kComputeStream, -1, b, m, {gathered}, {out},
           absl::StrCat("COPY-OUT ", suffix));
+  return out;
+}
+
+int Builder::Dequantize(int b, int packed, Phase phase, int m) {
+  const std::string suffix =
+      absl::StrCat(B(b).name, phase == kFwd ? " fwd" : " bwd", Tag(m));
+  const int out = AddBuffer(absl::StrCat("gathered.", suffix), BufferRole::kGathered, b,
+                            B(b).padded_numel, p_.param_dtype, false);
+  AddNode(NodeKind::kDequantize, kComputeStream, -1, b, m, {packed}, {out},
+          absl::StrCat("DQ ", suffix));
   return out;
 }
 
@@ -421,6 +488,8 @@ void Builder::GatherAhead(Phase phase, int m, int k, int& issued) {
                          ? last_consumer_[bucket(j - p_.host_limit)]
                          : -1;
     view_[bucket(j)] = Gather(bucket(j), phase, m, wsrc, hsrc);
+    // A frozen bucket's adapters come with it.
+    if (const int a = B(bucket(j)).adapters; a >= 0) view_[a] = Gather(a, phase, m, wsrc, hsrc);
     // A later micro-step gathers a bucket only after the previous
     // micro-step reduced it: the reduction's buffers can then give their
     // bytes to this gather (one comm stream gets this order from FIFO).
@@ -441,7 +510,10 @@ void Builder::Forward(int m) {
     if (b >= 0) {
       const int k = pos_[b];
       GatherAhead(kFwd, m, k, issued);
-      if (B(b).units.front() == u) view_[b] = CopyOut(b, view_[b], kFwd, m);
+      if (B(b).units.front() == u) {
+        view_[b] = ComputeSide(b, view_[b], kFwd, m);
+        if (const int a = B(b).adapters; a >= 0) view_[a] = CopyOut(a, view_[a], kFwd, m);
+      }
     }
     const int node = AddNode(NodeKind::kForward, kComputeStream, u, -1, m, ParamReads(u, view_),
                              {}, absl::StrCat("F ", layout_.units[u].name, Tag(m)));
@@ -465,9 +537,13 @@ void Builder::Backward(int m) {
       const int k = n - 1 - pos_[b];
       if (p_.reshard_after_forward && !p_.all_reduce) {
         GatherAhead(kBwd, m, k, issued);
-        if (B(b).units.back() == u) view_[b] = CopyOut(b, view_[b], kBwd, m);
+        if (B(b).units.back() == u) {
+          view_[b] = ComputeSide(b, view_[b], kBwd, m);
+          if (const int a = B(b).adapters; a >= 0) view_[a] = CopyOut(a, view_[a], kBwd, m);
+        }
       } else {
         view_[b] = fwd_view_[b];
+        if (const int a = B(b).adapters; a >= 0) view_[a] = fwd_view_[a];
       }
     }
     const std::vector<int> reads = ParamReads(u, view_);
@@ -476,13 +552,19 @@ void Builder::Backward(int m) {
         unit.kind == UnitKind::kBlock &&
         (p_.recompute_blocks < 0 || unit.block < p_.recompute_blocks);
     if (recompute) {
-      AddNode(NodeKind::kRecompute, kComputeStream, u, -1, m, reads, {},
-              absl::StrCat("R ", unit.name, Tag(m)));
+      const bool selective = p_.recompute == Recompute::kSelective;
+      const int r = AddNode(NodeKind::kRecompute, kComputeStream, u, -1, m, reads, {},
+                            absl::StrCat(selective ? "R-ATTN " : "R ", unit.name, Tag(m)));
+      g_.nodes[r].recompute = p_.recompute;
     }
     // Gradient buffers this backward writes, and accumulate flags.
     std::vector<int> writes;
     std::vector<bool> acc;
     for (const ParamRef& ref : layout_.unit_params[u]) {
+      if (B(ref.bucket).params[ref.slot].frozen) {
+        acc.push_back(false);  // no gradient
+        continue;
+      }
       int& gb = grad_[ref.bucket];
       if (gb < 0) {
         const Bucket& bk = B(ref.bucket);
@@ -510,7 +592,14 @@ void Builder::Backward(int m) {
         if (src >= 0) window_edges_.push_back({src, node, EdgeKind::kWindow});
       }
       last_consumer_[b] = node;
-      if (reduce_now && B(b).units.front() == u) reducer_[b] = Reduce(b, m);
+      if (reduce_now && B(b).units.front() == u) {
+        // A frozen bucket's adapters are reduced in its place.
+        const int rb = B(b).frozen ? B(b).adapters : b;
+        if (rb >= 0 && grad_[rb] >= 0) {
+          reducer_[b] = Reduce(rb, m);
+          window_src_[b] = window_src_[rb];
+        }
+      }
     }
   }
   const int r = layout_.resident_bucket;
@@ -565,8 +654,12 @@ int Builder::Reduce(int b, int m) {
 
 void Builder::HostOptimizer(int b, int m) {
   const std::string& name = B(b).name;
-  std::vector<int> reads = {host_grad_[b], master_[b], m1_[b], m2_[b]};
-  std::vector<int> writes = {master_[b], m1_[b], m2_[b]};
+  std::vector<int> reads = {host_grad_[b], master_[b]};
+  std::vector<int> writes = {master_[b]};
+  for (int m : Moments(b)) {
+    reads.push_back(m);
+    writes.push_back(m);
+  }
   if (p_.zenflow) {
     reads.push_back(accum_[b]);
     writes.push_back(accum_[b]);
@@ -578,7 +671,11 @@ void Builder::HostOptimizer(int b, int m) {
 }
 
 void Builder::Optimizer() {
-  std::vector<int> order(fwd_order_.rbegin(), fwd_order_.rend());
+  std::vector<int> order;
+  for (auto it = fwd_order_.rbegin(); it != fwd_order_.rend(); ++it) {
+    order.push_back(*it);  // frozen: never reduced, skipped below
+    if (B(*it).adapters >= 0) order.push_back(B(*it).adapters);
+  }
   if (layout_.resident_bucket >= 0) order.push_back(layout_.resident_bucket);
   for (int b : order) {
     if (final_reduce_[b] < 0) continue;  // a bucket no unit reads
@@ -603,9 +700,14 @@ void Builder::Optimizer() {
       HostOptimizer(b, p_.micro_steps - 1);
       continue;
     }
-    AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, p_.micro_steps - 1,
-            {gshard_[b], master_[b], m1_[b], m2_[b]},
-            {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", B(b).name));
+    std::vector<int> reads = {gshard_[b], master_[b]};
+    std::vector<int> writes = {master_[b]};
+    for (int m : Moments(b)) {
+      reads.push_back(m);
+      writes.push_back(m);
+    }
+    AddNode(NodeKind::kOptimizer, kComputeStream, -1, b, p_.micro_steps - 1, reads, writes,
+            absl::StrCat("OPT ", B(b).name));
     AddNode(NodeKind::kCast, kComputeStream, -1, b, p_.micro_steps - 1, {master_[b]},
             {shard_[b]}, absl::StrCat("CAST ", B(b).name));
   }
@@ -838,10 +940,47 @@ Status VerifyOffloadNode(const StepGraph& g, int v,
   if (n.kind == NodeKind::kAllGather || n.kind == NodeKind::kCopy) {
     for (int r : n.reads) {
       if (g.buffers[r].role != BufferRole::kShard) continue;
+      if (g.layout.buckets[g.buffers[r].bucket].frozen) continue;  // stays on the device
       const int w = last_writer[r];
       if (w < 0 || g.nodes[w].kind != NodeKind::kH2D) {
         return fail(n.name, " gathers ", g.buffers[r].name,
                     " that no H2D brought from the host this step");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Frozen buckets are never reduced or updated; a dequantize reads a packing
+// that an all-gather wrote and writes gathered weights; compute never reads
+// a packing.
+Status VerifyFrozenNode(const StepGraph& g, int v, const std::vector<int>& last_writer) {
+  const Node& n = g.nodes[v];
+  auto fail = [](auto&&... parts) {
+    return absl::FailedPreconditionError(absl::StrCat("step graph: ", parts...));
+  };
+  const bool touches_state =
+      n.kind == NodeKind::kReduceScatter || n.kind == NodeKind::kOptimizer ||
+      n.kind == NodeKind::kCast || n.kind == NodeKind::kD2H || n.kind == NodeKind::kAccumulate ||
+      (n.kind == NodeKind::kAllReduce && !n.reads.empty() &&
+       g.buffers[n.reads[0]].role != BufferRole::kColumnNorms);
+  if (touches_state && n.bucket >= 0 && g.layout.buckets[n.bucket].frozen) {
+    return fail(n.name, " reduces or updates frozen bucket ", g.layout.buckets[n.bucket].name);
+  }
+  if (n.kind == NodeKind::kDequantize) {
+    const int in = n.reads.empty() ? -1 : n.reads[0];
+    const int w = in >= 0 ? last_writer[in] : -1;
+    if (in < 0 || g.buffers[in].role != BufferRole::kPacked || w < 0 ||
+        g.nodes[w].kind != NodeKind::kAllGather || n.writes.size() != 1 ||
+        g.buffers[n.writes[0]].role != BufferRole::kGathered) {
+      return fail(n.name, " does not dequantize a packing an all-gather wrote into gathered "
+                          "weights");
+    }
+  }
+  if (IsCompute(n.kind)) {
+    for (int r : n.reads) {
+      if (g.buffers[r].role == BufferRole::kPacked) {
+        return fail(n.name, " reads the packing ", g.buffers[r].name, " without a dequantize");
       }
     }
   }
@@ -883,6 +1022,7 @@ Status VerifyStepGraph(const StepGraph& g) {
   for (int v = 0; v < nn; ++v) {
     const Node& n = g.nodes[v];
     BATON_RETURN_IF_ERROR(VerifyOffloadNode(g, v, last_writer));
+    BATON_RETURN_IF_ERROR(VerifyFrozenNode(g, v, last_writer));
     const bool replica_ar =
         n.kind == NodeKind::kAllReduce && n.group == kReplicaGroup;
     if (n.group == kReplicaGroup &&
@@ -951,7 +1091,8 @@ Status VerifyStepGraph(const StepGraph& g) {
         const int w = last_writer[found];
         const bool gathered =
             w >= 0 && (g.nodes[w].kind == NodeKind::kAllGather ||
-                       g.nodes[w].kind == NodeKind::kCopy);
+                       g.nodes[w].kind == NodeKind::kCopy ||
+                       g.nodes[w].kind == NodeKind::kDequantize);
         const bool whole = g.policy.all_reduce &&
                            g.buffers[found].role == BufferRole::kShard;
         if (!gathered && !whole) {

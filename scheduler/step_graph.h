@@ -63,6 +63,22 @@
 // barrier, ordered by events the graph does not hold (optim/zenflow_state.h), on
 // either kind of device.
 //
+// Frozen buckets (LoRA's base; layout.h): one persistent buffer each, the
+// shard (in the parameter dtype, or NF4-packed as fp32 words; on the host
+// under offload = params, copied to a kStagedShard by an H2D before each
+// gather); gathered
+// like any other bucket (never uploaded under offload: a frozen shard stays
+// on the device), never reduced, no optimizer or cast. A frozen bucket's
+// adapter bucket is gathered right after it with the same window and
+// limiter, and reduced (its gradients only) where the frozen bucket would
+// have been, so the reduce window counts units as before. A backward node
+// writes no gradient of a frozen parameter (its grad_accumulate entry is
+// false and unused). NF4 buckets: the gather moves the packed shards into
+// a kPacked buffer, and "DQ" (kDequantize, compute stream) writes the
+// gathered weights in the parameter dtype right before the bucket's first
+// compute of each phase (where FSDP2's copy-out would be), so the compute
+// stream waits for the gather only when it needs the weights.
+//
 // Plain data; immutable once built; safe to share between threads.
 #ifndef BATON_SCHEDULER_STEP_GRAPH_H_
 #define BATON_SCHEDULER_STEP_GRAPH_H_
@@ -94,6 +110,7 @@ enum class NodeKind {
   kCast,        // fp32 master shard -> parameter-dtype gather input
   kD2H,         // offload: gradient shard -> host gradient shard
   kH2D,         // offload: host parameter shard -> device shard
+  kDequantize,  // compute stream: gathered NF4 packing -> gathered weights
   // Parallel graphs (scheduler/parallel_graph.h):
   kSend,            // an activation (gradient) to another pipeline stage
   kRecv,            // ... from another pipeline stage
@@ -126,6 +143,13 @@ enum class BufferRole {
   kHostAccum,    // persistent, host (zenflow): unselected gradient sums,
                  // two shards (by update window parity)
   kStage,        // persistent, device (zenflow): H2D staging of the host shard
+  kStagedShard,  // transient (offload params): a frozen shard an H2D copied
+                 // from the host for one gather
+  kPacked,       // transient: a frozen NF4 bucket's gathered packing (fp32
+                 // words: scheduler/nf4_layout.h, one packing per shard)
+  kMoments8bit,  // persistent (adamw8bit, instead of kMoment1 / kMoment2):
+                 // both moments' 8-bit codes and block absmax, as fp32 words
+                 // (scheduler/optimizer_state.h); on the host under offload
   kActivation,   // transient (parallel graphs): an activation a tensor-
                  // parallel collective or a pipeline send / receive moves
   kActivationGrad,  // transient (parallel graphs): its gradient
@@ -212,6 +236,9 @@ struct Node {
   // Peer emulation (Policy::host_limit): the host blocks until this node has
   // completed before issuing this one; -1: never.
   int host_wait = -1;
+  // kRecompute: the whole block's forward (full) or only its attention
+  // core (selective), as Policy::recompute says. Named "R" / "R-ATTN".
+  Recompute recompute = Recompute::kFull;
   // Parallel graphs (scheduler/parallel_graph.h):
   uint8_t segments = 0;  // compute: the block segments it covers (0: the whole unit)
   int chunk = 0;     // the model chunk (virtual stage) of this rank it serves
@@ -314,7 +341,9 @@ StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,
 // nodes and the host-link copies, host-stream nodes touch only host buffers,
 // every optimizer reads a host gradient that a D2H of its bucket copied this
 // step, and every gather of a device shard reads one that an H2D wrote this
-// step. FailedPrecondition naming the first violation.
+// step (frozen shards stay on the device). No frozen bucket is reduced or
+// updated; every dequantize reads a packing an all-gather wrote, and no
+// compute reads a packing. FailedPrecondition naming the first violation.
 Status VerifyStepGraph(const StepGraph& graph);
 
 }  // namespace baton::scheduler

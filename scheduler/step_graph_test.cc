@@ -211,6 +211,73 @@ TEST(StreamsTest, CommStreamsHaveTheirOwnTagsBelowTheTrainers) {
   EXPECT_EQ(StreamFor(StreamClass::kCompute, true), kComputeStream);
 }
 
+// NF4 base weights (QLoRA): a frozen block bucket's gathers move its packed
+// shards (4.127 bits a parameter: about a quarter of bf16), and a DQ node
+// on the compute stream writes the weights just before the bucket's first
+// compute of each phase; the adapters are gathered with it and reduced.
+// Under every preset that shards (hpZ's secondary packings, FSDP2's copies,
+// the frozen shards on the host under offload = params) the invariants
+// hold.
+TEST(StepGraphTest, Nf4BucketsGatherPackedAndDequantizeOnTheComputeSide) {
+  ModelSpec spec = Micro(false);
+  spec.hidden = 128;
+  spec.intermediate = 256;
+  spec.head_dim = 32;
+  for (const char* name : {"baton", "yafsdp", "fsdp1", "fsdp2", "zero3", "hsdp", "zeropp",
+                           "zero_offload", "params"}) {
+    SCOPED_TRACE(name);
+    const bool params = std::string(name) == "params";
+    Policy p = *PolicyPreset(params ? "zero_offload" : name);
+    if (params) p.offload = Offload::kParams;
+    if (p.shard_group > 0) p.shard_group = 2;
+    if (p.hpz_group > 0) p.hpz_group = 2;
+    p.layout.lora_rank = 4;
+    p.layout.base_dtype = BaseDtype::kNf4;
+    p.recompute_blocks = 1;
+    if (p.layout.bucket_policy == BucketPolicy::kMerge) {
+      // zero3's 5e7-element buckets and 1e5-element resident rule would
+      // hold this small model in one bucket with the embedding (kept in
+      // bf16, as QLoRA keeps it) and resident matrices.
+      p.layout.merge_target_bytes = 300000;
+      p.layout.resident_max_numel = 1000;
+    }
+    auto g = BuildStepGraph(spec, p, 4);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(VerifyStepGraph(*g).ok()) << VerifyStepGraph(*g);
+    int dq = 0, nf4_gathers = 0, adapter_reduces = 0, staged = 0;
+    for (size_t i = 0; i < g->nodes.size(); ++i) {
+      const Node& n = g->nodes[i];
+      if (n.bucket < 0) continue;
+      const Bucket& bk = g->layout.buckets[n.bucket];
+      if (n.kind == NodeKind::kDequantize) {
+        ++dq;
+        EXPECT_TRUE(n.stream.is_compute());
+        // The next compute node reads what it wrote.
+        size_t j = i + 1;
+        while (j < g->nodes.size() && !IsCompute(g->nodes[j].kind)) ++j;
+        ASSERT_LT(j, g->nodes.size());
+        const auto& reads = g->nodes[j].reads;
+        EXPECT_NE(std::find(reads.begin(), reads.end(), n.writes[0]), reads.end()) << n.name;
+      }
+      if (n.kind == NodeKind::kAllGather && bk.nf4) {
+        ++nf4_gathers;
+        const double bytes = static_cast<double>(g->buffers[n.writes[0]].bytes());
+        const double bf16 = 2.0 * static_cast<double>(bk.padded_numel);
+        EXPECT_NEAR(bytes / bf16, 4.127 / 16, 0.002) << n.name;
+      }
+      if (n.kind == NodeKind::kH2D && bk.frozen) ++staged;
+      if (n.kind == NodeKind::kReduceScatter) {
+        EXPECT_FALSE(bk.frozen) << n.name;
+        ++adapter_reduces;
+      }
+    }
+    EXPECT_GT(dq, 0);
+    EXPECT_GT(nf4_gathers, 0);
+    EXPECT_GT(adapter_reduces, 0);
+    EXPECT_EQ(staged > 0, params);
+  }
+}
+
 TEST(StepGraphTest, BadPolicyIsRefused) {
   Policy p = Preset("baton");
   p.micro_steps = 0;

@@ -82,12 +82,32 @@ StatusOr<double> ComputeModel::Op(const char* op, double bytes,
   return s * memory_scale_;
 }
 
-KernelSum ComputeModel::Optimizer(double params) const {
+KernelSum ComputeModel::Optimizer(double params, double adam_traffic) const {
   KernelSum k;
   k.Add(Copy(params * 4), launch_s_);      // gradient norm: read fp32 grad
   k.Add(Copy(params * 8), launch_s_);      // clip: scale it in place
-  k.Add(t_->AdamwSeconds(params) * memory_scale_, launch_s_);
+  k.Add(t_->AdamwSeconds(params) * memory_scale_ * adam_traffic, launch_s_);
   return k;
+}
+
+void ComputeModel::AddLora(int64_t rank, uint32_t targets) {
+  const double r = static_cast<double>(rank), T = T_, L = launch_s_;
+  // [out, in] of q, k, v, o, gate, up, down (scheduler/layout.h order).
+  const double shapes[7][2] = {{q_, h_}, {kv_, h_}, {kv_, h_}, {h_, q_},
+                               {F_, h_}, {F_, h_}, {h_, F_}};
+  for (int t = 0; t < 7; ++t) {
+    if (!(targets & (1u << t))) continue;
+    const double out = shapes[t][0], in = shapes[t][1];
+    block_fwd_.Add(Gemm(T, r, in), L);      // u = x A^T
+    block_fwd_.Add(Copy(T * r * 4), L);     // u *= alpha / r
+    block_fwd_.Add(Gemm(T, out, r), L);     // y += u B^T
+    KernelSum& z = block_bwd_frozen_;
+    z.Add(Gemm(T, r, out), L);    // du = dy B
+    z.Add(Gemm(out, r, T), L);    // dB = dy^T u
+    z.Add(Copy(T * r * 4), L);    // du *= alpha / r
+    z.Add(Gemm(r, in, T), L);     // dA = du^T x
+    z.Add(Gemm(T, in, r), L);     // dx += du A
+  }
 }
 
 KernelSum ComputeModel::CopyBytes(double bytes) const {
@@ -169,6 +189,7 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
     f.Add(rope_k, L);
   }
   f.Add(attn_f, L);
+  c.attn_core_fwd_.Add(attn_f, L);
   f.Add(c.Gemm(T, h, H * d), L);
   f.Add(residual, L);
   f.Add(norm_f, L);
@@ -197,6 +218,26 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
   g.Add(c.Gemm(h, qkv, T), L);
   g.Add(norm_b, L);
   c.block_bwd_acc_ = g;
+  KernelSum& z = c.block_bwd_frozen_;  // g without the wgrad GEMMs
+  z.Add(residual, L);
+  z.Add(c.Gemm(T, F, h), L);
+  z.Add(glu_b, L);
+  z.Add(c.Gemm(T, h, 2 * F), L);
+  z.Add(norm_b, L);
+  z.Add(residual, L);
+  z.Add(c.Gemm(T, H * d, h), L);
+  z.Add(attn_b, L);
+  for (int i = 0; i < rope_passes; ++i) {
+    z.Add(rope_q, L);
+    z.Add(rope_k, L);
+  }
+  z.Add(c.Gemm(T, h, qkv), L);
+  z.Add(norm_b, L);
+  c.T_ = T;
+  c.h_ = h;
+  c.F_ = F;
+  c.q_ = H * d;
+  c.kv_ = G * d;
   // One add per parameter tensor (2 norms + q, k, v, o, gate, up, down)
   // of bf16 gradients: read both, write one.
   const double sizes[] = {h, h, H * d * h, G * d * h, G * d * h, H * d * h,
@@ -216,6 +257,8 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
   c.head_bwd_.Add(ce_b, L);
   c.head_bwd_.Add(c.Gemm(T, h, V), L);
   c.head_bwd_.Add(c.Gemm(h, V, T), L);
+  c.head_bwd_frozen_.Add(ce_b, L);
+  c.head_bwd_frozen_.Add(c.Gemm(T, h, V), L);
   c.head_bwd_in_.Add(ce_b, L);
   c.head_bwd_in_.Add(c.Gemm(T, h, V), L);
   c.head_bwd_w_.Add(c.Gemm(h, V, T), L);

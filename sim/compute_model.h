@@ -217,15 +217,31 @@ class ComputeModel {
                                        const ShardShape& shard = {});
 
   KernelSum BlockForward() const { return block_fwd_; }
+  // The attention core's forward alone (selective recompute).
+  KernelSum AttentionCoreForward() const { return attn_core_fwd_; }
   KernelSum BlockBackward(bool accumulate) const {
     return accumulate ? block_bwd_acc_ : block_bwd_;
   }
+  // The backward of a block whose weights are frozen (LoRA's base): the
+  // dgrads only, no wgrad GEMMs (plus the adapters' GEMMs after AddLora).
+  KernelSum BlockBackwardFrozen() const { return block_bwd_frozen_; }
+  // LoRA adapters of `rank` on the targeted matrices (scheduler/layout.h
+  // kAllLoraTargets bits): each matrix [out, in] adds to the block's
+  // forward x A^T (T x rank x in), the alpha / rank scale, and (.) B^T
+  // (T x out x rank); to the frozen backward the dgrads and wgrads of both
+  // and the scale. Call once, after Create.
+  void AddLora(int64_t rank, uint32_t targets);
   KernelSum EmbeddingForward() const { return emb_fwd_; }
   KernelSum EmbeddingBackward() const { return emb_bwd_; }
   KernelSum FinalNormForward() const { return norm_fwd_; }
   KernelSum FinalNormBackward() const { return norm_bwd_; }
   KernelSum LmHeadForward() const { return head_fwd_; }
   KernelSum LmHeadBackward() const { return head_bwd_; }
+  KernelSum LmHeadBackwardFrozen() const { return head_bwd_frozen_; }  // no wgrad
+  // The optimizer over `params` elements: gradient norm, clip, fused AdamW
+  // (the table's), its memory traffic times `adam_traffic` (adamw8bit
+  // moves 18 bytes a parameter where fp32 AdamW moves 30: 0.6).
+  KernelSum Optimizer(double params, double adam_traffic = 1.0) const;
   // The block by segments (always computed; with the default stack and
   // shard BlockForward / BlockBackward(false) are their sums up to
   // rounding). Backward without gradient-accumulation adds: Megatron's
@@ -236,7 +252,6 @@ class ComputeModel {
   // whole backward is its weight part; the final norm's its input part.
   KernelSum LmHeadBackwardInput() const { return head_bwd_in_; }
   KernelSum LmHeadBackwardWeight() const { return head_bwd_w_; }
-  KernelSum Optimizer(double params) const;
   // One device copy kernel moving `bytes` (read + write counted).
   KernelSum CopyBytes(double bytes) const;
 
@@ -262,6 +277,10 @@ class ComputeModel {
 
   const KernelTable* t_;
   double compute_scale_ = 1, memory_scale_ = 1, launch_s_ = 0, copy_Bps_ = 1;
+  KernelSum attn_core_fwd_, block_bwd_frozen_, head_bwd_frozen_;
+  // The model's dimensions (AddLora): tokens, hidden, FFN, heads x head
+  // dim, KV heads x head dim.
+  double T_ = 0, h_ = 0, F_ = 0, q_ = 0, kv_ = 0;
   KernelSum block_fwd_, block_bwd_, block_bwd_acc_, emb_fwd_, emb_bwd_,
       norm_fwd_, norm_bwd_, head_fwd_, head_bwd_, head_bwd_in_, head_bwd_w_;
   BlockSegments seg_;

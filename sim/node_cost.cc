@@ -88,17 +88,25 @@ NodeCost NodeCoster::Cost(const Node& n) const {
       return time(k_.CopyBytes(2 * buffer_bytes(n.writes[0])));
     case NodeKind::kAccumulate:
       return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
-    case NodeKind::kOptimizer:
-      if (g_.parallel()) {  // the shard of this rank's tensor slice
-        return time(k_.Optimizer(static_cast<double>(g_.buffers[n.reads[0]].numel)));
-      }
-      return time(
-          k_.Optimizer(static_cast<double>(g_.layout.buckets[n.bucket].shard_numel)));
+    case NodeKind::kOptimizer: {
+      // The fused 8-bit AdamW (ops/adamw8bit.h) reads and writes the master
+      // (4 + 4), the codes (2 + 2), reads the gradient (4), writes the
+      // param (2): 18 bytes a parameter, fp32 AdamW 30 (8 + 8 moments).
+      const double traffic =
+          g_.policy.optimizer == scheduler::OptimizerKind::kAdamW8bit ? 18.0 / 30 : 1.0;
+      // A parallel graph's: the shard of this rank's tensor slice.
+      const double params =
+          g_.parallel() ? static_cast<double>(g_.buffers[n.reads[0]].numel)
+                        : static_cast<double>(g_.layout.buckets[n.bucket].shard_numel);
+      return time(k_.Optimizer(params, traffic));
+    }
     case NodeKind::kCast:  // read fp32, write the parameter dtype
       return time(k_.CopyBytes(3 * buffer_bytes(n.writes[0])));
     case NodeKind::kD2H:
     case NodeKind::kH2D:
       return NodeCost{};  // priced by OffloadNodeSeconds
+    case NodeKind::kDequantize:  // read the packing, write the weights
+      return time(k_.CopyBytes(buffer_bytes(n.reads[0]) + buffer_bytes(n.writes[0])));
   }
   return NodeCost{};
 }
@@ -106,18 +114,33 @@ NodeCost NodeCoster::Cost(const Node& n) const {
 NodeCost NodeCoster::ComputeCost(const Node& n) const {
   const bool bwd = n.kind == NodeKind::kBackward;
   KernelSum k;
+  if (n.kind == NodeKind::kRecompute && n.recompute == scheduler::Recompute::kSelective) {
+    NodeCost cost;  // the attention core's forward only
+    cost.latency_s = k_.AttentionCoreForward().seconds;
+    return cost;
+  }
+  // LoRA's frozen base: no weight gradients (the adapters' are in the
+  // block's frozen backward).
+  const int own = g_.layout.unit_bucket[n.unit];
+  const bool frozen = own >= 0 && g_.layout.buckets[own].frozen;
   switch (g_.layout.units[n.unit].kind) {
     case UnitKind::kBlock: {
       bool acc = false;
       for (bool a : n.grad_accumulate) acc |= a;
-      k = bwd ? WithGradientCopy(k_.BlockBackward(acc), n.unit) : k_.BlockForward();
+      k = !bwd     ? k_.BlockForward()
+          : frozen ? k_.BlockBackwardFrozen()
+                   : WithGradientCopy(k_.BlockBackward(acc), n.unit);
       break;
     }
     case UnitKind::kLmHead:
-      k = bwd ? WithGradientCopy(k_.LmHeadBackward(), n.unit) : k_.LmHeadForward();
+      k = !bwd     ? k_.LmHeadForward()
+          : frozen ? k_.LmHeadBackwardFrozen()
+                   : WithGradientCopy(k_.LmHeadBackward(), n.unit);
       break;
-    case UnitKind::kEmbedding:
-      k = bwd ? WithGradientCopy(k_.EmbeddingBackward(), n.unit) : k_.EmbeddingForward();
+    case UnitKind::kEmbedding:  // frozen: no backward work at all
+      k = !bwd ? k_.EmbeddingForward()
+          : frozen ? KernelSum{}
+                   : WithGradientCopy(k_.EmbeddingBackward(), n.unit);
       break;
     case UnitKind::kFinalNorm:
       k = bwd ? k_.FinalNormBackward() : k_.FinalNormForward();

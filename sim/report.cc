@@ -25,6 +25,7 @@ const char* Colour(NodeKind k) {
     case NodeKind::kAccumulate: return "#b07aa1";
     case NodeKind::kOptimizer:
     case NodeKind::kCast: return "#76b7b2";
+    case NodeKind::kDequantize: return "#b6992d";
     case NodeKind::kD2H:
     case NodeKind::kH2D: return "#e15759";
     case NodeKind::kSend:

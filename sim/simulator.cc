@@ -102,7 +102,11 @@ double StateBytes(const StepGraph& g) {
   double bytes = 0;
   for (const GraphBuffer& b : g.buffers) {
     if (!b.persistent) continue;
-    if (fp32_shard_only && b.role == scheduler::BufferRole::kShard) continue;
+    // (A frozen bucket's shard is its only copy of the weights.)
+    if (fp32_shard_only && b.role == scheduler::BufferRole::kShard &&
+        !g.layout.buckets[b.bucket].frozen) {
+      continue;
+    }
     if (b.host) continue;  // offload: host memory (StepGraph::host_bytes)
     if (low_precision_grad && b.role == scheduler::BufferRole::kGradShard) {
       bytes += static_cast<double>(b.numel) * DataTypeSize(g.policy.param_dtype);
@@ -135,7 +139,8 @@ double AllocatorReserveBytes(const StepGraph& g) {
 
 MemoryBreakdown StepMemory(const StepGraph& g, const ClusterSpec& cluster,
                            const Workload& workload) {
-  MemoryBreakdown m = ActivationMemory(g.layout.spec, workload, g.policy.recompute_blocks);
+  MemoryBreakdown m = ActivationMemory(g.layout.spec, workload, g.policy.recompute_blocks,
+                                       g.policy.recompute);
   m.states = StateBytes(g);
   m.arena = static_cast<double>(g.plan.arena_bytes);
   m.reserved = cluster.reserved_gib * 1073741824.0 + AllocatorReserveBytes(g);
@@ -253,14 +258,22 @@ double ExpectedMaxOfNormals(int n) {
 }
 
 MemoryBreakdown ActivationMemory(const ModelSpec& m, const Workload& w,
-                                 int recompute_blocks) {
+                                 int recompute_blocks, scheduler::Recompute mode) {
   MemoryBreakdown mem;
-  const double sbh = static_cast<double>(w.seq) * w.micro_batch * m.hidden;
+  const double sb = static_cast<double>(w.seq) * w.micro_batch;
+  const double sbh = sb * m.hidden;
   const int64_t recomputed =
       recompute_blocks < 0 ? m.layers : std::min<int64_t>(recompute_blocks, m.layers);
-  mem.activations = recomputed * 2 * sbh + (m.layers - recomputed) * 34 * sbh +
-                    2 * sbh;  // the embedding output
-  if (recomputed > 0) mem.activations += 34 * sbh;  // one block rebuilt
+  if (mode == scheduler::Recompute::kSelective) {
+    // The attention core's output and its fp32 softmax statistics.
+    const double core = sb * m.heads * m.head_dim * 2 + sb * m.heads * 4;
+    mem.activations = m.layers * 34 * sbh - recomputed * core + 2 * sbh;
+    if (recomputed > 0) mem.activations += core;  // one block's, rebuilt
+  } else {
+    mem.activations = recomputed * 2 * sbh + (m.layers - recomputed) * 34 * sbh +
+                      2 * sbh;  // the embedding output
+    if (recomputed > 0) mem.activations += 34 * sbh;  // one block rebuilt
+  }
   mem.logits = static_cast<double>(w.seq) * w.micro_batch * m.vocab * 6;
   return mem;
 }
@@ -283,11 +296,14 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
     table = &*preset;
   }
   BATON_ASSIGN_OR_RETURN(
-      const ComputeModel kernels,
+      ComputeModel kernels,
       ComputeModel::Create(*table, cluster, graph.layout.spec,
                            workload.seq * workload.micro_batch,
                            workload.micro_batch, workload.seq,
                            options.attention));
+  if (graph.layout.options.lora_rank > 0) {
+    kernels.AddLora(graph.layout.options.lora_rank, graph.layout.options.lora_targets);
+  }
   BATON_ASSIGN_OR_RETURN(SimResult r, RunStep(graph, cluster, options, kernels));
   // Stragglers: each rank's compute varies by straggler_cv, and every rank
   // waits for the slowest one at the step's collectives.
@@ -355,7 +371,7 @@ StatusOr<SimResult> SimulatePolicy(const ModelSpec& model,
                          AllocatorReserveBytes(g0);
     int chosen = -1;
     for (int n = 0; n <= model.layers; ++n) {
-      const MemoryBreakdown a = ActivationMemory(model, workload, n);
+      const MemoryBreakdown a = ActivationMemory(model, workload, n, policy.recompute);
       if (fixed + a.activations + a.logits <= cluster.memory_gib * 1073741824.0) {
         chosen = n;
         break;

@@ -76,8 +76,14 @@
 // (AllocatorReserveBytes). Activations
 // per block and sequence: 34 s h bytes (Korthikanti et al., with flash
 // attention, which does not keep the s^2 scores), or 2 s h for a block that
-// is recomputed; the backward of a recomputed block holds one block's full
-// activations again.
+// is recomputed in full; the backward of a recomputed block holds one
+// block's full activations again. Selective recompute (attention core only,
+// Policy::recompute): the block keeps all but the core's output (2 s h,
+// for heads x head_dim = h; the output projection's input) and its fp32
+// softmax statistics (4 s a), which its backward rebuilds for one block at
+// a time by running the core's forward again (with flash attention the
+// s^2 scores are not kept either way, so selective saves 2 s h + 4 s a of
+// 34 s h; without flash it would also save Korthikanti's 5 a s^2).
 #ifndef BATON_SIM_SIMULATOR_H_
 #define BATON_SIM_SIMULATOR_H_
 
@@ -233,9 +239,10 @@ double AllocatorReserveBytes(const scheduler::StepGraph& graph);
 double ExpectedMaxOfNormals(int n);
 
 // Activation + logits bytes per GPU at the peak with the first
-// `recompute_blocks` blocks recomputed (-1: all).
-MemoryBreakdown ActivationMemory(const scheduler::ModelSpec& model,
-                                 const Workload& workload, int recompute_blocks);
+// `recompute_blocks` blocks recomputed (-1: all), in full or selectively.
+MemoryBreakdown ActivationMemory(
+    const scheduler::ModelSpec& model, const Workload& workload, int recompute_blocks,
+    scheduler::Recompute mode = scheduler::Recompute::kFull);
 
 // The step's device memory per GPU at its peak, as the graph's framework
 // keeps it: StateBytes, the planned arena, ActivationMemory at the graph's

@@ -130,6 +130,67 @@ TEST(ConsistencyTest, Fsdp1AndFsdp2KeepNoPersistentBf16Shard) {
   }
 }
 
+// adamw8bit: 2 bytes of moments per parameter instead of 8 (plus one fp32
+// absmax per 2048 elements and moment), so baton's 18 bytes become 12; the
+// step still simulates, with a cheaper optimizer.
+TEST(ConsistencyTest, EightBitAdamWKeepsTwoBytesOfMoments) {
+  const Workload w = Small();
+  const ClusterSpec c = *ClusterPreset("h100");
+  double per_param[2] = {};
+  double step[2] = {};
+  for (int eight = 0; eight < 2; ++eight) {
+    auto policy = SimPolicy("baton", w);
+    ASSERT_TRUE(policy.ok());
+    if (eight) policy->optimizer = scheduler::OptimizerKind::kAdamW8bit;
+    policy->recompute_blocks = -1;
+    auto graph = scheduler::BuildStepGraph(*ModelPreset("llama3-8b"), *policy, w.gpus);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    per_param[eight] = StateBytes(*graph) * w.gpus /
+                       static_cast<double>(scheduler::ParameterCount(graph->layout.spec));
+    auto r = SimulateGraph(*graph, c, w);
+    ASSERT_TRUE(r.ok()) << r.status();
+    step[eight] = r->step_s;
+  }
+  EXPECT_NEAR(per_param[0], 18, 0.05);
+  EXPECT_NEAR(per_param[1], 12 + 8.0 / 2048, 0.05);
+  EXPECT_LE(step[1], step[0]);
+}
+
+// Selective recompute (attention core only) keeps every block's
+// activations but the core's output and statistics: its memory lies
+// between no recompute and full recompute, and so does its step time (one
+// attention forward per block again instead of the whole block).
+TEST(ConsistencyTest, SelectiveRecomputeLiesBetweenNoneAndFull) {
+  const scheduler::ModelSpec m = *ModelPreset("llama3-8b");
+  const Workload w = Small();
+  const double sb = static_cast<double>(w.seq) * w.micro_batch;
+  const double core = sb * m.heads * m.head_dim * 2 + sb * m.heads * 4;
+  const MemoryBreakdown none = ActivationMemory(m, w, 0);
+  const MemoryBreakdown sel = ActivationMemory(m, w, -1, scheduler::Recompute::kSelective);
+  const MemoryBreakdown full = ActivationMemory(m, w, -1, scheduler::Recompute::kFull);
+  EXPECT_DOUBLE_EQ(none.activations - sel.activations, (m.layers - 1) * core);
+  EXPECT_LT(full.activations, sel.activations);
+  EXPECT_NEAR(core / (34 * sb * m.hidden), 2.0 / 34, 0.01);  // 2 s h of 34 s h, + 4 s a
+  double step[3] = {};
+  const ClusterSpec c = *ClusterPreset("h100");
+  int i = 0;
+  for (auto [blocks, mode] : {std::pair<int, scheduler::Recompute>{0, scheduler::Recompute::kFull},
+                              {-1, scheduler::Recompute::kSelective},
+                              {-1, scheduler::Recompute::kFull}}) {
+    auto policy = SimPolicy("baton", w);
+    ASSERT_TRUE(policy.ok());
+    policy->recompute = mode;
+    auto r = SimulatePolicy(m, c, w, *policy, blocks);
+    ASSERT_TRUE(r.ok()) << r.status();
+    step[i++] = r->step_s;
+    if (mode == scheduler::Recompute::kSelective) {
+      EXPECT_DOUBLE_EQ(r->memory.activations, sel.activations);
+    }
+  }
+  EXPECT_LT(step[0], step[1]);
+  EXPECT_LT(step[1], step[2]);
+}
+
 // YaFSDP and baton simulate alike, and that is right for this model: both
 // run the same kernels (gradients computed straight into the buffer that is
 // reduced, no extra copies), both prefetch one bucket, and both move the same

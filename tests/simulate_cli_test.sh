@@ -183,4 +183,33 @@ for mode in --policy=baton --tune; do
   [[ -s "$t/out" ]] && { echo "FAIL attn-head-dim $mode: printed before refusing"; fail=1; }
 done
 check attn-head-dim-table 0 --hf-config="$t/hd160.json" --gpus=8 --global-batch=8 --policy=baton
+# Issue 34: the techniques' flags and --memory. Llama-2 70B QLoRA (rank
+# 64, NF4 base, the base weights offloaded as Answer.AI did) fits two 24 GB
+# GPUs; its --json carries the same W / A / G / O split.
+cluster24="$(dirname "$0")/../sim/data/consumer_24gb.json"
+check qlora-70b 0 --model=llama2-70b --cluster-file="$cluster24" --gpus=2 --seq=2048 \
+  --global-batch=2 --lora-rank=64 --base-dtype=nf4 --offload=params --policy=baton --memory
+grep -q 'memory per GPU (GiB): .* of 24 (fits); host ' "$t/out" ||
+  { echo "FAIL qlora-70b: no fitting memory line"; cat "$t/out"; fail=1; }
+check qlora-70b-json 0 --model=llama2-70b --cluster-file="$cluster24" --gpus=2 --seq=2048 \
+  --global-batch=2 --lora-rank=64 --base-dtype=nf4 --offload=params --policy=baton --json
+tail -n 1 "$t/out" | python3 -c '
+import json, sys
+p = json.loads(sys.stdin.read())["policies"][0]
+m = p["memory"]
+parts = ["weights", "activations", "gradients", "optimizer", "comm_buffers", "reserve"]
+total = sum(m[k + "_bytes"] for k in parts)
+assert abs(total - m["total_bytes"]) < 1 and abs(total - p["peak_memory_bytes"]) < 1, (m, p)
+assert p["fits"] and m["host_weights_bytes"] > 0 and m["optimizer_bytes"] == 0, m
+assert m["trainable_parameters"] < m["parameters"] / 50, m
+' || { echo "FAIL qlora-70b-json"; fail=1; }
+check_msg lora-rank-0 '--lora-rank needs a positive integer, got "0"' --lora-rank=0
+check_msg lora-rank-big 'lora_rank = 9000 is larger than the matrix block0.wq [8192 x 8192]' \
+  --lora-rank=9000 --policy=baton
+check_msg lora-target 'unknown LoRA target "x"' --lora-rank=8 --lora-targets=q,x
+check_msg nf4-trainable '--base-dtype=nf4 freezes the base weights in 4 bits' --base-dtype=nf4
+check_msg lora-alpha-alone '--lora-alpha and --lora-targets need --lora-rank=N' --lora-alpha=8
+printf '{"name": "x", "optimizer": "adamw8bit", "param_dtype": "f16"}' >"$t/p8.json"
+check_msg adamw8bit-f16 'optimizer = adamw8bit keeps an fp32 master' --policy-file="$t/p8.json"
+check_msg optimizer-bad '--optimizer: optimizer must be adamw or adamw8bit' --optimizer=sgd
 exit $fail

@@ -14,7 +14,7 @@ from . import _baton
 __version__ = _baton.__version__
 
 # simulate's bare switches: True gives the flag, False leaves it out.
-_SWITCHES = ("sp", "tp_overlap", "tp_across_nodes")
+_SWITCHES = ("sp", "tp_overlap", "tp_across_nodes", "memory")
 
 __all__ = ["simulate", "tune", "model_from_hf_config", "model", "policy",
            "read_policy", "write_policy"]
@@ -44,7 +44,10 @@ def simulate(**knobs):
     "mfu", ...}, ...]}). Knobs: model or hf_config (a path), cluster,
     cluster_file, gpus, seq, global_batch, micro_batch, policy, compare (a
     list), policy_file, recompute_layers, shard_group, hpz_group, tp, sp,
-    cp, pp, ... (`simulate --help` lists them). The defaults are simulate's.
+    cp, pp, ... (`simulate --help` lists them); the techniques: optimizer,
+    recompute, lora_rank, lora_alpha, lora_targets (a list), base_dtype,
+    offload; memory=True (each policy's "memory" split is in the dict
+    either way). The defaults are simulate's.
     """
     _, text = _baton.simulate_args(_flags(knobs) + ["--json"])
     return _json.loads(text)

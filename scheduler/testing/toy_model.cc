@@ -95,6 +95,7 @@ StepCallbacks ToyModel::Callbacks(int rank) {
       for (size_t k = 0; k < params.size(); ++k) {
         const View& p = params[k];
         const View& g = grads[k];
+        if (g.p == nullptr) continue;  // frozen: no gradient
         for (int64_t i = 0; i < p.n; ++i) {
           const float gi = Grad(rank, m, u, i, LoadAsDouble(p.p, p.t, i), a);
           void* gp = const_cast<void*>(g.p);
@@ -162,7 +163,12 @@ void ToyModel::ReferenceStep(const ModelLayout& layout, int ranks,
   }
   const float scale =
       static_cast<float>(1.0 / (static_cast<double>(ranks) * micro_steps));
+  std::map<std::string, bool> frozen;
+  for (const Bucket& b : layout.buckets) {
+    for (const ParamSlot& s : b.params) frozen[s.name] = s.frozen;
+  }
   for (auto& [name, p] : ref.params) {
+    if (frozen[name]) continue;  // never trained
     const std::vector<float>& g = total[name];
     for (size_t i = 0; i < p.size(); ++i) p[i] = p[i] - 0.0625f * (g[i] * scale);
   }
@@ -172,6 +178,7 @@ std::string ToyModel::CompareShards(Executor& executor, const Reference& ref) {
   const ModelLayout& layout = executor.graph().layout;
   const int rank = executor.shard_rank();
   for (const Bucket& b : layout.buckets) {
+    if (b.frozen) continue;  // no master
     auto shard = executor.ReadMaster(b.id);
     if (!shard.ok()) return shard.status().ToString();
     const int64_t begin = layout.sharding.shard ? rank * b.shard_numel : 0;

@@ -12,7 +12,8 @@
 //   optimizer master_i -= 1/16 * (G_i * grad_scale), G = sum over ranks,
 //             micro-steps and units that read the parameter
 // Every gradient is a small integer, so sums are exact in any order and
-// the sharded result must equal the reference exactly.
+// the sharded result must equal the reference exactly. Frozen parameters
+// (LoRA's base) get no gradient and keep their values.
 #ifndef BATON_SCHEDULER_TESTING_TOY_MODEL_H_
 #define BATON_SCHEDULER_TESTING_TOY_MODEL_H_
 
