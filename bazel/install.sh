@@ -8,6 +8,8 @@
 #   DIR/lib/pkgconfig/baton{,-ucx,-nccl}.pc
 #   DIR/lib/cmake/baton/batonConfig{,Version}.cmake   baton::baton, baton::ucx,
 #                                                  baton::nccl
+#   DIR/lib/python3/dist-packages/baton/           the Python module (docs/python.md;
+#                                                  PYTHONPATH=DIR/lib/python3/dist-packages)
 #   DIR/share/doc/baton/LICENSE
 # A relative DIR is taken from the directory `bazel run` was started in.
 # Bad usage: one line on stderr, exit 2.
@@ -39,7 +41,8 @@ esac
 
 # Inputs are in the runfiles tree, rooted at the current directory.
 for f in libbaton.so libbaton_ucx.so libbaton_nccl.so bazel/baton.pc.in \
-         bazel/batonConfig.cmake.in LICENSE runtime/version.h; do
+         bazel/batonConfig.cmake.in LICENSE runtime/version.h \
+         python/baton/__init__.py python/baton/_baton.so; do
   [ -f "$f" ] || { echo "install: $f is missing from the runfiles" >&2; exit 1; }
 done
 
@@ -91,4 +94,8 @@ else()
 endif()
 CM
 install -m 0644 LICENSE "$prefix/share/doc/baton/LICENSE"
+py="$prefix/lib/python3/dist-packages/baton"
+mkdir -p "$py"
+install -m 0644 python/baton/__init__.py "$py/__init__.py"
+install -m 0755 python/baton/_baton.so "$py/_baton.so"
 echo "installed baton $version into $prefix ($n headers)"

@@ -2,53 +2,68 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/cli/flags.h"
+#include "baton/scheduler/limits.h"
 
 namespace baton::examples {
 namespace {
 
+// `v`, or its refusal prefixed with the flag's name.
 template <class T>
-T OrFail(const char* program, const std::string& flag, const StatusOr<T>& v) {
-  if (!v.ok()) cli::FailUsage(program, absl::StrCat(flag, ": ", v.status().message()));
-  return *v;
+StatusOr<T> Named(const std::string& flag, StatusOr<T> v) {
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", v.status().message()));
+  }
+  return v;
 }
 
 }  // namespace
 
-bool TechniqueFlags::Parse(const std::string& key, const std::string& v) {
+StatusOr<bool> TechniqueFlags::TryParse(const std::string& key, const std::string& v) {
   if (key == "--optimizer") {
-    optimizer = OrFail(program_, key, scheduler::ParseOptimizer(v));
+    BATON_ASSIGN_OR_RETURN(optimizer, Named(key, scheduler::ParseOptimizer(v)));
   } else if (key == "--recompute") {
-    recompute = OrFail(program_, key, scheduler::ParseRecompute(v));
+    BATON_ASSIGN_OR_RETURN(recompute, Named(key, scheduler::ParseRecompute(v)));
   } else if (!adapters_ && (key == "--lora-rank" || key == "--lora-alpha" ||
                              key == "--lora-targets" || key == "--base-dtype")) {
-    cli::FailUsage(program_, absl::StrCat(key, ": this program's model has no LoRA or NF4 "
-                                          "kernels (simulate prices them)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ": this program's model has no LoRA or NF4 kernels (simulate prices them)"));
   } else if (key == "--lora-rank") {
-    lora_rank = static_cast<int>(
-        cli::PositiveFlag(program_, key, v, scheduler::kMaxLoraRank));
+    BATON_ASSIGN_OR_RETURN(const int64_t rank,
+                           cli::ParsePositive(key, v, scheduler::kMaxLoraRank));
+    lora_rank = static_cast<int>(rank);
   } else if (key == "--lora-alpha") {
-    lora_alpha = cli::NumberFlag(program_, key, v, 1e-6, 1e6);
+    BATON_ASSIGN_OR_RETURN(lora_alpha, cli::ParseNumber(key, v, 1e-6, 1e6));
   } else if (key == "--lora-targets") {
-    lora_targets = OrFail(program_, key, scheduler::ParseLoraTargets(v));
+    BATON_ASSIGN_OR_RETURN(lora_targets, Named(key, scheduler::ParseLoraTargets(v)));
   } else if (key == "--base-dtype") {
-    base_dtype = OrFail(program_, key, scheduler::ParseBaseDtype(v));
+    BATON_ASSIGN_OR_RETURN(base_dtype, Named(key, scheduler::ParseBaseDtype(v)));
   } else if (key == "--offload") {
-    offload = OrFail(program_, key, scheduler::ParseOffload(v));
+    BATON_ASSIGN_OR_RETURN(offload, Named(key, scheduler::ParseOffload(v)));
   } else {
     return false;
   }
   return true;
 }
 
-void TechniqueFlags::Check() const {
-  if (lora_rank) return;
+Status TechniqueFlags::TryCheck() const {
+  if (lora_rank) return absl::OkStatus();
   if (base_dtype == scheduler::BaseDtype::kNf4) {
-    cli::FailUsage(program_, "--base-dtype=nf4 freezes the base weights in 4 bits, so it "
-                             "cannot be trained: give --lora-rank=N (the adapters train)");
+    return absl::InvalidArgumentError(
+        "--base-dtype=nf4 freezes the base weights in 4 bits, so it cannot be trained: "
+        "give --lora-rank=N (the adapters train)");
   }
   if (lora_alpha || lora_targets) {
-    cli::FailUsage(program_, "--lora-alpha and --lora-targets need --lora-rank=N");
+    return absl::InvalidArgumentError("--lora-alpha and --lora-targets need --lora-rank=N");
   }
+  return absl::OkStatus();
+}
+
+bool TechniqueFlags::Parse(const std::string& key, const std::string& value) {
+  return cli::ValueOrFail(program_, TryParse(key, value));
+}
+
+void TechniqueFlags::Check() const {
+  if (Status s = TryCheck(); !s.ok()) cli::FailUsage(program_, std::string(s.message()));
 }
 
 bool TechniqueFlags::any() const {
@@ -65,7 +80,6 @@ void TechniqueFlags::Apply(scheduler::Policy& p) const {
   if (base_dtype) p.layout.base_dtype = *base_dtype;
   if (offload) p.offload = *offload;
 }
-
 const char* TechniqueFlags::Usage() const {
   if (!adapters_) {
     return "  [--optimizer=adamw|adamw8bit] (adamw8bit: both Adam moments in 8 bits,\n"

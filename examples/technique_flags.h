@@ -11,9 +11,11 @@
 //   --base-dtype=param|nf4              frozen base weights as NF4
 //   --offload=none|optimizer|params     Policy::offload
 //
-// Bad values fail as the programs' flags do (one line, exit 2), naming the
-// flag: an unknown name, a rank of 0, an unknown target, NF4 or
-// alpha / targets without --lora-rank. A program whose model has no
+// Bad values are refused naming the flag: an unknown name, a rank of 0, an
+// unknown target, NF4 or alpha / targets without --lora-rank. TryParse /
+// TryCheck return the one-line message as InvalidArgument (simulate's
+// RunSimulate, which exits nowhere); Parse / Check print it after
+// "<program>: " and exit 2, as the programs' other flags do (train_tiny). A program whose model has no
 // adapter or NF4 kernels (train_tiny today) constructs it with
 // adapters = false: the LoRA and --base-dtype flags are then refused with
 // that reason, and Usage leaves them out.
@@ -24,6 +26,7 @@
 #include <optional>
 #include <string>
 
+#include "baton/runtime/status.h"
 #include "baton/scheduler/policy.h"
 
 namespace baton::examples {
@@ -33,11 +36,14 @@ class TechniqueFlags {
   TechniqueFlags(const char* program, bool adapters)
       : program_(program), adapters_(adapters) {}
 
-  // Consumes --key=value if it is one of the flags above (failing on a bad
-  // value); false for any other key.
-  bool Parse(const std::string& key, const std::string& value);
-  // After parsing: fails on flags that need another (NF4, alpha or targets
+  // Consumes --key=value if it is one of the flags above: true, or the
+  // refusal of a bad value; false for any other key.
+  [[nodiscard]] StatusOr<bool> TryParse(const std::string& key, const std::string& value);
+  // After parsing: refuses flags that need another (NF4, alpha or targets
   // without a rank).
+  [[nodiscard]] Status TryCheck() const;
+  // TryParse / TryCheck, exiting 2 on a refusal.
+  bool Parse(const std::string& key, const std::string& value);
   void Check() const;
   // Whether any of them was given.
   bool any() const;

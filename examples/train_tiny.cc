@@ -201,6 +201,7 @@ Flags Parse(int argc, char** argv) {
     else if (f.tech.Parse(key, v)) {}
     else if (key == "--recompute-layers") {
       f.recompute_layers = v == "all" ? -1 : cli::IntFlag("train_tiny", key, v, 0, dim);
+    }
     else if (key == "--save-dir") {
       if (v.empty()) Fail("--save-dir needs a directory");
       f.save_dir = v;

@@ -9,7 +9,10 @@ block. This test reads every page and:
 - runs `./bazelw run //pkg:target [-- ARGS]` as the runfile binary of that
   target (given to the test with --target) with the target's own `args` if
   it has any (--baked) and ARGS, from the runfiles root, exit status 0;
-  `echo 'TEXT' > /tmp/FILE` writes the file. Paths under /tmp/ and /opt/
+  `echo 'TEXT' > /tmp/FILE` writes the file;
+  `PYTHONPATH=DIR /usr/bin/python3 ARGS...` runs Debian's Python with DIR
+  (a path under /tmp/ or /opt/, e.g. where //:install put the module) and
+  ARGS (a script path relative to the source tree is read from it). Paths under /tmp/ and /opt/
   are redirected into $TEST_TMPDIR; the commands of one page run in order,
   so a later command reads what an earlier one wrote (a command shown
   twice that touches no such path runs once).
@@ -48,6 +51,9 @@ README_MAX_LINES = 250
 # once it is there, and is accepted (and named) while it is not.
 PENDING_PAGES = {}
 CI_SCRIPT = ".ci/run"
+# The Python the docs' Python commands name (Debian's, which the module is
+# built for).
+PYTHON = "/usr/bin/python3"
 COMMAND_TIMEOUT_S = 240
 SHELL_LANGS = {"bash", "shell", "console", "zsh", "shell-session", "sh-session"}
 
@@ -318,6 +324,9 @@ class Runner:
             raise Failure(f"{page}:{line}: {e}")
         if why:
             return "skip", why, "", False
+        if len(words) >= 2 and words[0].startswith("PYTHONPATH=") and \
+                words[1] == PYTHON:
+            return self.run_python(page, line, words)
         if len(words) < 3 or words[:2] != ["./bazelw", "run"] or \
                 (len(words) > 3 and words[3] != "--"):
             raise Failure(f"{page}:{line}: the docs test does not know how to run "
@@ -358,6 +367,27 @@ class Runner:
         detail = f"{time.monotonic() - t0:.1f} s" + (" (shrunk: " + " ".join(args) + ")"
                                                       if shrunk else "")
         return "ok", detail, out, shrunk
+
+    def run_python(self, page, line, words):
+        """`PYTHONPATH=DIR /usr/bin/python3 ARGS...`, DIR redirected like
+        every /tmp and /opt path, a relative script read from the source tree."""
+        pythonpath = redirect(words[0][len("PYTHONPATH="):], self.tmp)
+        args = [redirect(a, self.tmp) for a in words[2:]]
+        if args and args[0].endswith(".py") and not os.path.isabs(args[0]):
+            args[0] = os.path.join(self.root, args[0])
+        env = dict(os.environ, PYTHONPATH=pythonpath)
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run([PYTHON] + args, cwd=self.work, env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"{page}:{line}: ran past {COMMAND_TIMEOUT_S} s: {' '.join(words)}")
+        out = p.stdout.decode("utf-8", "replace")
+        if p.returncode != 0:
+            tail = "\n".join(out.splitlines()[-15:])
+            raise Failure(f"{page}:{line}: exit {p.returncode}: {' '.join(words)}\n{tail}")
+        return "ok", f"{time.monotonic() - t0:.1f} s", out, False
 
     def compare_drawing(self, page, line, doc_file, args):
         written = [a for a in args if "/tmp/" in a]

@@ -65,6 +65,11 @@ fake shrunk "$(printf '%ssh\n./bazelw run //examples:train_tiny -- --steps=20\n%
 expect shrunk 1 "output shown after a command the test shrinks cannot be compared"
 fake comment "$(printf '%ssh\n./bazelw run //x:echo  # on Tuesdays\n%s\n' "$fence" "$fence")"
 expect comment 1 "a trailing comment the test does not know"
+fake python "$(printf '%ssh\nPYTHONPATH=/tmp/nowhere /usr/bin/python3 -c "import sys; print(sys.path[1].endswith(\x27/tmp/nowhere\x27))"\n%s\n%s\nTrue\n%s\n' \
+  "$fence" "$fence" "$fence" "$fence")"
+expect python 0 "1 commands run, 0 left out, 0 failed"
+fake python_fails "$(printf '%ssh\nPYTHONPATH=/tmp /usr/bin/python3 -c "raise SystemExit(3)"\n%s\n' "$fence" "$fence")"
+expect python_fails 1 "exit 3"
 fake unlinked "text"
 printf '# fake\n' > "$T/unlinked/README.md"
 expect unlinked 1 "README.md does not link docs/a.md"

@@ -26,6 +26,9 @@ ALLOWED = {
     "cli": {"runtime"},
     "examples": {"runtime", "memory", "comm", "ops", "scheduler", "optim", "sim", "cli"},
     "bench": {"runtime", "memory", "comm", "ops", "scheduler", "optim", "sim", "cli"},
+    # The Python module: above examples (it calls simulate's RunSimulate).
+    "python": {"runtime", "memory", "comm", "ops", "scheduler", "optim", "sim", "cli",
+               "examples"},
     "testing": {"runtime"},
     "tests": None,   # end-to-end tests may use anything
     "tools": None,
