@@ -631,6 +631,18 @@ int Main(int argc, char** argv) {
   job.spec = ModelFromFlags(f);
   job.policy = PolicyFromFlags(f);
   CheckPolicyRoutes(f, job);
+  if (!f.save_dir.empty() || !f.resume.empty()) {
+    const char* flag = f.save_dir.empty() ? "--resume" : "--save-dir";
+    if (job.policy.zenflow) {
+      Fail(absl::StrCat(flag, ": checkpoints do not capture ZenFlow's state yet (policy ",
+                        job.policy.name, ")"));
+    }
+    if (job.policy.optimizer != scheduler::OptimizerKind::kAdamW) {
+      Fail(absl::StrCat(flag, ": checkpoints do not capture ",
+                        scheduler::OptimizerName(job.policy.optimizer),
+                        " state yet; use --optimizer=adamw"));
+    }
+  }
   {
     // Groups that do not fit the ranks (shard_group, hpz_group): bad input.
     const int world = multi_process && info.ok() ? info->world_size

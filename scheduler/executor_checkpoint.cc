@@ -22,6 +22,13 @@ Status Executor::CheckpointAllowed(const char* call) const {
         "state of the selected columns, host accumulators) checkpoints do not capture yet; "
         "checkpoint a run under a policy without zenflow"));
   }
+  if (graph_.policy.optimizer != OptimizerKind::kAdamW) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "executor: ", call, ": policy ", graph_.policy.name, " keeps ",
+        OptimizerName(graph_.policy.optimizer),
+        " state (block-wise 8-bit moments), which checkpoints do not capture yet; "
+        "checkpoint a run with optimizer adamw"));
+  }
   return absl::OkStatus();
 }
 

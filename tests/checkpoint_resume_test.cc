@@ -169,6 +169,14 @@ TEST(CheckpointResumeTest, RefusalsAndTheTool) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   r = TrainTiny(absl::StrCat("--resume=", a, " --check-reference"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
+  // State checkpoints do not capture yet: refused before training.
+  r = TrainTiny("--save-dir=/tmp/x --save-every=2 --optimizer=adamw8bit");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "--save-dir: checkpoints do not capture adamw8bit"))
+      << r.out;
+  r = TrainTiny(absl::StrCat("--resume=", a, " --policy=zenflow"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "--resume: checkpoints do not capture ZenFlow")) << r.out;
   // The tool: verify, a damaged file named, usage errors.
   Outcome v = Tool("verify " + a);
   EXPECT_EQ(v.exit_code, 0) << v.out;
