@@ -116,6 +116,31 @@ KernelSum ComputeModel::CopyBytes(double bytes) const {
   return k;
 }
 
+// The embedding, the final norm and the head (their kernels as the
+// executor's units run them).
+void ComputeModel::AddEndUnits(double norm_f, double norm_b, double ce_f, double ce_b,
+                               double T, double h, double V) {
+  const double L = launch_s_;
+  emb_fwd_.Add(Copy(T * h * 4), L);
+  emb_bwd_.Add(Copy(V * h * 2), L);  // zero the dense gradient
+  for (int i = 0; i < kEmbeddingSortKernels; ++i) emb_bwd_.Add(Copy(T * 8), L);
+  emb_bwd_.Add(Copy(T * h * 8), L);  // segmented sum in fp32, write bf16
+
+  norm_fwd_.Add(norm_f, L);
+  norm_bwd_.Add(norm_b, L);
+
+  head_fwd_.Add(Gemm(T, V, h), L);
+  head_fwd_.Add(ce_f, L);
+  head_bwd_.Add(ce_b, L);
+  head_bwd_.Add(Gemm(T, h, V), L);
+  head_bwd_.Add(Gemm(h, V, T), L);
+  head_bwd_frozen_.Add(ce_b, L);
+  head_bwd_frozen_.Add(Gemm(T, h, V), L);
+  head_bwd_in_.Add(ce_b, L);
+  head_bwd_in_.Add(Gemm(T, h, V), L);
+  head_bwd_w_.Add(Gemm(h, V, T), L);
+}
+
 StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
                                             const ClusterSpec& cluster,
                                             const scheduler::ModelSpec& m,
@@ -159,24 +184,10 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
   BATON_ASSIGN_OR_RETURN(const double glu_b, c.Op("swiglu", T * F * 6, true));
   BATON_ASSIGN_OR_RETURN(const double ce_f, c.Op("cross_entropy", T * V * 2, false));
   BATON_ASSIGN_OR_RETURN(const double ce_b, c.Op("cross_entropy", T * V * 2, true));
-  BATON_ASSIGN_OR_RETURN(const int64_t kernel_d, KernelHeadDim(attention, m.head_dim));
-  const double width = static_cast<double>(kernel_d);
-  // The table's attention: at the model's head dim if measured there, else
-  // at the width the kernel runs (its time is that width's FLOPs at the
-  // rate measured for it).
-  double table_d = width;
-  for (const KernelTable::Attention& a : table.attention) {
-    if (a.head_dim == d) table_d = d;
-  }
-  double attn_f = table.AttentionSeconds(b, H, G, s, table_d, false) * c.compute_scale_;
-  double attn_b = table.AttentionSeconds(b, H, G, s, table_d, true) * c.compute_scale_;
-  if (attention.active()) {
-    // Causal: half of 4 b H s^2 d (the table's convention).
-    const double flops = 2 * b * H * s * s * width;
-    const double peak = cluster.peak_tflops * 1e12;
-    attn_f = flops / (attention.fwd_utilization * peak);
-    attn_b = 2.5 * flops / (attention.bwd_utilization * peak);
-  }
+  BATON_ASSIGN_OR_RETURN(const double attn_f,
+                         c.Attention(cluster, m, attention, b, H, G, s, false));
+  BATON_ASSIGN_OR_RETURN(const double attn_b,
+                         c.Attention(cluster, m, attention, b, H, G, s, true));
   const double residual = c.Copy(T * h * 6);
   const int rope_passes = attention.no_rope ? 0 : 3;
   const double rope_q = c.Copy(T * H * d * 8), rope_k = c.Copy(T * G * d * 8);
@@ -244,24 +255,7 @@ StatusOr<ComputeModel> ComputeModel::Create(const KernelTable& table,
                           F * h, F * h, F * h};
   for (double n : sizes) c.block_bwd_acc_.Add(c.Copy(n * 6), L);
 
-  c.emb_fwd_.Add(c.Copy(T * h * 4), L);
-  c.emb_bwd_.Add(c.Copy(V * h * 2), L);  // zero the dense gradient
-  for (int i = 0; i < kEmbeddingSortKernels; ++i) c.emb_bwd_.Add(c.Copy(T * 8), L);
-  c.emb_bwd_.Add(c.Copy(T * h * 8), L);  // segmented sum in fp32, write bf16
-
-  c.norm_fwd_.Add(norm_f, L);
-  c.norm_bwd_.Add(norm_b, L);
-
-  c.head_fwd_.Add(c.Gemm(T, V, h), L);
-  c.head_fwd_.Add(ce_f, L);
-  c.head_bwd_.Add(ce_b, L);
-  c.head_bwd_.Add(c.Gemm(T, h, V), L);
-  c.head_bwd_.Add(c.Gemm(h, V, T), L);
-  c.head_bwd_frozen_.Add(ce_b, L);
-  c.head_bwd_frozen_.Add(c.Gemm(T, h, V), L);
-  c.head_bwd_in_.Add(ce_b, L);
-  c.head_bwd_in_.Add(c.Gemm(T, h, V), L);
-  c.head_bwd_w_.Add(c.Gemm(h, V, T), L);
+  c.AddEndUnits(norm_f, norm_b, ce_f, ce_b, T, h, V);
   // The segments (and, for another stack or a shard, every unit's kernels
   // from them): compute_segments.cc.
   BATON_RETURN_IF_ERROR(c.BuildSegments(cluster, m, T, b, s, attention, stack, shard));

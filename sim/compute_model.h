@@ -264,6 +264,10 @@ class ComputeModel {
   double Gemm(double m, double n, double k) const;
   double Copy(double bytes) const;
   StatusOr<double> Op(const char* op, double bytes, bool backward) const;
+  // Adds the embedding's, the final norm's and the head's kernels (the
+  // norm's and the loss's times given) for T tokens of width h, vocab V.
+  void AddEndUnits(double norm_f, double norm_b, double ce_f, double ce_b, double T,
+                   double h, double V);
   // Fills seg_ and the head's split (compute_segments.cc).
   Status BuildSegments(const ClusterSpec& cluster, const scheduler::ModelSpec& m,
                        double tokens, double micro_batch, double seq,
