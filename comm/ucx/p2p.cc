@@ -81,15 +81,32 @@ uint8_t P2PJob::Check(void** req, Item& it, const char* what) {
   return kDone;
 }
 
+bool P2PJob::Posted(ucs_status_ptr_t r, Item& it, const char* what, void** req,
+                    uint8_t* state) {
+  if (UCS_PTR_IS_ERR(r)) {
+    Fail(absl::UnavailableError(absl::StrCat(Label(it), ": ", what, " failed: ",
+                                             ucs_status_string(UCS_PTR_STATUS(r)))),
+         Suspect{it.o.op.peer, true});
+    return false;
+  }
+  *req = r;
+  *state = r == nullptr ? kDone : kPosted;
+  return true;
+}
+
+StatusOr<ucp_ep_h> P2PJob::Endpoint(Item& it) {
+  StatusOr<ucp_ep_h> ep = links_.endpoint(it.o.op.peer);
+  if (!ep.ok()) {
+    Fail(absl::UnavailableError(absl::StrCat(Label(it), ": ", ep.status().message())),
+         Suspect{it.o.op.peer, true});
+  }
+  return ep;
+}
+
 void P2PJob::AdvanceSend(Item& it) {
   const int peer = it.o.op.peer;
-  StatusOr<ucp_ep_h> ep = links_.endpoint(peer);
-  if (!ep.ok()) {
-    Fail(absl::UnavailableError(absl::StrCat(Label(it), ": ",
-                                             ep.status().message())),
-         Suspect{peer, true});
-    return;
-  }
+  StatusOr<ucp_ep_h> ep = Endpoint(it);
+  if (!ep.ok()) return;
   if (it.ack == kIdle) {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -99,30 +116,15 @@ void P2PJob::AdvanceSend(Item& it) {
     ucs_status_ptr_t r = ucp_tag_recv_nbx(
         links_.worker, &it.ack_buf, sizeof(Ack),
         Tag(tag_, it.o.seq, peer, /*ack=*/true), ~uint64_t{0}, &p);
-    if (UCS_PTR_IS_ERR(r)) {
-      Fail(absl::UnavailableError(absl::StrCat(
-               Label(it), ": receive of the acknowledgement failed: ",
-               ucs_status_string(UCS_PTR_STATUS(r)))),
-           Suspect{peer, true});
-      return;
-    }
-    it.ack_req = r;
-    it.ack = kPosted;
+    // Never complete at once (UCP_OP_ATTR_FLAG_NO_IMM_CMPL): kPosted.
+    if (!Posted(r, it, "receive of the acknowledgement", &it.ack_req, &it.ack)) return;
   }
   if (it.data == kIdle) {
     ucp_request_param_t p{};
     ucs_status_ptr_t r = ucp_tag_send_nbx(
         *ep, it.o.op.send, it.o.op.bytes(),
         Tag(tag_, it.o.seq, links_.rank, /*ack=*/false), &p);
-    if (UCS_PTR_IS_ERR(r)) {
-      Fail(absl::UnavailableError(absl::StrCat(
-               Label(it), ": send failed: ",
-               ucs_status_string(UCS_PTR_STATUS(r)))),
-           Suspect{peer, true});
-      return;
-    }
-    it.data_req = r;
-    it.data = r == nullptr ? kDone : kPosted;
+    if (!Posted(r, it, "send", &it.data_req, &it.data)) return;
   }
   if (it.data == kPosted) it.data = Check(&it.data_req, it, "send");
   if (it.ack == kPosted && status_.ok()) {
@@ -158,15 +160,7 @@ void P2PJob::AdvanceRecv(Item& it) {
       ucp_request_param_t p{};
       ucs_status_ptr_t r =
           ucp_tag_msg_recv_nbx(links_.worker, it.o.op.recv, want, msg, &p);
-      if (UCS_PTR_IS_ERR(r)) {
-        Fail(absl::UnavailableError(absl::StrCat(
-                 Label(it), ": receive failed: ",
-                 ucs_status_string(UCS_PTR_STATUS(r)))),
-             Suspect{peer, true});
-        return;
-      }
-      it.data_req = r;
-      it.data = r == nullptr ? kDone : kPosted;
+      if (!Posted(r, it, "receive", &it.data_req, &it.data)) return;
     }
     // A size that differs is never received: the acknowledgement tells
     // the sender, and both fail.
@@ -174,27 +168,14 @@ void P2PJob::AdvanceRecv(Item& it) {
   if (it.data == kPosted) it.data = Check(&it.data_req, it, "receive");
   const bool agreed = it.sent_bytes == want;
   if (it.ack == kIdle && (it.data == kDone || !agreed)) {
-    StatusOr<ucp_ep_h> ep = links_.endpoint(peer);
-    if (!ep.ok()) {
-      Fail(absl::UnavailableError(absl::StrCat(Label(it), ": ",
-                                               ep.status().message())),
-           Suspect{peer, true});
-      return;
-    }
+    StatusOr<ucp_ep_h> ep = Endpoint(it);
+    if (!ep.ok()) return;
     it.ack_buf = Ack{kAckMagic, want, agreed ? 1u : 0u};
     ucp_request_param_t p{};
     ucs_status_ptr_t r =
         ucp_tag_send_nbx(*ep, &it.ack_buf, sizeof(Ack),
                          Tag(tag_, it.o.seq, links_.rank, /*ack=*/true), &p);
-    if (UCS_PTR_IS_ERR(r)) {
-      Fail(absl::UnavailableError(absl::StrCat(
-               Label(it), ": acknowledgement failed: ",
-               ucs_status_string(UCS_PTR_STATUS(r)))),
-           Suspect{peer, true});
-      return;
-    }
-    it.ack_req = r;
-    it.ack = r == nullptr ? kDone : kPosted;
+    if (!Posted(r, it, "acknowledgement", &it.ack_req, &it.ack)) return;
   }
   if (it.ack == kPosted) it.ack = Check(&it.ack_req, it, "acknowledgement");
   if (it.ack == kDone && !agreed) {

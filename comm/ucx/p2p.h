@@ -87,6 +87,11 @@ class P2PJob {
   void AdvanceRecv(Item& it);
   // kDone / kPosted, or kIdle after setting status_.
   uint8_t Check(void** req, Item& it, const char* what);
+  // Takes a just-posted request `r` into *req / *state (kDone when it
+  // completed at once); false after failing the job ("LABEL: WHAT failed").
+  bool Posted(ucs_status_ptr_t r, Item& it, const char* what, void** req, uint8_t* state);
+  // The endpoint to the item's peer, or the job failed naming it.
+  StatusOr<ucp_ep_h> Endpoint(Item& it);
   std::string Label(const Item& it) const;
   void Fail(Status s, Suspect who = {});
   void CancelAll();
