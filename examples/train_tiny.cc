@@ -62,6 +62,7 @@
 #include "baton/runtime/device.h"
 #include "baton/runtime/output_file.h"
 #include "baton/scheduler/arrivals.h"
+#include "baton/scheduler/checkpoint.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/layout.h"
 #include "baton/scheduler/limits.h"
@@ -632,15 +633,8 @@ int Main(int argc, char** argv) {
   job.policy = PolicyFromFlags(f);
   CheckPolicyRoutes(f, job);
   if (!f.save_dir.empty() || !f.resume.empty()) {
-    const char* flag = f.save_dir.empty() ? "--resume" : "--save-dir";
-    if (job.policy.zenflow) {
-      Fail(absl::StrCat(flag, ": checkpoints do not capture ZenFlow's state yet (policy ",
-                        job.policy.name, ")"));
-    }
-    if (job.policy.optimizer != scheduler::OptimizerKind::kAdamW) {
-      Fail(absl::StrCat(flag, ": checkpoints do not capture ",
-                        scheduler::OptimizerName(job.policy.optimizer),
-                        " state yet; use --optimizer=adamw"));
+    if (Status s = scheduler::CheckCheckpointable(job.policy); !s.ok()) {
+      Fail(absl::StrCat(f.save_dir.empty() ? "--resume: " : "--save-dir: ", s.message()));
     }
   }
   {

@@ -59,8 +59,10 @@
 #include <cstdint>
 #include <string>
 
+#include "baton/runtime/status.h"
 #include "baton/scheduler/checkpoint_fs.h"
 #include "baton/scheduler/mesh.h"
+#include "baton/scheduler/policy.h"
 
 namespace baton::scheduler {
 
@@ -102,6 +104,12 @@ struct SaveStats {
   double writer_cpu_ms = 0;  // CPU time of the writer thread (CRCs, copies, syscalls)
   bool committed = false;  // this rank wrote the manifest
 };
+
+// OK when checkpoints capture all the state `policy` keeps; otherwise
+// FailedPrecondition naming what they do not capture yet (ZenFlow's driver
+// state, 8-bit AdamW moments). Executor::Save / Load refuse such a run, and a
+// trainer can ask before training.
+[[nodiscard]] Status CheckCheckpointable(const Policy& policy);
 
 }  // namespace baton::scheduler
 

@@ -41,6 +41,21 @@ std::string Shape(const std::vector<int64_t>& s) { return absl::StrCat("[", absl
 
 }  // namespace
 
+Status CheckCheckpointable(const Policy& policy) {
+  if (policy.zenflow) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoints do not capture ZenFlow's state yet (policy ", policy.name,
+        ": column selections, the device state of the selected columns, host accumulators); "
+        "checkpoint a run under a policy without zenflow"));
+  }
+  if (policy.optimizer != OptimizerKind::kAdamW) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoints do not capture ", OptimizerName(policy.optimizer),
+        " state yet (block-wise 8-bit moments); use optimizer adamw"));
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<RankSavePlan> PlanRankSave(const StepGraph& g, int rank,
                                     const std::vector<CheckpointParam>& params) {
   std::map<std::string, int> index;

@@ -22,12 +22,8 @@ Status Executor::CheckpointAllowed(const char* call) const {
         "state of the selected columns, host accumulators) checkpoints do not capture yet; "
         "checkpoint a run under a policy without zenflow"));
   }
-  if (graph_.policy.optimizer != OptimizerKind::kAdamW) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "executor: ", call, ": policy ", graph_.policy.name, " keeps ",
-        OptimizerName(graph_.policy.optimizer),
-        " state (block-wise 8-bit moments), which checkpoints do not capture yet; "
-        "checkpoint a run with optimizer adamw"));
+  if (Status s = CheckCheckpointable(graph_.policy); !s.ok()) {
+    return Status(s.code(), absl::StrCat("executor: ", call, ": ", s.message()));
   }
   return absl::OkStatus();
 }
