@@ -3,32 +3,7 @@
 # acceptance commands print the step time, MFU, each stage's memory and the
 # bubble; ZB-H1, the kernel stacks, JSON and the pictures of a pipeline;
 # bad combinations are one line on stderr, exit code 2.
-set -u
-bin="$1"
-t="$TEST_TMPDIR"
-fail=0
-run() {  # run NAME EXPECTED_RC ARGS...
-  local name="$1" want="$2"
-  shift 2
-  "$bin" "$@" >"$t/out" 2>"$t/err"
-  local rc=$?
-  if [[ $rc -ne $want ]]; then
-    echo "FAIL $name: exit $rc, want $want"; cat "$t/err"; fail=1; return 1
-  fi
-  if [[ $want -eq 2 && ( $(wc -l <"$t/err") -ne 1 || ! -s "$t/err" ) ]]; then
-    echo "FAIL $name: want one line on stderr, got:"; cat "$t/err"; fail=1; return 1
-  fi
-  echo "ok   $name: $(head -c 200 "$t/err")"
-}
-bad() {  # bad NAME SUBSTRING ARGS...: exit 2 naming SUBSTRING
-  local name="$1" want="$2"
-  shift 2
-  run "$name" 2 "$@" || return
-  grep -qF -- "$want" "$t/err" || { echo "FAIL $name: stderr lacks \"$want\""; fail=1; }
-}
-has() {  # has NAME PATTERN: the last output matches PATTERN (grep -E)
-  grep -qE -- "$2" "$t/out" || { echo "FAIL $1: no line matching '$2'"; cat "$t/out"; fail=1; }
-}
+source tests/simulate_cli_lib.sh  # bin, t, fail; run, bad, has
 stages() {  # stages NAME N: the last output has N stage rows
   local n
   n=$(grep -cE '^[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+% +[0-9]+ +[0-9.]+ +\(' "$t/out")

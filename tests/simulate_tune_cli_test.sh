@@ -3,29 +3,7 @@
 # reproduces the tuner's step time exactly, the same input gives the same
 # answer, and bad input (policy files, groups, flag combinations) is one
 # line on stderr naming the problem, exit code 2.
-set -u
-bin="$1"
-t="$TEST_TMPDIR"
-fail=0
-run() {  # run NAME EXPECTED_RC ARGS...
-  local name="$1" want="$2"
-  shift 2
-  "$bin" "$@" >"$t/out" 2>"$t/err"
-  local rc=$?
-  if [[ $rc -ne $want ]]; then
-    echo "FAIL $name: exit $rc, want $want"; cat "$t/err"; fail=1; return 1
-  fi
-  if [[ $want -eq 2 && ( $(wc -l <"$t/err") -ne 1 || ! -s "$t/err" ) ]]; then
-    echo "FAIL $name: want one line on stderr, got:"; cat "$t/err"; fail=1; return 1
-  fi
-  echo "ok   $name: $(head -c 200 "$t/err")"
-}
-bad() {  # bad NAME SUBSTRING ARGS...: exit 2 naming SUBSTRING
-  local name="$1" want="$2"
-  shift 2
-  run "$name" 2 "$@" || return
-  grep -qF -- "$want" "$t/err" || { echo "FAIL $name: stderr lacks \"$want\""; fail=1; }
-}
+source tests/simulate_cli_lib.sh  # bin, t, fail; run, bad, has
 job=(--model=llama3-8b --gpus=32 --seq=4096 --global-batch=128)
 
 run tune 0 "${job[@]}" --tune --policy-out="$t/best.json" --json

@@ -1,0 +1,29 @@
+# Shared by the simulate command-line tests (sourced): `bin` (simulate, the
+# test's first argument), `t` (scratch), `fail`, and the checks run, bad, has.
+# A check prints "ok NAME" or "FAIL NAME ..." and sets fail=1.
+set -u
+bin="$1"
+t="$TEST_TMPDIR"
+fail=0
+run() {  # run NAME EXPECTED_RC ARGS...
+  local name="$1" want="$2"
+  shift 2
+  "$bin" "$@" >"$t/out" 2>"$t/err"
+  local rc=$?
+  if [[ $rc -ne $want ]]; then
+    echo "FAIL $name: exit $rc, want $want"; cat "$t/err"; fail=1; return 1
+  fi
+  if [[ $want -eq 2 && ( $(wc -l <"$t/err") -ne 1 || ! -s "$t/err" ) ]]; then
+    echo "FAIL $name: want one line on stderr, got:"; cat "$t/err"; fail=1; return 1
+  fi
+  echo "ok   $name: $(head -c 200 "$t/err")"
+}
+bad() {  # bad NAME SUBSTRING ARGS...: exit 2 naming SUBSTRING
+  local name="$1" want="$2"
+  shift 2
+  run "$name" 2 "$@" || return
+  grep -qF -- "$want" "$t/err" || { echo "FAIL $name: stderr lacks \"$want\""; fail=1; }
+}
+has() {  # has NAME PATTERN: the last output matches PATTERN (grep -E)
+  grep -qE -- "$2" "$t/out" || { echo "FAIL $1: no line matching '$2'"; cat "$t/out"; fail=1; }
+}
