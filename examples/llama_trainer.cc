@@ -1,5 +1,6 @@
 #include "baton/examples/llama_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -157,16 +158,11 @@ void* LlamaRank::Buf(size_t bytes) {
   return p;
 }
 
-Status LlamaRank::Allocate() {
+void LlamaRank::AllocateActs(Acts& acts) {
   const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F, V = d_.V;
   const size_t e = DataTypeSize(dtype_);
   const size_t heads_rows = static_cast<size_t>(config_.batch * spec_.heads * config_.seq);
-  for (int m = 0; m < micro_steps_; ++m) {
-    ids_.push_back(static_cast<int32_t*>(Buf(T * 4)));
-    targets_.push_back(static_cast<int32_t*>(Buf(T * 4)));
-    loss_.push_back(static_cast<float*>(Buf(T * 4)));
-  }
-  for (int64_t u = 0; u <= spec_.layers; ++u) h_.push_back(Buf(T * H * e));
+  for (int64_t u = 0; u <= spec_.layers; ++u) acts.h.push_back(Buf(T * H * e));
   for (int64_t b = 0; b < spec_.layers; ++b) {
     BlockActs a;
     a.n1 = Buf(T * H * e);
@@ -190,11 +186,29 @@ Status LlamaRank::Allocate() {
     a.rstd1 = static_cast<float*>(Buf(T * 4));
     a.lse = SelectiveRecompute(b) ? shared_lse_ : static_cast<float*>(Buf(heads_rows * 4));
     a.rstd2 = static_cast<float*>(Buf(T * 4));
-    blocks_.push_back(a);
+    acts.blocks.push_back(a);
   }
-  nf_ = Buf(T * H * e);
-  rstdf_ = static_cast<float*>(Buf(T * 4));
-  logits_ = Buf(T * V * e);
+  acts.nf = Buf(T * H * e);
+  acts.rstdf = static_cast<float*>(Buf(T * 4));
+  acts.logits = Buf(T * V * e);
+}
+
+Status LlamaRank::Allocate() {
+  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
+  const size_t e = DataTypeSize(dtype_);
+  for (int m = 0; m < micro_steps_; ++m) {
+    ids_.push_back(static_cast<int32_t*>(Buf(T * 4)));
+    targets_.push_back(static_cast<int32_t*>(Buf(T * 4)));
+    loss_.push_back(static_cast<float*>(Buf(T * 4)));
+  }
+  const scheduler::Policy& policy = graph_.policy;
+  if (policy.pipeline_parallel > 1) {
+    has_head_ = graph_.stage == policy.pipeline_parallel - 1;
+    acts_.resize(std::min(micro_steps_, policy.pipeline_parallel));
+  } else {
+    acts_.resize(1);
+  }
+  for (Acts& acts : acts_) AllocateActs(acts);
   gres_[0] = Buf(T * H * e);
   gres_[1] = Buf(T * H * e);
   dn_ = Buf(T * H * e);
@@ -231,6 +245,7 @@ Status LlamaRank::LoadBatch(Stream& stream, int64_t step) {
 }
 
 StatusOr<double> LlamaRank::LossSum(Stream& stream) {
+  if (!has_head_) return 0.0;  // a pipeline stage before the last
   std::vector<float> host(micro_steps_ * d_.T);
   for (int m = 0; m < micro_steps_; ++m) {
     BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data() + m * d_.T, loss_[m], d_.T * 4));
@@ -251,15 +266,52 @@ scheduler::StepCallbacks LlamaRank::Callbacks() {
 }
 
 Status LlamaRank::Compute(const scheduler::ComputeContext& ctx) {
+  const scheduler::ComputeContext::Pipeline& pipe = ctx.pipeline;
+  if (pipe.input == nullptr && pipe.output == nullptr && pipe.output_grad == nullptr &&
+      pipe.input_grad == nullptr) {
+    return ComputeUnit(ctx);
+  }
+  // A pipeline stage's first or last block: the activation (gradient)
+  // crosses to or from the neighbouring stage through the executor's
+  // buffers.
+  if (ctx.spec->kind != scheduler::UnitKind::kBlock) {
+    return absl::InternalError(absl::StrCat("pipeline activations at unit ", ctx.spec->name,
+                                            ", which is not a block"));
+  }
+  Stream& st = *ctx.stream;
+  Acts& acts = ActsOf(ctx.micro_step);
+  const int b = ctx.spec->block;
+  const bool backward = ctx.kind == scheduler::NodeKind::kBackward;
+  if (!backward && pipe.input != nullptr) {
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(acts.h[b], pipe.input, d_.act_bytes));
+  }
+  if (backward && pipe.output_grad != nullptr) {
+    cur_ = 0;
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(gres_[cur_], pipe.output_grad, d_.act_bytes));
+  }
+  BATON_RETURN_IF_ERROR(ComputeUnit(ctx));
+  if (!backward && pipe.output != nullptr) {
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(pipe.output, acts.h[b + 1], d_.act_bytes));
+  }
+  if (backward && pipe.input_grad != nullptr) {
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(pipe.input_grad, gres_[cur_], d_.act_bytes));
+  }
+  return absl::OkStatus();
+}
+
+Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
   const int64_t T = d_.T, H = d_.H, V = d_.V;
   const int m = ctx.micro_step;
+  Acts& acts = ActsOf(m);
   const bool backward = ctx.kind == scheduler::NodeKind::kBackward;
   const ops::RmsNormShape& norm = d_.norm;
   switch (ctx.spec->kind) {
     case scheduler::UnitKind::kEmbedding: {
       const ops::EmbeddingShape s{T, V, H, dtype_};
-      if (!backward) return ops::EmbeddingForward(st, s, ids_[m], ctx.params[0].data, h_[0]);
+      if (!backward) {
+        return ops::EmbeddingForward(st, s, ids_[m], ctx.params[0].data, acts.h[0]);
+      }
       return ops::EmbeddingBackward(st, s, ids_[m], gres_[cur_], ctx.grads[0].data,
                                     ctx.grads[0].dtype, ctx.grad_accumulate[0]);
     }
@@ -271,12 +323,13 @@ Status LlamaRank::Compute(const scheduler::ComputeContext& ctx) {
       return backward ? BlockBackward(ctx) : BlockForward(ctx);
     case scheduler::UnitKind::kFinalNorm: {
       if (!backward) {
-        return ops::RmsNormForward(st, norm, h_[spec_.layers], ctx.params[0].data, nf_, rstdf_);
+        return ops::RmsNormForward(st, norm, acts.h[spec_.layers], ctx.params[0].data, acts.nf,
+                                   acts.rstdf);
       }
       // gres_[cur_] holds d(nf); the input's gradient goes to the other one.
       const int next = 1 - cur_;
       BATON_RETURN_IF_ERROR(ops::RmsNormBackward(
-          st, norm, gres_[cur_], h_[spec_.layers], ctx.params[0].data, rstdf_, gres_[next],
+          st, norm, gres_[cur_], acts.h[spec_.layers], ctx.params[0].data, acts.rstdf, gres_[next],
           false, ctx.grads[0].data, ctx.grads[0].dtype, ctx.grad_accumulate[0]));
       cur_ = next;
       return absl::OkStatus();
@@ -284,13 +337,13 @@ Status LlamaRank::Compute(const scheduler::ComputeContext& ctx) {
     case scheduler::UnitKind::kLmHead: {
       const ops::LinearShape s{T, H, V, dtype_};
       if (!backward) {
-        BATON_RETURN_IF_ERROR(ops::LinearForward(st, s, nf_, ctx.params[0].data, logits_));
+        BATON_RETURN_IF_ERROR(ops::LinearForward(st, s, acts.nf, ctx.params[0].data, acts.logits));
         // Loss and the logits' gradient in one pass, in place.
-        return ops::CrossEntropy(st, {T, V, dtype_}, logits_, targets_[m], loss_[m], logits_,
-                                 1.0f / static_cast<float>(T));
+        return ops::CrossEntropy(st, {T, V, dtype_}, acts.logits, targets_[m], loss_[m],
+                                 acts.logits, 1.0f / static_cast<float>(T));
       }
       cur_ = 0;
-      return ops::LinearBackward(st, s, logits_, nf_, ctx.params[0].data, gres_[cur_], false,
+      return ops::LinearBackward(st, s, acts.logits, acts.nf, ctx.params[0].data, gres_[cur_], false,
                                  ctx.grads[0].data, ctx.grads[0].dtype, ctx.grad_accumulate[0]);
     }
   }
@@ -300,11 +353,12 @@ Status LlamaRank::Compute(const scheduler::ComputeContext& ctx) {
 Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
   const int b = ctx.spec->block;
-  BlockActs& a = blocks_[b];
+  Acts& acts = ActsOf(ctx.micro_step);
+  BlockActs& a = acts.blocks[b];
   const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
   auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
   const ops::RmsNormShape& norm = d_.norm;
-  void* x = h_[b];
+  void* x = acts.h[b];
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, x, p("attn_norm.weight"), a.n1, a.rstd1));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, Q, dtype_}, a.n1, p("wq"), a.q));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wk"), a.k));
@@ -319,7 +373,7 @@ Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
-  void* out = h_[b + 1];
+  void* out = acts.h[b + 1];
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(out, a.x1, d_.act_bytes));
   return ops::LinearForward(st, {T, F, H, dtype_}, a.s, p("w_down"), out, true);
 }
@@ -331,14 +385,15 @@ bool LlamaRank::SelectiveRecompute(int64_t block) const {
 }
 
 Status LlamaRank::AttentionCore(const scheduler::ComputeContext& ctx) {
-  BlockActs& a = blocks_[ctx.spec->block];
+  BlockActs& a = ActsOf(ctx.micro_step).blocks[ctx.spec->block];
   return ops::AttentionForward(*ctx.stream, d_.attn, a.q, a.k, a.v, a.o, a.lse);
 }
 
 Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
   const int b = ctx.spec->block;
-  BlockActs& a = blocks_[b];
+  Acts& acts = ActsOf(ctx.micro_step);
+  BlockActs& a = acts.blocks[b];
   const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
   auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
   // Gradient slot of a parameter: pointer, dtype, = or +=.
@@ -381,7 +436,7 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
                                             true, gk.data, gk.dtype, gk.acc));
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dv_, a.n1, p("wv"), dn_,
                                             true, gv.data, gv.dtype, gv.acc));
-  return ops::RmsNormBackward(st, norm, dn_, h_[b], p("attn_norm.weight"), a.rstd1, A, true,
+  return ops::RmsNormBackward(st, norm, dn_, acts.h[b], p("attn_norm.weight"), a.rstd1, A, true,
                               ga.data, ga.dtype, ga.acc);
 }
 

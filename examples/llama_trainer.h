@@ -83,7 +83,12 @@ float InitialParameter(const std::string& name, int64_t i, uint64_t seed);
 class LlamaRank {
  public:
   // `graph` is the rank's step graph (its layout and policy); `ranks` the
-  // data-parallel world size; `rank` this rank.
+  // data-parallel world size; `rank` this rank's position among them. A
+  // pipeline stage's graph (scheduler/parallel_graph.h, 1F1B): the rank
+  // computes its stage's units, takes its input activation from and hands
+  // its output to ComputeContext::pipeline (and their gradients), and
+  // LossSum is 0 except on the last stage; `ranks` / `rank` are then the
+  // stage's data ranks and this rank's position in them.
   static StatusOr<std::unique_ptr<LlamaRank>> Create(
       const scheduler::StepGraph& graph, const TrainConfig& config,
       const Corpus& corpus, Device& device, int ranks, int rank);
@@ -106,8 +111,12 @@ class LlamaRank {
   LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
             const Corpus& corpus, Device& device, int ranks, int rank);
   Status Allocate();
+  struct Acts;
+  void AllocateActs(Acts& acts);
   void* Buf(size_t bytes);
+  // Compute: the pipeline's activations in and out around ComputeUnit.
   Status Compute(const scheduler::ComputeContext& ctx);
+  Status ComputeUnit(const scheduler::ComputeContext& ctx);
   Status Optimizer(const scheduler::OptimizerContext& ctx);
   Status BlockForward(const scheduler::ComputeContext& ctx);
   // Selective recompute: the attention core's output and statistics again.
@@ -147,19 +156,30 @@ class LlamaRank {
   std::vector<int32_t*> ids_, targets_;
   std::vector<float*> loss_;
   std::vector<int32_t> staging_;  // host: ids then targets per micro-step
-  // Activations of one micro-step. h_[u]: input of block u (h_[0] is the
-  // embedding's output; h_[layers] the final norm's input).
-  std::vector<void*> h_;
+  // Activations of one micro-step. h[u]: input of block u (h[0] is the
+  // embedding's output; h[layers] the final norm's input).
   struct BlockActs {
     void *n1, *q, *k, *v, *o, *x1, *n2, *g, *u, *s;
     float *rstd1, *lse, *rstd2;
   };
-  std::vector<BlockActs> blocks_;
+  struct Acts {
+    std::vector<void*> h;
+    std::vector<BlockActs> blocks;
+    void* nf = nullptr;  // final norm output
+    float* rstdf = nullptr;
+    void* logits = nullptr;  // then the logits' gradient, in place
+  };
+  // One set per micro-step in flight: one without a pipeline (the
+  // scheduler runs micro-steps one after another), min(micro_steps, p) on
+  // a 1F1B pipeline stage (micro-step m uses set m mod that: at most p
+  // consecutive ones are between their forward and backward).
+  std::vector<Acts> acts_;
+  Acts& ActsOf(int micro_step) { return acts_[micro_step % acts_.size()]; }
   void* shared_o_ = nullptr;  // selective recompute: o and lse of every
   float* shared_lse_ = nullptr;  // recomputed block
-  void* nf_ = nullptr;  // final norm output
-  float* rstdf_ = nullptr;
-  void* logits_ = nullptr;  // then the logits' gradient, in place
+  // Whether this rank computes the loss (holds the head: always without a
+  // pipeline, the last stage with one).
+  bool has_head_ = true;
   // Gradient scratch: the residual stream's gradient (two buffers) and the
   // branch gradients, reused by every block (one compute stream orders it).
   void* gres_[2] = {nullptr, nullptr};

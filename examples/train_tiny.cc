@@ -13,6 +13,13 @@
 //     --offload; the tiny Llama has no LoRA or NF4 kernels, so --lora-*,
 //     --base-dtype and policy files with adapters are refused)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
+//     [--pp=P --pp-schedule=1f1b]
+//
+// --pp=P splits the model into P pipeline stages (scheduler/parallel_graph.h:
+// the embedding and the first blocks on the first, the last blocks, final
+// norm and head on the last; blocks split evenly) run as 1F1B over
+// --micro-steps micro-batches; --nranks is then data x P ranks, each stage's
+// parameters sharded over its data ranks by the policy. docs/parallel.md.
 //
 // --save-dir=DIR --save-every=N saves a checkpoint (scheduler/checkpoint.h)
 // to DIR/step-S after every N-th step, in the background; --resume=DIR
@@ -67,6 +74,7 @@
 #include "baton/scheduler/layout.h"
 #include "baton/scheduler/limits.h"
 #include "baton/scheduler/model.h"
+#include "baton/scheduler/parallel_graph.h"
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/step_graph.h"
@@ -106,6 +114,8 @@ struct Flags {
   // Checkpoints: --save-dir, --save-every, --resume.
   std::string save_dir, resume;
   int64_t save_every = 0;
+  int pp = 1;  // --pp: pipeline stages
+  scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -131,6 +141,7 @@ const char kUsage[] =
     "   writes it as a cluster file for simulate --cluster-file=PATH)\n"
     "  [--save-dir=DIR --save-every=N] (a checkpoint after every N-th step)\n"
     "  [--resume=DIR] (from the newest complete checkpoint in DIR; same global batch)\n"
+    "  [--pp=P] (pipeline stages; --nranks = data ranks x P) [--pp-schedule=1f1b]\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -208,6 +219,16 @@ Flags Parse(int argc, char** argv) {
       f.save_dir = v;
     }
     else if (key == "--save-every") f.save_every = Positive(key, v, kMaxSteps);
+    else if (key == "--pp") f.pp = static_cast<int>(Positive(key, v, kMaxRanks));
+    else if (key == "--pp-schedule") {
+      auto sched = scheduler::ParsePipelineSchedule(v);
+      if (!sched.ok()) Fail(absl::StrCat("--pp-schedule: ", sched.status().message()));
+      if (*sched != scheduler::PipelineSchedule::k1F1B) {
+        Fail(absl::StrCat("--pp-schedule=", v, " is simulated only (simulate --pp); "
+                          "train_tiny runs 1f1b"));
+      }
+      f.pp_schedule = *sched;
+    }
     else if (key == "--resume") {
       if (v.empty()) Fail("--resume needs a checkpoint directory");
       f.resume = v;
@@ -262,6 +283,16 @@ Flags Parse(int argc, char** argv) {
   if (f.backend == "nccl" && f.device != "cuda") {
     Fail("--backend=nccl needs --device=cuda");
   }
+  if (f.pp > 1) {
+    // What pipeline stages do not run with yet, one line each.
+    if (f.backend == "nccl") Fail("--pp runs on --backend=inproc or ucx (nccl not yet)");
+    if (f.check_schedule) Fail("--check-schedule compares one schedule; --pp stages differ");
+    if (f.arrivals) Fail("--arrivals measures data-parallel collectives; not with --pp");
+    if (!f.save_dir.empty() || !f.resume.empty()) {
+      Fail("checkpoints of pipeline stages are not written yet: no --save-dir / --resume "
+           "with --pp");
+    }
+  }
   return f;
 }
 
@@ -303,6 +334,10 @@ scheduler::ModelSpec ModelFromFlags(const Flags& f) {
 // applied to a policy.
 void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
   f.tech.Apply(p);
+  if (f.pp > 1) {
+    p.pipeline_parallel = f.pp;
+    p.pipeline_schedule = f.pp_schedule;
+  }
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
   if (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
     Fail("the policy has LoRA adapters or NF4 base weights, and the tiny Llama has no "
@@ -416,9 +451,14 @@ void CheckPolicyRoutes(const Flags& f, const Job& job) {
 Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> graph,
                  const Corpus& corpus, Device& device, Communicator& comm, RunResult* out,
                  scheduler::NodeObserver* observer = nullptr) {
-  const int rank = comm.rank(), ranks = comm.size();
+  // The data ranks (a pipeline's stages each see the whole batch's share of
+  // their data coordinate): the corpus split and the loss's mean.
+  const int rank = comm.rank();
+  const scheduler::MeshGroup data{scheduler::MeshDim::kReplicate, scheduler::MeshDim::kShard,
+                                  scheduler::MeshDim::kHpz};
+  const int ranks = graph->mesh.size(data);
   BATON_ASSIGN_OR_RETURN(auto model, LlamaRank::Create(*graph, job.config, corpus, device,
-                                                       ranks, rank));
+                                                       ranks, graph->mesh.position(rank, data)));
   scheduler::ExecutorOptions options;
   options.observer = observer;
   options.check_schedule = job.check_schedule;
@@ -527,6 +567,37 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   return absl::OkStatus();
 }
 
+// Every rank's step graph: one shared by all ranks, or with --pp one per
+// pipeline stage (BuildParallelStep, memory planned for the executor).
+struct Graphs {
+  std::vector<std::shared_ptr<const scheduler::StepGraph>> stages;
+  scheduler::DeviceMesh mesh;
+  std::shared_ptr<const scheduler::StepGraph> ForRank(int r) const {
+    return stages.size() == 1 ? stages[0]
+                              : stages[mesh.coord(r, scheduler::MeshDim::kPipeline)];
+  }
+};
+
+StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
+  Graphs g;
+  if (!scheduler::IsParallel(job.policy)) {
+    BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
+                           scheduler::BuildStepGraph(job.spec, job.policy, world));
+    g.mesh = built.mesh;
+    g.stages.push_back(std::make_shared<const scheduler::StepGraph>(std::move(built)));
+    return g;
+  }
+  BATON_ASSIGN_OR_RETURN(scheduler::ParallelStep step,
+                         scheduler::BuildParallelStep(job.spec, job.policy, world,
+                                                      job.config.seq, job.config.batch, {}, {},
+                                                      /*plan_memory=*/true));
+  g.mesh = step.mesh;
+  for (scheduler::StepGraph& s : step.stages) {
+    g.stages.push_back(std::make_shared<const scheduler::StepGraph>(std::move(s)));
+  }
+  return g;
+}
+
 StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordinal) {
   if (kind != "cuda") return CreateHostDevice();
   auto device = CreateCudaDevice(ordinal);  // Unavailable says why not
@@ -542,10 +613,8 @@ StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordina
 StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::string& device_kind,
                               int n, const std::string& group, absl::Duration timeout,
                               bool trace = false) {
-  BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
-                         scheduler::BuildStepGraph(job.spec, job.policy, n));
-  // One graph shared by the ranks' executors and models.
-  auto graph = std::make_shared<const scheduler::StepGraph>(std::move(built));
+  // One graph (per stage) shared by the ranks' executors and models.
+  BATON_ASSIGN_OR_RETURN(const Graphs graphs, BuildGraphs(job, n));
   BATON_ASSIGN_OR_RETURN(auto device, MakeDevice(device_kind, 0));
   CommConfig base;
   base.device = device.get();
@@ -558,7 +627,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   scheduler::StepTrace step_trace;
   std::vector<scheduler::NodeObserver*> observers(n, nullptr);
   if (trace) {
-    for (int r = 0; r < n; ++r) observers[r] = step_trace.ForRank(r, *graph);
+    for (int r = 0; r < n; ++r) observers[r] = step_trace.ForRank(r, *graphs.ForRank(r));
   }
   // A rank that fails (a damaged checkpoint file, say) aborts its
   // communicator so that its peers fail at once instead of at the timeout;
@@ -566,7 +635,8 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   std::atomic<int> first_failed{-1};
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r]() {
-      status[r] = TrainRank(job, graph, corpus, *device, *comms[r], &results[r], observers[r]);
+      status[r] = TrainRank(job, graphs.ForRank(r), corpus, *device, *comms[r], &results[r],
+                            observers[r]);
       if (!status[r].ok()) {
         int none = -1;
         first_failed.compare_exchange_strong(none, r);
@@ -585,9 +655,8 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
 // This process is one rank of a ucx / nccl job started by a launcher.
 StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const Flags& f,
                                    const LaunchInfo& info) {
-  BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
-                         scheduler::BuildStepGraph(job.spec, job.policy, info.world_size));
-  auto graph = std::make_shared<const scheduler::StepGraph>(std::move(built));
+  BATON_ASSIGN_OR_RETURN(const Graphs graphs, BuildGraphs(job, info.world_size));
+  const std::shared_ptr<const scheduler::StepGraph> graph = graphs.ForRank(info.rank);
   const absl::Duration timeout = absl::Seconds(f.timeout_s);
   BATON_ASSIGN_OR_RETURN(auto store, TcpStore::Create(info, timeout));
   BATON_ASSIGN_OR_RETURN(auto device, MakeDevice(f.device, f.device == "cuda" ? info.local_rank : 0));
@@ -643,6 +712,12 @@ int Main(int argc, char** argv) {
                                                  : std::max(f.nranks, 1);
     const auto groups = scheduler::ResolveMesh(job.policy, world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
+    if (scheduler::IsParallel(job.policy)) {
+      // More stages than blocks, and the schedules' own needs.
+      if (Status s = scheduler::ValidateParallel(job.spec, job.policy); !s.ok()) {
+        Fail(std::string(s.message()));
+      }
+    }
     if (f.arrivals && world < 2) {
       Fail("--arrivals measures skew between ranks: it needs --nranks >= 2");
     }
@@ -721,7 +796,8 @@ int Main(int argc, char** argv) {
   std::vector<double> ref_losses;
   if (f.check_reference) {
     Job ref = job;
-    ref.config.batch = job.config.batch * nranks;
+    ref.policy.pipeline_parallel = 1;  // the whole model on one rank
+    ref.config.batch = job.config.batch * (nranks / f.pp);
     ref.progress = false;
     auto r = RunInproc(ref, *corpus, f.device, 1, "train_tiny_reference",
                        absl::Seconds(f.timeout_s));

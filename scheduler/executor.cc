@@ -25,6 +25,34 @@ constexpr size_t kStateAlign = 256;
 
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// Parallel graphs run when they are pipeline-only 1F1B stage graphs; the
+// rest is simulated only.
+Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
+  if (!graph.parallel()) return absl::OkStatus();
+  const Policy& p = graph.policy;
+  if (p.tensor_parallel > 1 || p.context_parallel > 1) {
+    return absl::UnimplementedError(
+        "executor: graphs of tensor or context parallelism are simulated only "
+        "(scheduler/parallel_graph.h); the executor runs data-parallel graphs and "
+        "1F1B pipeline stages");
+  }
+  if (p.pipeline_schedule != PipelineSchedule::k1F1B || p.virtual_stages != 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "executor: pipeline schedule ", PipelineScheduleName(p.pipeline_schedule),
+        " is simulated only; the executor runs 1f1b"));
+  }
+  if (options.check_schedule) {
+    return absl::InvalidArgumentError(
+        "executor: check_schedule compares one schedule over every rank; pipeline "
+        "stages run different graphs");
+  }
+  if (options.optimizer_driver) {
+    return absl::InvalidArgumentError(
+        "executor: an optimizer driver (ZenFlow) runs on data-parallel graphs only");
+  }
+  return absl::OkStatus();
+}
+
 
 }  // namespace
 
@@ -42,15 +70,17 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return absl::InvalidArgumentError("executor: null step graph");
   }
   const StepGraph& graph = *shared;
-  if (graph.parallel()) {
-    return absl::UnimplementedError(
-        "executor: graphs of tensor, context or pipeline parallelism are simulated "
-        "only (scheduler/parallel_graph.h); the executor runs data-parallel graphs");
-  }
+  BATON_RETURN_IF_ERROR(CheckExecutable(graph, options));
   if (comm.size() != graph.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "executor: the graph was built for ", graph.world_size(),
         " ranks but the communicator has ", comm.size()));
+  }
+  if (graph.parallel() && graph.mesh.coord(comm.rank(), MeshDim::kPipeline) != graph.stage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "executor: world rank ", comm.rank(), " is in pipeline stage ",
+        graph.mesh.coord(comm.rank(), MeshDim::kPipeline), " of mesh ", graph.mesh.ToString(),
+        " but was given the graph of stage ", graph.stage));
   }
   if (graph.plan.buffers.size() != graph.plan_input.buffers.size()) {
     return absl::InvalidArgumentError(
@@ -164,7 +194,10 @@ std::vector<Stream*> Executor::streams() {
 }
 
 double Executor::grad_scale() const {
-  return 1.0 / (static_cast<double>(comm_.size()) * graph_.policy.micro_steps);
+  // Gradients are summed over the data ranks of a stage (the world over
+  // the pipeline stages; tensor and context parallelism are refused).
+  const int data = comm_.size() / graph_.mesh.size(MeshDim::kPipeline);
+  return 1.0 / (static_cast<double>(data) * graph_.policy.micro_steps);
 }
 
 Status Executor::Init() {
@@ -211,6 +244,14 @@ Status Executor::Init() {
         writes_saved_[i] = true;
       }
     }
+  }
+  // Pipeline stages: the activations received and the ones sent
+  // (ComputeContext's pipeline views).
+  recv_written_.assign(graph_.buffers.size(), false);
+  send_read_.assign(graph_.buffers.size(), false);
+  for (const Node& n : graph_.nodes) {
+    if (n.kind == NodeKind::kRecv) recv_written_[n.writes[0]] = true;
+    if (n.kind == NodeKind::kSend) send_read_[n.reads[0]] = true;
   }
   node_events_.resize(nn);
   for (int i = 0; i < nn; ++i) {
@@ -532,6 +573,17 @@ ComputeContext Executor::MakeComputeContext(int i) {
     }
   }
   if (n.kind == NodeKind::kBackward) ctx.grad_accumulate = n.grad_accumulate;
+  // Pipeline stages: what came from or goes to the neighbouring stages.
+  for (int r : n.reads) {
+    if (!recv_written_[r]) continue;
+    const bool grad = graph_.buffers[r].role == BufferRole::kActivationGrad;
+    (grad ? ctx.pipeline.output_grad : ctx.pipeline.input) = BufferData(r);
+  }
+  for (int w : n.writes) {
+    if (!send_read_[w]) continue;
+    const bool grad = graph_.buffers[w].role == BufferRole::kActivationGrad;
+    (grad ? ctx.pipeline.input_grad : ctx.pipeline.output) = BufferData(w);
+  }
   return ctx;
 }
 
@@ -558,8 +610,19 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       return cb.compute(MakeComputeContext(i));
     }
     case NodeKind::kSend:
-    case NodeKind::kRecv:
-    case NodeKind::kBackwardWeight:  // parallel graphs: refused by Create
+    case NodeKind::kRecv: {
+      // One tag for both directions: a pair of stages carries activations
+      // one way and their gradients the other, each in issue order.
+      co.tag = CollectiveTag(graph_.stream_for(StreamClass::kPipelineSend));
+      const int b = n.kind == NodeKind::kSend ? n.reads[0] : n.writes[0];
+      const GraphBuffer& buf = graph_.buffers[b];
+      Communicator& pp = CommFor(kPipelineGroup);
+      if (n.kind == NodeKind::kSend) {
+        return pp.Send(BufferData(b), buf.numel, buf.dtype, n.peer, s, co);
+      }
+      return pp.Recv(BufferData(b), buf.numel, buf.dtype, n.peer, s, co);
+    }
+    case NodeKind::kBackwardWeight:  // zero-bubble: refused by Create
       return absl::UnimplementedError(absl::StrCat("executor: cannot run ", n.name));
     case NodeKind::kAllGather: {
       // A shard (shard group) or a secondary shard (hpZ group).

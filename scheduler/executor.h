@@ -40,6 +40,19 @@
 // enqueues CPU code as host work on host pointers (ops/adamw.h does this
 // by itself on such a stream).
 //
+// Pipeline stages (scheduler/parallel_graph.h; 1F1B, pipeline parallelism
+// alone with any data sharding inside the stage): the executor runs the
+// graph of this rank's stage (StepGraph::stage must be its coordinate
+// along pp; built with plan_memory). Sends and receives go to the pipeline
+// group's communicator (Communicator::Send / Recv, made by Split like the
+// other groups) on their own streams (pp_send, pp_recv), ordered against
+// the compute by events both ways; the host never waits on them. The
+// compute callbacks get the received activation, a buffer for the sent one
+// and their gradients in ComputeContext::pipeline. Refused (Unimplemented)
+// until they run: tensor and context parallelism, the interleaved and
+// zero-bubble schedules; InvalidArgument with check_schedule or an
+// optimizer driver.
+//
 // Thread safety: one thread drives an Executor (Step, Synchronize, ...).
 #ifndef BATON_SCHEDULER_EXECUTOR_H_
 #define BATON_SCHEDULER_EXECUTOR_H_
@@ -88,6 +101,22 @@ struct ComputeContext {
   // gradient: the backward computes only what flows to the inputs).
   std::vector<TensorView> grads;
   std::vector<bool> grad_accumulate;   // backward only
+  // Pipeline stages (a parallel graph's compute nodes next to a receive or
+  // a send; all null otherwise, and always null without a pipeline): the
+  // activation received from the previous stage (the forward and the
+  // backward of the stage's first unit read it), a buffer for the output
+  // the next stage receives (forward of the stage's last unit), the
+  // output's gradient received from the next stage (backward of the last
+  // unit) and a buffer for the input's gradient the previous stage
+  // receives (backward of the first unit). Activations of s x b x h
+  // elements in the parameter dtype; valid in ctx.stream's order during
+  // the node (the executor orders the send / receive around it).
+  struct Pipeline {
+    const void* input = nullptr;
+    void* output = nullptr;
+    const void* output_grad = nullptr;
+    void* input_grad = nullptr;
+  } pipeline;
 };
 
 struct OptimizerContext {
@@ -387,6 +416,8 @@ class Executor final : private ExecutorParts {
   std::unique_ptr<CheckpointSaver> saver_;
   bool save_pending_ = false;
   std::vector<bool> writes_saved_;
+  // Per buffer: written by a pipeline receive / read by a pipeline send.
+  std::vector<bool> recv_written_, send_read_;
 };
 
 }  // namespace baton::scheduler

@@ -15,6 +15,11 @@ Status Executor::CheckpointAllowed(const char* call) const {
     return absl::FailedPreconditionError(
         absl::StrCat("executor: ", call, " inside a step; call it between steps"));
   }
+  if (graph_.parallel()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "executor: ", call, ": checkpoints of pipeline stages are not written yet "
+        "(each stage holds part of the model)"));
+  }
   if (driver_ != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "executor: ", call, ": policy ", graph_.policy.name,

@@ -28,6 +28,17 @@ void DeriveNodeWaits(StepGraph& g, const memory::HappensBefore& hb);
 // Internal if the edges do not go forward.
 Status DeriveWaits(StepGraph& g);
 
+// Registers every transient buffer of g with g.plan_input (its writer and
+// users; first_write, last_use; persistent and host byte totals) and, with
+// `plan_memory`, plans them (memory::PlanMemory; `reuse_edges`: the
+// planner may add kReuse edges, never delaying compute). Internal for a
+// transient buffer nobody writes.
+Status PlanBuffers(StepGraph& g, bool plan_memory, bool reuse_edges);
+
+// After PlanBuffers: last_use_is_final of every transient buffer, then the
+// waits (DeriveNodeWaits) of g.edges.
+Status DeriveFinalUsesAndWaits(StepGraph& g);
+
 }  // namespace baton::scheduler::internal
 
 #endif  // BATON_SCHEDULER_GRAPH_EDGES_H_

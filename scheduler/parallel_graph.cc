@@ -235,9 +235,9 @@ class StageBuilder {
  public:
   StageBuilder(const ModelLayout& layout, const Policy& p, const DeviceMesh& mesh,
                int stage, const std::vector<std::vector<int>>& vs_units,
-               const std::vector<Pass>& order, int64_t act_numel)
+               const std::vector<Pass>& order, int64_t act_numel, bool plan_memory)
       : layout_(layout), p_(p), stage_(stage), vs_units_(vs_units), order_(order),
-        act_numel_(act_numel) {
+        act_numel_(act_numel), plan_memory_(plan_memory) {
     g_.mesh = mesh;
   }
 
@@ -303,7 +303,13 @@ class StageBuilder {
   const std::vector<std::vector<int>>& vs_units_;
   const std::vector<Pass>& order_;
   const int64_t act_numel_;
+  const bool plan_memory_;
   StepGraph g_;
+  // The received input activation of each (micro-batch, chunk): m x v
+  // entries, -1 where the chunk has no previous stage. The backward of the
+  // chunk's first unit reads it (the stage's input, kept for the backward:
+  // the in-flight micro-batches' activations in the plan).
+  std::vector<int> recv_act_;
   std::vector<int> buckets_;  // this stage's buckets, forward order of first use
   std::vector<int> shard_, master_, gshard_, m1_, m2_, gathered_, grad_;
   std::vector<int> writes_left_;  // bucket -> gradient writes still to come
@@ -535,9 +541,11 @@ void StageBuilder::Forward(int m, int c) {
     Node& r = Add(NodeKind::kRecv, g_.stream_for(StreamClass::kPipelineRecv), {}, {cur},
                   absl::StrCat("RECV act", t));
     r.peer = (vs - 1) % pp;
+    r.group = kPipelineGroup;
     r.tag = MessageTag(m, vs, false, nv);
     r.micro_step = m;
     r.chunk = c;
+    recv_act_[m * p_.virtual_stages + c] = cur;
   }
   for (int u : vs_units_[vs]) {
     const UnitSpec& unit = layout_.units[u];
@@ -557,6 +565,7 @@ void StageBuilder::Forward(int m, int c) {
     Node& s = Add(NodeKind::kSend, g_.stream_for(StreamClass::kPipelineSend), {cur}, {},
                   absl::StrCat("SEND act", t));
     s.peer = (vs + 1) % pp;
+    s.group = kPipelineGroup;
     s.tag = MessageTag(m, vs + 1, false, nv);
     s.micro_step = m;
     s.chunk = c;
@@ -573,6 +582,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
     Node& r = Add(NodeKind::kRecv, g_.stream_for(StreamClass::kPipelineRecv), {}, {cur},
                   absl::StrCat("RECV grad", t));
     r.peer = (vs + 1) % pp;
+    r.group = kPipelineGroup;
     r.tag = MessageTag(m, vs, true, nv);
     r.micro_step = m;
     r.chunk = c;
@@ -591,6 +601,8 @@ void StageBuilder::Backward(int m, int c, bool split) {
       const int out = Act(absl::StrCat("dact.", unit.name, t), sp, true);
       std::vector<int> reads = Params(u);
       if (cur >= 0) reads.push_back(cur);
+      const int input = recv_act_[m * p_.virtual_stages + c];
+      if (u == units.front() && input >= 0) reads.push_back(input);
       Compute(NodeKind::kBackward, u, m, c, 0, reads, {out}, !split,
               absl::StrCat("B ", unit.name, t));
       if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), true);
@@ -602,6 +614,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
     Node& s = Add(NodeKind::kSend, g_.stream_for(StreamClass::kPipelineSend), {cur}, {},
                   absl::StrCat("SEND grad", t));
     s.peer = (vs - 1) % pp;
+    s.group = kPipelineGroup;
     s.tag = MessageTag(m, vs - 1, true, nv);
     s.micro_step = m;
     s.chunk = c;
@@ -631,6 +644,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
     }
   }
   Persistent();
+  recv_act_.assign(static_cast<size_t>(p_.micro_steps) * p_.virtual_stages, -1);
   {
     // About 10 nodes and 8 buffers per unit pass with tensor parallelism.
     size_t units = 0;
@@ -668,10 +682,15 @@ StatusOr<StepGraph> StageBuilder::Build() {
     cast.bucket = b;
     cast.micro_step = p_.micro_steps - 1;
   }
+  internal::DeriveDataEdges(g_, {});
+  if (plan_memory_) {
+    BATON_RETURN_IF_ERROR(internal::PlanBuffers(g_, true, p_.reuse_edges));
+    BATON_RETURN_IF_ERROR(internal::DeriveFinalUsesAndWaits(g_));
+    return std::move(g_);
+  }
   for (const GraphBuffer& b : g_.buffers) {
     if (b.persistent) g_.persistent_bytes += b.bytes();
   }
-  internal::DeriveDataEdges(g_, {});
   BATON_RETURN_IF_ERROR(internal::DeriveWaits(g_));
   return std::move(g_);
 }
@@ -681,7 +700,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
 StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& policy_in,
                                          int world_size, int64_t seq, int64_t micro_batch,
                                          std::vector<int> virtual_layers,
-                                         const PassCosts& costs) {
+                                         const PassCosts& costs, bool plan_memory) {
   const auto t0 = std::chrono::steady_clock::now();
   Policy policy = policy_in;
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
@@ -739,7 +758,7 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
   step.virtual_layers = virtual_layers;
   for (int s = 0; s < p; ++s) {
     BATON_ASSIGN_OR_RETURN(
-        StepGraph g, StageBuilder(layout, policy, mesh, s, vs_units, order[s], act).Build());
+        StepGraph g, StageBuilder(layout, policy, mesh, s, vs_units, order[s], act, plan_memory).Build());
     step.stages.push_back(std::move(g));
   }
   step.layout = std::move(layout);

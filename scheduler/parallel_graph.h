@@ -52,9 +52,12 @@
 //   optimizer the optimizer and cast of each bucket on the compute stream.
 // Edges and waits are derived from the buffers as for data-parallel graphs
 // (scheduler/step_graph.h); cross-stage order is the send / receive pairs
-// (the simulator runs the stages together, sim/pipeline_loop.h). No memory
-// plan is made (plan_memory is ignored): activations and the kept
-// parameters are counted by the simulator's per-stage accounting.
+// (the simulator runs the stages together, sim/pipeline_loop.h). The
+// backward of a chunk's first unit also reads the activation its forward
+// received, so a stage keeps its in-flight micro-batches' inputs until
+// their backward (stage s of 1F1B: min(m, p - s) at once). No memory plan
+// is made unless BuildParallelStep's plan_memory asks (the executor needs
+// one): the simulator counts activations and the kept parameters itself.
 //
 // Plain data; immutable once built; thread-safe.
 #ifndef BATON_SCHEDULER_PARALLEL_GRAPH_H_
@@ -143,7 +146,9 @@ struct ParallelStep {
 // `world_size` ranks, for micro-batches of `micro_batch` sequences of `seq`
 // tokens (the activations' size); `virtual_layers` (p x v entries of at
 // least one block, summing to the model's blocks) overrides
-// VirtualStageLayers; `costs` go to PipelineOrder. The layout has a bucket per unit and no resident
+// VirtualStageLayers; `costs` go to PipelineOrder; `plan_memory` plans
+// each stage's transient buffers (StepGraph::plan), as the executor
+// requires. The layout has a bucket per unit and no resident
 // bucket (a bucket never spans two stages), whatever policy.layout says.
 // InvalidArgument for a policy that is not parallel or is invalid
 // (ValidatePolicy, ResolveMesh, ValidateParallel), a seq that does not
@@ -153,7 +158,8 @@ struct ParallelStep {
 StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& policy,
                                          int world_size, int64_t seq, int64_t micro_batch,
                                          std::vector<int> virtual_layers = {},
-                                         const PassCosts& costs = {});
+                                         const PassCosts& costs = {},
+                                         bool plan_memory = false);
 
 // The group the data-parallel collectives of a parallel graph run over:
 // the data-shard group, with the context dimension when context_parallel > 1.

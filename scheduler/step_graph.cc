@@ -194,6 +194,82 @@ Status DeriveWaits(StepGraph& g) {
   return absl::OkStatus();
 }
 
+Status PlanBuffers(StepGraph& g_, bool plan_memory, bool reuse_edges) {
+  memory::PlanInput& in = g_.plan_input;
+  in.dag.nodes.reserve(g_.nodes.size());
+  for (const Node& n : g_.nodes) in.dag.AddNode(n.name, n.stream.index());
+  for (const GraphEdge& e : g_.edges) in.dag.AddEdge(e.from, e.to);
+  // Writer and users of each transient buffer.
+  const int nbuf = static_cast<int>(g_.buffers.size());
+  std::vector<int> writer(nbuf, -1);
+  std::vector<std::vector<int>> users(nbuf);
+  for (int v = 0; v < static_cast<int>(g_.nodes.size()); ++v) {
+    for (int w : g_.nodes[v].writes) {
+      if (writer[w] < 0) writer[w] = v; else users[w].push_back(v);
+    }
+    for (int r : g_.nodes[v].reads) users[r].push_back(v);
+  }
+  g_.first_write.assign(nbuf, -1);
+  g_.last_use.assign(nbuf, -1);
+  for (int i = 0; i < nbuf; ++i) {
+    GraphBuffer& buf = g_.buffers[i];
+    if (buf.persistent) {
+      (buf.host ? g_.host_bytes : g_.persistent_bytes) += buf.bytes();
+      continue;
+    }
+    if (writer[i] < 0) {
+      return absl::InternalError(absl::StrCat("step graph: transient buffer ",
+                                              buf.name, " is never written"));
+    }
+    int last = writer[i];
+    for (int u : users[i]) last = std::max(last, u);
+    g_.first_write[i] = writer[i];
+    g_.last_use[i] = last;
+    buf.plan_id = in.AddBuffer(buf.name, std::max<size_t>(buf.bytes(), 1),
+                               writer[i], users[i]);
+  }
+  if (!plan_memory) return absl::OkStatus();
+  memory::PlanOptions po;
+  po.allow_reuse_edges = reuse_edges;
+  const std::vector<Node>& nodes = g_.nodes;
+  po.edge_filter = [&nodes](memory::NodeId from, memory::NodeId to) {
+    if (nodes[to].stream.is_compute()) return false;  // never delay compute
+    // Never delay a gather behind compute: the prefetch window governs.
+    if (nodes[from].stream.is_compute() &&
+        nodes[to].kind != NodeKind::kReduceScatter &&
+        nodes[to].kind != NodeKind::kAllReduce &&
+        nodes[to].kind != NodeKind::kAccumulate) {
+      return false;
+    }
+    return true;
+  };
+  BATON_ASSIGN_OR_RETURN(g_.plan, memory::PlanMemory(in, po));
+  for (const memory::DagEdge& e : g_.plan.added_edges) {
+    g_.edges.push_back({e.from, e.to, EdgeKind::kReuse});
+  }
+  return absl::OkStatus();
+}
+
+Status DeriveFinalUsesAndWaits(StepGraph& g_) {
+  memory::StepDag dag;
+  dag.nodes.reserve(g_.nodes.size());
+  for (const Node& n : g_.nodes) dag.AddNode(std::string(), n.stream.index());
+  for (const GraphEdge& e : g_.edges) dag.AddEdge(e.from, e.to);
+  BATON_ASSIGN_OR_RETURN(memory::HappensBefore hb,
+                         memory::HappensBefore::Build(dag));
+  g_.last_use_is_final.assign(g_.buffers.size(), false);
+  for (size_t b = 0; b < g_.buffers.size(); ++b) {
+    if (g_.buffers[b].persistent) continue;
+    const memory::BufferSpec& spec = g_.plan_input.buffers[g_.buffers[b].plan_id];
+    const int last = g_.last_use[b];
+    bool is_final = spec.writer == last || hb.Before(spec.writer, last);
+    for (int u : spec.users) is_final &= u == last || hb.Before(u, last);
+    g_.last_use_is_final[b] = is_final;
+  }
+  internal::DeriveNodeWaits(g_, hb);
+  return absl::OkStatus();
+}
+
 }  // namespace internal
 
 namespace {
@@ -716,80 +792,10 @@ void Builder::Optimizer() {
 void Builder::DeriveDataEdges() { internal::DeriveDataEdges(g_, window_edges_); }
 
 Status Builder::Plan(const GraphOptions& options) {
-  memory::PlanInput& in = g_.plan_input;
-  in.dag.nodes.reserve(g_.nodes.size());
-  for (const Node& n : g_.nodes) in.dag.AddNode(n.name, n.stream.index());
-  for (const GraphEdge& e : g_.edges) in.dag.AddEdge(e.from, e.to);
-  // Writer and users of each transient buffer.
-  const int nbuf = static_cast<int>(g_.buffers.size());
-  std::vector<int> writer(nbuf, -1);
-  std::vector<std::vector<int>> users(nbuf);
-  for (int v = 0; v < static_cast<int>(g_.nodes.size()); ++v) {
-    for (int w : g_.nodes[v].writes) {
-      if (writer[w] < 0) writer[w] = v; else users[w].push_back(v);
-    }
-    for (int r : g_.nodes[v].reads) users[r].push_back(v);
-  }
-  g_.first_write.assign(nbuf, -1);
-  g_.last_use.assign(nbuf, -1);
-  for (int i = 0; i < nbuf; ++i) {
-    GraphBuffer& buf = g_.buffers[i];
-    if (buf.persistent) {
-      (buf.host ? g_.host_bytes : g_.persistent_bytes) += buf.bytes();
-      continue;
-    }
-    if (writer[i] < 0) {
-      return absl::InternalError(absl::StrCat("step graph: transient buffer ",
-                                              buf.name, " is never written"));
-    }
-    int last = writer[i];
-    for (int u : users[i]) last = std::max(last, u);
-    g_.first_write[i] = writer[i];
-    g_.last_use[i] = last;
-    buf.plan_id = in.AddBuffer(buf.name, std::max<size_t>(buf.bytes(), 1),
-                               writer[i], users[i]);
-  }
-  if (!options.plan_memory) return absl::OkStatus();
-  memory::PlanOptions po;
-  po.allow_reuse_edges = p_.reuse_edges;
-  const std::vector<Node>& nodes = g_.nodes;
-  po.edge_filter = [&nodes](memory::NodeId from, memory::NodeId to) {
-    if (nodes[to].stream.is_compute()) return false;  // never delay compute
-    // Never delay a gather behind compute: the prefetch window governs.
-    if (nodes[from].stream.is_compute() &&
-        nodes[to].kind != NodeKind::kReduceScatter &&
-        nodes[to].kind != NodeKind::kAllReduce &&
-        nodes[to].kind != NodeKind::kAccumulate) {
-      return false;
-    }
-    return true;
-  };
-  BATON_ASSIGN_OR_RETURN(g_.plan, memory::PlanMemory(in, po));
-  for (const memory::DagEdge& e : g_.plan.added_edges) {
-    g_.edges.push_back({e.from, e.to, EdgeKind::kReuse});
-  }
-  return absl::OkStatus();
+  return internal::PlanBuffers(g_, options.plan_memory, p_.reuse_edges);
 }
 
-Status Builder::DeriveWaits() {
-  memory::StepDag dag;
-  dag.nodes.reserve(g_.nodes.size());
-  for (const Node& n : g_.nodes) dag.AddNode(std::string(), n.stream.index());
-  for (const GraphEdge& e : g_.edges) dag.AddEdge(e.from, e.to);
-  BATON_ASSIGN_OR_RETURN(memory::HappensBefore hb,
-                         memory::HappensBefore::Build(dag));
-  g_.last_use_is_final.assign(g_.buffers.size(), false);
-  for (size_t b = 0; b < g_.buffers.size(); ++b) {
-    if (g_.buffers[b].persistent) continue;
-    const memory::BufferSpec& spec = g_.plan_input.buffers[g_.buffers[b].plan_id];
-    const int last = g_.last_use[b];
-    bool is_final = spec.writer == last || hb.Before(spec.writer, last);
-    for (int u : spec.users) is_final &= u == last || hb.Before(u, last);
-    g_.last_use_is_final[b] = is_final;
-  }
-  internal::DeriveNodeWaits(g_, hb);
-  return absl::OkStatus();
-}
+Status Builder::DeriveWaits() { return internal::DeriveFinalUsesAndWaits(g_); }
 
 StatusOr<StepGraph> Builder::Build(const GraphOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
