@@ -49,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -384,6 +385,16 @@ struct RunResult {
   size_t host_bytes = 0;  // offload: master and moments in host memory
   std::string plan_strategy;
   std::string trace_json;  // --trace: the step trace (scheduler/step_trace.h)
+  // Job::final_params: the final fp32 master values by parameter name (this
+  // rank's shards; RunInproc merges every rank's into whole parameters).
+  struct ParamPiece {
+    std::string name;
+    int64_t numel = 0;  // the whole parameter's
+    int64_t offset = 0;  // of values[0] in it
+    std::vector<float> values;
+  };
+  std::vector<ParamPiece> params;
+  std::map<std::string, std::vector<float>> whole_params;  // RunInproc: merged
   // --arrivals: means over the steps after the first.
   double straggler_ms = 0;  // the mean rank's wait for later ranks per step
   double max_skew_ms = 0;   // the step's largest arrival skew
@@ -397,6 +408,7 @@ struct Job {
   bool progress = false;  // rank 0 prints a line per step
   bool check_schedule = false;
   bool arrivals = false;
+  bool final_params = false;  // fill RunResult::params (inproc --check-reference)
   std::string save_dir, resume;
   int64_t save_every = 0;
 };
@@ -444,6 +456,81 @@ void CheckPolicyRoutes(const Flags& f, const Job& job) {
   if (Status s = scheduler::CheckPolicyForModel(job.policy, job.spec, file); !s.ok()) {
     Fail(std::string(s.message()));
   }
+}
+
+// This rank's part of the final master values (its stage's buckets, its
+// shard of each) into out->params.
+Status FinalParams(const scheduler::StepGraph& graph, scheduler::Executor& executor,
+                   RunResult* out) {
+  const scheduler::ModelLayout& layout = graph.layout;
+  for (int b = 0; b < static_cast<int>(layout.buckets.size()); ++b) {
+    StatusOr<std::vector<float>> master = executor.ReadMaster(b);
+    if (absl::IsOutOfRange(master.status())) continue;  // another stage's bucket
+    BATON_RETURN_IF_ERROR(master.status());
+    const scheduler::Bucket& bk = layout.buckets[b];
+    const int64_t begin = layout.sharding.shard ? executor.shard_rank() * bk.shard_numel : 0;
+    const int64_t end = begin + static_cast<int64_t>(master->size());
+    for (const scheduler::ParamSlot& slot : bk.params) {
+      const int64_t lo = std::max(begin, slot.offset);
+      const int64_t hi = std::min(end, slot.offset + slot.numel);
+      if (lo >= hi) continue;
+      RunResult::ParamPiece piece{slot.name, slot.numel, lo - slot.offset, {}};
+      piece.values.assign(master->begin() + (lo - begin), master->begin() + (hi - begin));
+      out->params.push_back(std::move(piece));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Whole parameters from every rank's pieces; InternalError naming a
+// parameter some element of which no rank holds.
+StatusOr<std::map<std::string, std::vector<float>>> MergeParams(
+    const std::vector<RunResult>& results) {
+  std::map<std::string, std::vector<float>> whole;
+  std::map<std::string, std::vector<bool>> have;
+  for (const RunResult& r : results) {
+    for (const RunResult::ParamPiece& p : r.params) {
+      std::vector<float>& w = whole[p.name];
+      std::vector<bool>& h = have[p.name];
+      w.resize(p.numel);
+      h.resize(p.numel, false);
+      for (size_t i = 0; i < p.values.size(); ++i) {
+        w[p.offset + i] = p.values[i];
+        h[p.offset + i] = true;
+      }
+    }
+  }
+  for (const auto& [name, h] : have) {
+    if (std::find(h.begin(), h.end(), false) != h.end()) {
+      return absl::InternalError(absl::StrCat("final parameters: no rank holds all of ", name));
+    }
+  }
+  return whole;
+}
+
+// The largest relative difference of a parameter from the reference's,
+// ||run - ref|| / ||ref|| (L2 over its elements), over every parameter.
+StatusOr<double> MaxParamDifference(const std::map<std::string, std::vector<float>>& run,
+                                    const std::map<std::string, std::vector<float>>& ref) {
+  if (run.size() != ref.size()) {
+    return absl::InternalError(absl::StrCat("final parameters: ", run.size(),
+                                            " parameters against the reference's ", ref.size()));
+  }
+  double worst = 0;
+  for (const auto& [name, values] : ref) {
+    auto it = run.find(name);
+    if (it == run.end() || it->second.size() != values.size()) {
+      return absl::InternalError(absl::StrCat("final parameters: ", name, " differs in shape"));
+    }
+    double norm = 0, diff = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double d = double{it->second[i]} - values[i];
+      norm += double{values[i]} * values[i];
+      diff += d * d;
+    }
+    worst = std::max(worst, norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff));
+  }
+  return worst;
 }
 
 // Trains on one rank through the executor; every rank calls it. `observer`
@@ -564,6 +651,7 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   out->persistent_bytes = graph->persistent_bytes;
   out->host_bytes = graph->host_bytes;
   out->plan_strategy = graph->plan.strategy;
+  if (job.final_params) BATON_RETURN_IF_ERROR(FinalParams(*graph, *executor, out));
   return absl::OkStatus();
 }
 
@@ -649,6 +737,9 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
     return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
   }
   if (trace) results[0].trace_json = step_trace.Json();  // streams synced
+  if (job.final_params) {
+    BATON_ASSIGN_OR_RETURN(results[0].whole_params, MergeParams(results));
+  }
   return results[0];
 }
 
@@ -775,6 +866,8 @@ int Main(int argc, char** argv) {
     nranks = info->world_size;
     result = RunProcessRank(job, *corpus, f, *info);
   } else {
+    // Final parameters against the reference's: every rank's are at hand.
+    job.final_params = f.check_reference;
     result = RunInproc(job, *corpus, f.device, nranks, "train_tiny", absl::Seconds(f.timeout_s),
                        !f.trace.empty());
   }
@@ -793,6 +886,7 @@ int Main(int argc, char** argv) {
 
   // The unsharded reference: one rank, the whole global batch.
   double max_rel = -1;
+  std::optional<double> param_rel;  // inproc: the final parameters' difference
   std::vector<double> ref_losses;
   if (f.check_reference) {
     Job ref = job;
@@ -806,6 +900,14 @@ int Main(int argc, char** argv) {
       return 1;
     }
     ref_losses = r->losses;
+    if (job.final_params) {
+      auto d = MaxParamDifference(result->whole_params, r->whole_params);
+      if (!d.ok()) {
+        std::fprintf(stderr, "train_tiny: %s\n", std::string(d.status().message()).c_str());
+        return 1;
+      }
+      param_rel = *d;
+    }
     max_rel = 0;
     for (size_t i = 0; i < ref_losses.size(); ++i) {
       max_rel = std::max(max_rel, std::abs(result->losses[i] - ref_losses[i]) /
@@ -854,6 +956,10 @@ int Main(int argc, char** argv) {
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
+    if (param_rel && f.pp > 1) {
+      std::printf("final parameters: largest relative difference %.3g (L2, per parameter)\n",
+                  *param_rel);
+    }
   }
   // Stragglers (scheduler/arrivals.h): the simulator adds straggler_cv x
   // compute x E[max of N normals] per step; the measured wait gives cv, with
@@ -899,6 +1005,7 @@ int Main(int argc, char** argv) {
     j["loss_last"] = res.losses.back();
     j["max_rel_diff_vs_reference"] = f.check_reference ? nlohmann::json(max_rel) : nlohmann::json();
     if (f.check_reference) j["reference_losses"] = ref_losses;
+    if (param_rel) j["max_param_rel_diff_vs_reference"] = *param_rel;
     j["arena_bytes"] = res.arena_bytes;
     j["lower_bound_bytes"] = res.lower_bound_bytes;
     j["persistent_bytes"] = res.persistent_bytes;
