@@ -801,6 +801,10 @@ int Main(int argc, char** argv) {
     // Groups that do not fit the ranks (shard_group, hpz_group): bad input.
     const int world = multi_process && info.ok() ? info->world_size
                                                  : std::max(f.nranks, 1);
+    if (world % f.pp != 0) {
+      Fail(absl::StrCat("--nranks=", world, " is not a multiple of --pp=", f.pp,
+                        " (the ranks are data ranks x pipeline stages)"));
+    }
     const auto groups = scheduler::ResolveMesh(job.policy, world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
     if (scheduler::IsParallel(job.policy)) {

@@ -1,0 +1,55 @@
+#!/bin/bash
+# train_tiny --pp: 1F1B pipeline stages executed against the unsharded
+# one-rank run (losses and final parameters within 1e-5 relative, f32), on
+# inproc threads alone and with FSDP2 sharding inside each stage, and on
+# ucx processes with sharding inside the stages; a trace with the pipeline
+# streams; bad input is one line on stderr, exit code 2.
+source tests/simulate_cli_lib.sh  # bin (train_tiny), t, fail; run, bad, has
+model=(--layers=2 --hidden=64 --heads=4 --kv-heads=2 --ffn=128 --vocab=128 --seq=32 --lr=3e-3
+       --steps=20 --dtype=f32)
+equal() {  # equal NAME PARAMS: the --json line's differences <= 1e-5, loss falls 30%
+  tail -n 1 "$t/out" | python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+d, losses = j["max_rel_diff_vs_reference"], j["losses"]
+assert d is not None and d <= 1e-5, ("losses", d)
+if sys.argv[1] == "1":
+    p = j["max_param_rel_diff_vs_reference"]
+    assert p <= 1e-5, ("parameters", p)
+assert len(losses) == 20 and losses[-1] < 0.7 * losses[0], losses
+print("  losses %.6f -> %.6f, loss diff %.3g, parameter diff %s" % (
+    losses[0], losses[-1], d, j.get("max_param_rel_diff_vs_reference")))' "$2" ||
+    { echo "FAIL $1"; tail -n 3 "$t/out"; fail=1; }
+}
+
+run pp2 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --check-reference --json \
+  --trace="$t/pp.json"
+has pp2 '^final parameters: largest relative difference '
+equal pp2 1
+python3 - "$t/pp.json" <<'PY' || { echo "FAIL trace"; fail=1; }
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+tracks = {(e["pid"], e["args"]["name"]) for e in events if e.get("name") == "thread_name"}
+for rank in (0, 1):
+    for stream in ("compute", "pp_send", "pp_recv"):
+        assert (rank, stream) in tracks, (rank, stream, sorted(tracks))
+slices = {(e["pid"], e["name"].split(" m")[0]) for e in events if e.get("ph") == "X"}
+for want in ((0, "SEND act"), (0, "RECV grad"), (1, "RECV act"), (1, "SEND grad")):
+    assert want in slices, (want, sorted(slices)[:20])
+print("  trace: pipeline streams and send / receive slices on both ranks")
+PY
+run pp2-fsdp2 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=3 --policy=fsdp2 \
+  --check-reference --json
+equal pp2-fsdp2 1
+run pp2-ucx 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --batch=1 --policy=fsdp2 \
+  --backend=ucx --check-reference --json
+equal pp2-ucx 0
+
+bad not-dividing "is not a multiple of --pp=2" "${model[@]}" --pp=2 --nranks=3
+bad more-stages "more than the model's 2 blocks" "${model[@]}" --pp=3 --nranks=3
+bad interleaved "simulated only" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=interleaved
+bad schedule "pipeline schedule must be" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=gpipe
+bad checkpoints "checkpoints of pipeline stages" "${model[@]}" --pp=2 --nranks=2 \
+  --save-dir="$t/ck" --save-every=1
+exit $fail
