@@ -13,11 +13,12 @@
 //     --offload; the tiny Llama has no LoRA or NF4 kernels, so --lora-*,
 //     --base-dtype and policy files with adapters are refused)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
-//     [--pp=P --pp-schedule=1f1b]
+//     [--pp=P --pp-schedule=1f1b --pp-layers=even|flops|N,N,...]
 //
 // --pp=P splits the model into P pipeline stages (scheduler/parallel_graph.h:
 // the embedding and the first blocks on the first, the last blocks, final
-// norm and head on the last; blocks split evenly) run as 1F1B over
+// norm and head on the last; blocks split evenly, by the units' training
+// FLOPs with --pp-layers=flops, or as --pp-layers=N,N,... gives) run as 1F1B over
 // --micro-steps micro-batches; --nranks is then data x P ranks, each stage's
 // parameters sharded over its data ranks by the policy. docs/parallel.md.
 //
@@ -57,6 +58,8 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "baton/comm/factory.h"
@@ -116,6 +119,7 @@ struct Flags {
   std::string save_dir, resume;
   int64_t save_every = 0;
   int pp = 1;  // --pp: pipeline stages
+  std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
   scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
 };
 
@@ -143,6 +147,8 @@ const char kUsage[] =
     "  [--save-dir=DIR --save-every=N] (a checkpoint after every N-th step)\n"
     "  [--resume=DIR] (from the newest complete checkpoint in DIR; same global batch)\n"
     "  [--pp=P] (pipeline stages; --nranks = data ranks x P) [--pp-schedule=1f1b]\n"
+    "  [--pp-layers=even|flops|N,N,...] (blocks per stage: even, balancing each\n"
+    "   unit's training FLOPs, or given)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -221,6 +227,10 @@ Flags Parse(int argc, char** argv) {
     }
     else if (key == "--save-every") f.save_every = Positive(key, v, kMaxSteps);
     else if (key == "--pp") f.pp = static_cast<int>(Positive(key, v, kMaxRanks));
+    else if (key == "--pp-layers") {
+      if (v.empty()) Fail("--pp-layers needs even, flops or blocks per stage (e.g. 3,5)");
+      f.pp_layers = v;
+    }
     else if (key == "--pp-schedule") {
       auto sched = scheduler::ParsePipelineSchedule(v);
       if (!sched.ok()) Fail(absl::StrCat("--pp-schedule: ", sched.status().message()));
@@ -284,6 +294,7 @@ Flags Parse(int argc, char** argv) {
   if (f.backend == "nccl" && f.device != "cuda") {
     Fail("--backend=nccl needs --device=cuda");
   }
+  if (f.pp == 1 && f.pp_layers != "even") Fail("--pp-layers splits the stages of --pp > 1");
   if (f.pp > 1) {
     // What pipeline stages do not run with yet, one line each.
     if (f.backend == "nccl") Fail("--pp runs on --backend=inproc or ucx (nccl not yet)");
@@ -402,6 +413,7 @@ struct RunResult {
 
 struct Job {
   scheduler::ModelSpec spec;
+  std::vector<int> stage_layers;  // --pp: blocks per stage (empty: none)
   scheduler::Policy policy;
   TrainConfig config;
   int64_t steps = 0;
@@ -655,6 +667,37 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   return absl::OkStatus();
 }
 
+// --pp-layers: the blocks of each stage (the policy validated).
+std::vector<int> StageLayers(const Flags& f, const Job& job) {
+  StatusOr<std::vector<int>> layers = absl::InternalError("unset");
+  if (f.pp_layers == "even") {
+    layers = scheduler::VirtualStageLayers(job.spec, job.policy);
+  } else if (f.pp_layers == "flops") {
+    layers = scheduler::BalancedStageLayers(job.spec.layers, f.pp,
+                                            scheduler::UnitTrainingFlops(job.spec, f.seq));
+  } else {
+    std::vector<int> given;
+    int64_t sum = 0;
+    for (absl::string_view part : absl::StrSplit(f.pp_layers, ',')) {
+      int n = 0;
+      if (!absl::SimpleAtoi(part, &n) || n < 1 || n > job.spec.layers) {
+        Fail(absl::StrCat("--pp-layers: \"", part, "\" is not a block count in 1..",
+                          job.spec.layers, " (or give even / flops)"));
+      }
+      given.push_back(n);
+      sum += n;
+    }
+    if (static_cast<int>(given.size()) != f.pp || sum != job.spec.layers) {
+      Fail(absl::StrCat("--pp-layers=", f.pp_layers, " gives ", given.size(), " stages of ",
+                        sum, " blocks; want --pp=", f.pp, " stages summing to the model's ",
+                        job.spec.layers, " blocks"));
+    }
+    layers = given;
+  }
+  if (!layers.ok()) Fail(std::string(layers.status().message()));
+  return *layers;
+}
+
 // Every rank's step graph: one shared by all ranks, or with --pp one per
 // pipeline stage (BuildParallelStep, memory planned for the executor).
 struct Graphs {
@@ -677,7 +720,8 @@ StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
   }
   BATON_ASSIGN_OR_RETURN(scheduler::ParallelStep step,
                          scheduler::BuildParallelStep(job.spec, job.policy, world,
-                                                      job.config.seq, job.config.batch, {}, {},
+                                                      job.config.seq, job.config.batch,
+                                                      job.stage_layers, {},
                                                       /*plan_memory=*/true));
   g.mesh = step.mesh;
   for (scheduler::StepGraph& s : step.stages) {
@@ -812,6 +856,7 @@ int Main(int argc, char** argv) {
       if (Status s = scheduler::ValidateParallel(job.spec, job.policy); !s.ok()) {
         Fail(std::string(s.message()));
       }
+      job.stage_layers = StageLayers(f, job);
     }
     if (f.arrivals && world < 2) {
       Fail("--arrivals measures skew between ranks: it needs --nranks >= 2");
@@ -930,6 +975,13 @@ int Main(int argc, char** argv) {
               static_cast<long long>(job.policy.micro_steps), static_cast<long long>(f.batch),
               static_cast<long long>(f.seq));
   std::printf("optimizer %s\n", scheduler::OptimizerName(job.policy.optimizer));
+  if (!job.stage_layers.empty()) {
+    std::printf("pipeline: %d stages of %s blocks (--pp-layers=%s), %s, %lld micro-batches, "
+                "%d data ranks per stage\n",
+                f.pp, absl::StrJoin(job.stage_layers, ", ").c_str(), f.pp_layers.c_str(),
+                scheduler::PipelineScheduleName(job.policy.pipeline_schedule),
+                static_cast<long long>(job.policy.micro_steps), nranks / f.pp);
+  }
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
               res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));
   std::printf("memory plan: arena %s vs lower bound %s (ratio %.3f, %s); persistent state %s\n",

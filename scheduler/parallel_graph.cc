@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -221,6 +223,64 @@ StatusOr<std::vector<int>> VirtualStageLayers(const ModelSpec& spec, const Polic
   if (nv > 1) by_distance.push_back(nv - 1);
   for (int i = 0; rem > 0; ++i, --rem) ++n[by_distance[i % by_distance.size()]];
   return n;
+}
+
+std::vector<double> UnitTrainingFlops(const ModelSpec& spec, int64_t seq) {
+  std::vector<double> c(static_cast<size_t>(spec.layers) + 3, 0.0);
+  for (int64_t b = 0; b < spec.layers; ++b) c[1 + b] = 3 * BlockForwardFlops(spec, seq);
+  c.back() = 6.0 * static_cast<double>(spec.hidden) * spec.vocab * seq;
+  return c;
+}
+
+StatusOr<std::vector<int>> BalancedStageLayers(int64_t blocks, int stages,
+                                               const std::vector<double>& unit_costs) {
+  if (stages < 1 || stages > blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "balanced stages: ", stages, " stages of at least one of ", blocks, " blocks"));
+  }
+  if (static_cast<int64_t>(unit_costs.size()) != blocks + 3) {
+    return absl::InvalidArgumentError(absl::StrCat("balanced stages: ", unit_costs.size(),
+                                                   " unit costs for ", blocks + 3, " units"));
+  }
+  for (double c : unit_costs) {
+    if (!std::isfinite(c) || c < 0) {
+      return absl::InvalidArgumentError("balanced stages: unit costs must be finite and >= 0");
+    }
+  }
+  const int n = static_cast<int>(blocks);
+  // prefix[i]: the cost of the embedding and blocks 0..i-1; the last stage
+  // adds the norm and the head.
+  std::vector<double> prefix(n + 1, unit_costs[0]);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + unit_costs[1 + i];
+  const double tail = unit_costs[n + 1] + unit_costs[n + 2];
+  auto cost = [&](int lo, int hi) {  // blocks [lo, hi) as one stage
+    return prefix[hi] - (lo == 0 ? 0.0 : prefix[lo]) + (hi == n ? tail : 0.0);
+  };
+  // best[s][i]: the least largest cost of blocks [0, i) on s stages; from
+  // the split point of the last of them.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<int>> from(stages + 1, std::vector<int>(n + 1, -1));
+  best[0][0] = 0;
+  for (int s = 1; s <= stages; ++s) {
+    for (int i = s; i <= n; ++i) {
+      // The last stage holds [j, i); the first best j wins a tie (earlier
+      // stages fewer blocks: they hold more micro-batches' activations).
+      for (int j = s - 1; j < i; ++j) {
+        const double v = std::max(best[s - 1][j], cost(j, i));
+        if (v < best[s][i]) {
+          best[s][i] = v;
+          from[s][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<int> layers(stages);
+  for (int s = stages, i = n; s > 0; --s) {
+    layers[s - 1] = i - from[s][i];
+    i = from[s][i];
+  }
+  return layers;
 }
 
 MeshGroup ParallelDataGroup(const Policy& p) {

@@ -133,6 +133,22 @@ Status ValidateParallel(const ModelSpec& spec, const Policy& policy);
 StatusOr<std::vector<int>> VirtualStageLayers(const ModelSpec& spec,
                                               const Policy& policy);
 
+// Each unit's training FLOPs per sequence of `seq` tokens (forward and
+// backward, one entry per unit of the layout's order: embedding, blocks,
+// final norm, head): 3 x BlockForwardFlops per block, 6 x hidden x vocab x
+// seq for the head, 0 for the embedding (a gather) and the norm.
+std::vector<double> UnitTrainingFlops(const ModelSpec& spec, int64_t seq);
+
+// Blocks per stage for `stages` contiguous stages (no virtual stages) that
+// minimise the largest stage's cost, the embedding on the first stage and
+// the final norm and head on the last, at least one block each; among
+// equal splits the one whose earlier stages hold fewer blocks. `unit_costs`
+// as UnitTrainingFlops (blocks + 3 entries, each finite and >= 0).
+// InvalidArgument for stages < 1 or more than the blocks, or costs of the
+// wrong count or value.
+StatusOr<std::vector<int>> BalancedStageLayers(int64_t blocks, int stages,
+                                               const std::vector<double>& unit_costs);
+
 struct ParallelStep {
   DeviceMesh mesh;
   ModelLayout layout;                 // the whole model, sharded over data

@@ -246,5 +246,43 @@ TEST(ParallelGraphTest, BadCombinationsAreOneLine) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(BalancedStageLayersTest, MinimisesTheLargestStage) {
+  // Unit costs: embedding, 6 blocks, norm, head.
+  auto costs = [](double embedding, double head) {
+    std::vector<double> c = {embedding, 1, 1, 1, 1, 1, 1, 0, head};
+    return c;
+  };
+  // Nothing at the ends: even.
+  EXPECT_EQ(*BalancedStageLayers(6, 2, costs(0, 0)), (std::vector<int>{3, 3}));
+  EXPECT_EQ(*BalancedStageLayers(6, 3, costs(0, 0)), (std::vector<int>{2, 2, 2}));
+  // A head worth two blocks: the last stage takes fewer.
+  EXPECT_EQ(*BalancedStageLayers(6, 2, costs(0, 2)), (std::vector<int>{4, 2}));
+  // A head worth ten blocks: the last stage keeps one block only (the
+  // others tie under it; the earlier holds fewer).
+  EXPECT_EQ(*BalancedStageLayers(6, 3, costs(0, 10)), (std::vector<int>{2, 3, 1}));
+  // A head worth half a block: moving a block off the last stage makes
+  // another stage of 3.
+  EXPECT_EQ(*BalancedStageLayers(6, 3, costs(0, 0.5)), (std::vector<int>{2, 2, 2}));
+  // Ties (1 | 2 and 2 | 1 both cost 2): the earlier stage holds fewer.
+  EXPECT_EQ(*BalancedStageLayers(3, 2, {0, 1, 1, 1, 0, 0}), (std::vector<int>{1, 2}));
+  EXPECT_EQ(*BalancedStageLayers(5, 2, {0, 1, 1, 1, 1, 1, 0, 0}), (std::vector<int>{2, 3}));
+  // The model's own FLOPs: tiny's head (vocab 512) is cheaper than a block.
+  const ModelSpec tiny = *ModelPreset("tiny");
+  const std::vector<double> f = UnitTrainingFlops(tiny, 128);
+  ASSERT_EQ(f.size(), static_cast<size_t>(tiny.layers) + 3);
+  EXPECT_EQ(f[0], 0);
+  EXPECT_GT(f[1], f.back());
+  EXPECT_EQ(*BalancedStageLayers(tiny.layers, 2, f), (std::vector<int>{2, 2}));
+  // Bad input.
+  EXPECT_EQ(BalancedStageLayers(6, 7, costs(0, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BalancedStageLayers(6, 0, costs(0, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BalancedStageLayers(5, 2, costs(0, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BalancedStageLayers(6, 2, costs(-1, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace baton::scheduler

@@ -46,10 +46,21 @@ run pp2-ucx 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --batch=1 --policy
   --backend=ucx --check-reference --json
 equal pp2-ucx 0
 
+# An explicit assignment and the FLOPs balance (3 blocks on 2 stages).
+run pp-layers 0 "${model[@]/--layers=2/--layers=3}" --pp=2 --nranks=2 --micro-steps=2 \
+  --pp-layers=1,2 --check-reference --json
+has pp-layers '^pipeline: 2 stages of 1, 2 blocks \(--pp-layers=1,2\), 1f1b, 2 micro-batches'
+equal pp-layers 1
+run pp-flops 0 "${model[@]}" --pp=2 --nranks=2 --pp-layers=flops
+has pp-flops '^pipeline: 2 stages of 1, 1 blocks \(--pp-layers=flops\)'
 bad not-dividing "is not a multiple of --pp=2" "${model[@]}" --pp=2 --nranks=3
 bad more-stages "more than the model's 2 blocks" "${model[@]}" --pp=3 --nranks=3
 bad interleaved "simulated only" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=interleaved
 bad schedule "pipeline schedule must be" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=gpipe
 bad checkpoints "checkpoints of pipeline stages" "${model[@]}" --pp=2 --nranks=2 \
   --save-dir="$t/ck" --save-every=1
+bad layers-count "want --pp=2 stages summing to the model's 2 blocks" "${model[@]}" --pp=2 \
+  --nranks=2 --pp-layers=1,1,1
+bad layers-zero "is not a block count" "${model[@]}" --pp=2 --nranks=2 --pp-layers=0,2
+bad layers-alone "--pp-layers splits the stages of --pp > 1" "${model[@]}" --pp-layers=flops
 exit $fail
