@@ -406,6 +406,10 @@ struct RunResult {
   };
   std::vector<ParamPiece> params;
   std::map<std::string, std::vector<float>> whole_params;  // RunInproc: merged
+  // --pp --trace on inproc: per stage, the last step's compute idle time in
+  // the pipeline's span (StepTrace::ComputeIdleFraction), mean over the
+  // stage's ranks.
+  std::vector<double> stage_bubble;
   // --arrivals: means over the steps after the first.
   double straggler_ms = 0;  // the mean rank's wait for later ranks per step
   double max_skew_ms = 0;   // the step's largest arrival skew
@@ -781,6 +785,20 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
     return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
   }
   if (trace) results[0].trace_json = step_trace.Json();  // streams synced
+  if (trace && graphs.stages.size() > 1 && !results[0].losses.empty()) {
+    const int64_t last = results[0].first_step + results[0].losses.size() - 1;
+    const int p = static_cast<int>(graphs.stages.size());
+    std::vector<double> sum(p, 0);
+    std::vector<int> count(p, 0);
+    for (const auto& [r, idle] : step_trace.ComputeIdleFraction(last)) {
+      const int s = graphs.mesh.coord(r, scheduler::MeshDim::kPipeline);
+      sum[s] += idle;
+      ++count[s];
+    }
+    for (int s = 0; s < p; ++s) {
+      results[0].stage_bubble.push_back(count[s] > 0 ? sum[s] / count[s] : -1);
+    }
+  }
   if (job.final_params) {
     BATON_ASSIGN_OR_RETURN(results[0].whole_params, MergeParams(results));
   }
@@ -1009,6 +1027,16 @@ int Main(int argc, char** argv) {
                 sv.stats.dir.c_str(), MiB(sv.stats.bytes).c_str(), sv.stats.copied_ms,
                 sv.stats.written_ms, sv.stats.done_ms, sv.stats.issue_ms);
   }
+  if (!res.stage_bubble.empty()) {
+    std::string stages;
+    for (size_t s = 0; s < res.stage_bubble.size(); ++s) {
+      absl::StrAppend(&stages, s ? ", " : "", absl::StrFormat("%.1f%%", 100 * res.stage_bubble[s]));
+    }
+    const double p = f.pp, m = static_cast<double>(job.policy.micro_steps);
+    std::printf("pipeline bubble (step %lld, from the trace: compute idle in the pipeline's "
+                "span): stages %s; 1F1B with equal stages (p-1)/(m+p-1) = %.1f%%\n",
+                static_cast<long long>(f.steps), stages.c_str(), 100 * (p - 1) / (m + p - 1));
+  }
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
@@ -1062,6 +1090,7 @@ int Main(int argc, char** argv) {
     j["max_rel_diff_vs_reference"] = f.check_reference ? nlohmann::json(max_rel) : nlohmann::json();
     if (f.check_reference) j["reference_losses"] = ref_losses;
     if (param_rel) j["max_param_rel_diff_vs_reference"] = *param_rel;
+    if (!res.stage_bubble.empty()) j["stage_bubble"] = res.stage_bubble;
     j["arena_bytes"] = res.arena_bytes;
     j["lower_bound_bytes"] = res.lower_bound_bytes;
     j["persistent_bytes"] = res.persistent_bytes;

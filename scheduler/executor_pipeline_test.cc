@@ -3,12 +3,16 @@
 // compute callbacks check that every activation and gradient the executor
 // hands over is the one the other stage produced for that micro-batch.
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <map>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/parallel_graph.h"
+#include "baton/scheduler/step_trace.h"
 #include "baton/scheduler/testing/toy_model.h"
 
 namespace baton::scheduler {
@@ -144,6 +148,57 @@ TEST(ExecutorPipelineTest, AStagePlansItsInFlightInputsNotEveryMicroBatch) {
   }
   EXPECT_EQ(bound[1], bound[0]);
   EXPECT_EQ(bound[2], bound[0]);
+}
+
+TEST(ExecutorPipelineTest, TheMeasuredBubbleIsOneFOneBs) {
+  // 2 stages x 1 data rank, 4 micro-batches; each stage's one block sleeps
+  // 10 ms forward and 20 ms backward (the rest is instant): equal stages, so
+  // 1F1B idles each stage (p - 1) / (m + p - 1) = 20% of its span.
+  constexpr int kRanks = 2, kMicro = 4;
+  auto step = Build(PipelinePolicy(kMicro), kRanks);
+  ASSERT_TRUE(step.ok()) << step.status();
+  auto group = CreateInprocGroup(kRanks);
+  ASSERT_TRUE(group.ok()) << group.status();
+  StepTrace trace;
+  std::vector<NodeObserver*> observers;
+  for (int r = 0; r < kRanks; ++r) observers.push_back(trace.ForRank(r, step->stages[r]));
+  std::vector<Status> status(kRanks);
+  RunRanks(kRanks, [&](int r) {
+    ExecutorOptions o;
+    o.observer = observers[r];
+    auto exec = Executor::Create(step->stages[r], *group->device, *group->comms[r], o);
+    if (!exec.ok()) {
+      status[r] = exec.status();
+      return;
+    }
+    StepCallbacks cb;
+    cb.compute = [](const ComputeContext& ctx) -> Status {
+      if (ctx.spec->kind != UnitKind::kBlock) return absl::OkStatus();
+      const int ms = ctx.kind == NodeKind::kBackward ? 20 : 10;
+      return ctx.stream->Enqueue([ms] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        return absl::OkStatus();
+      });
+    };
+    cb.optimizer = [](const OptimizerContext&) { return absl::OkStatus(); };
+    // The last of three steps (the first pays the ranks' first meetings).
+    Status st;
+    for (int k = 0; k < 3 && st.ok(); ++k) st = (*exec)->Step(cb);
+    if (st.ok()) st = (*exec)->Synchronize();
+    status[r] = st;
+  });
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+  for (int k = 0; k < 3; ++k) {
+    for (const auto& [rank, fraction] : trace.ComputeIdleFraction(k)) {
+      std::printf("step %d stage %d: bubble %.3f\n", k, rank, fraction);
+    }
+  }
+  const std::map<int, double> idle = trace.ComputeIdleFraction(2);
+  ASSERT_EQ(idle.size(), 2u);
+  for (const auto& [rank, fraction] : idle) {
+    EXPECT_NEAR(fraction, 0.2, 0.08) << "stage " << rank;
+  }
+  EXPECT_TRUE(trace.ComputeIdleFraction(3).empty());  // no such step
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "baton/scheduler/step_trace.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -106,6 +107,26 @@ class StepTrace::Recorder : public NodeObserver {
     }
   }
 
+  // This rank's compute in step `step`: its first start, last end and busy
+  // time (ns); first = -1 without any.
+  struct Busy {
+    int64_t first = -1, last = -1, busy = 0;
+  };
+  Busy ComputeBusy(int64_t step) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t first = -1, last = -1, busy = 0;
+    for (const Entry& e : entries_) {
+      const Node& n = graph_.nodes[e.node];
+      if (e.step != step || !IsCompute(n.kind) || !n.stream.is_compute()) continue;
+      const int64_t t1 = e.t[1].load(), t2 = e.t[2].load();
+      if (t1 < 0 || t2 < t1) continue;
+      if (first < 0 || t1 < first) first = t1;
+      last = std::max(last, t2);
+      busy += t2 - t1;  // one stream: the nodes do not overlap
+    }
+    return Busy{first, last, busy};
+  }
+
  private:
   const int rank_;
   const StepGraph& graph_;
@@ -126,6 +147,24 @@ NodeObserver* StepTrace::ForRank(int rank, const StepGraph& graph) {
 
 void StepTrace::AppendTo(TraceJsonWriter& trace) const {
   for (const auto& [rank, recorder] : ranks_) recorder->AppendTo(trace);
+}
+
+std::map<int, double> StepTrace::ComputeIdleFraction(int64_t step) const {
+  std::map<int, Recorder::Busy> busy;
+  int64_t first = -1, last = -1;
+  for (const auto& [rank, recorder] : ranks_) {
+    const Recorder::Busy b = recorder->ComputeBusy(step);
+    if (b.first < 0) continue;
+    busy[rank] = b;
+    first = first < 0 ? b.first : std::min(first, b.first);
+    last = std::max(last, b.last);
+  }
+  std::map<int, double> out;
+  if (last <= first) return out;
+  for (const auto& [rank, b] : busy) {
+    out[rank] = std::max(0.0, 1.0 - static_cast<double>(b.busy) / (last - first));
+  }
+  return out;
 }
 
 std::string StepTrace::Json() const {

@@ -60,6 +60,16 @@ class StepTrace {
   // if it cannot be written.
   Status Write(const std::string& path) const;
 
+  // The pipeline bubble of step `step` on each traced rank that ran
+  // compute in it, as the simulator measures it (sim/parallel_sim.h): the
+  // compute stream's idle time in the pipeline's span, from the first
+  // forward of any traced rank to the last backward (or weight pass) of
+  // any, as a fraction of that span (the optimizer and casts after it are
+  // outside). One clock: the ranks of one StepTrace (inproc); with one
+  // rank traced the span is its own. Call after the streams were
+  // synchronized. Ranks with no compute in that step are left out.
+  std::map<int, double> ComputeIdleFraction(int64_t step) const;
+
  private:
   void AppendTo(TraceJsonWriter& trace) const;  // every rank's recorder
   class Recorder;
