@@ -25,6 +25,11 @@ print("  losses %.6f -> %.6f, loss diff %.3g, parameter diff %s" % (
 run pp2 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --check-reference --json \
   --trace="$t/pp.json"
 has pp2 '^final parameters: largest relative difference '
+has pp2 '^pipeline bubble \(step 20, from the trace: .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%$'
+tail -n 1 "$t/out" | python3 -c '
+import json, sys
+b = json.loads(sys.stdin.read())["stage_bubble"]
+assert len(b) == 2 and all(0 <= x < 1 for x in b), b' || { echo "FAIL pp2 stage_bubble"; fail=1; }
 equal pp2 1
 python3 - "$t/pp.json" <<'PY' || { echo "FAIL trace"; fail=1; }
 import json, sys
