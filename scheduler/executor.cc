@@ -27,6 +27,11 @@ size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // Parallel graphs run when they are pipeline-only 1F1B stage graphs; the
 // rest is simulated only.
+// Pipeline messages' tags (communicator tags are 0..255): per direction
+// and the receiving virtual stage's chunk, after the step's and trainer's.
+constexpr int kMaxExecutedVirtualStages = 100;
+constexpr uint32_t kFirstPipelineTag = 32;
+
 Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
   if (!graph.parallel()) return absl::OkStatus();
   const Policy& p = graph.policy;
@@ -36,10 +41,15 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
         "(scheduler/parallel_graph.h); the executor runs data-parallel graphs and "
         "1F1B pipeline stages");
   }
-  if (p.pipeline_schedule != PipelineSchedule::k1F1B || p.virtual_stages != 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "executor: pipeline schedule ", PipelineScheduleName(p.pipeline_schedule),
-        " is simulated only; the executor runs 1f1b"));
+  if (p.pipeline_schedule == PipelineSchedule::kZbH1) {
+    return absl::UnimplementedError(
+        "executor: pipeline schedule zb-h1 is simulated only; the executor runs 1f1b and "
+        "interleaved");
+  }
+  if (p.virtual_stages > kMaxExecutedVirtualStages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "executor: ", p.virtual_stages, " virtual stages; the executor's pipeline tags "
+        "allow at most ", kMaxExecutedVirtualStages));
   }
   if (options.check_schedule) {
     return absl::InvalidArgumentError(
@@ -53,6 +63,14 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
   return absl::OkStatus();
 }
 
+
+// The tag of a pipeline send / receive (Node::tag is the message:
+// (micro-batch x virtual stages + receiving virtual stage) x 2 + gradient).
+uint32_t PipelineTag(const StepGraph& g, const Node& n) {
+  const int p = g.policy.pipeline_parallel, nv = p * g.policy.virtual_stages;
+  const int64_t receiver = (n.tag / 2) % nv;
+  return kFirstPipelineTag + static_cast<uint32_t>(2 * (receiver / p) + n.tag % 2);
+}
 
 }  // namespace
 
@@ -611,9 +629,11 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
     }
     case NodeKind::kSend:
     case NodeKind::kRecv: {
-      // One tag for both directions: a pair of stages carries activations
-      // one way and their gradients the other, each in issue order.
-      co.tag = CollectiveTag(graph_.stream_for(StreamClass::kPipelineSend));
+      // A tag per direction and receiving chunk: between two stages the
+      // messages of one tag go in micro-batch order on both ends (with
+      // virtual stages a pair carries activations of two chunks and
+      // gradients, each stage issuing them in its own schedule's order).
+      co.tag = PipelineTag(graph_, n);
       const int b = n.kind == NodeKind::kSend ? n.reads[0] : n.writes[0];
       const GraphBuffer& buf = graph_.buffers[b];
       Communicator& pp = CommFor(kPipelineGroup);

@@ -40,7 +40,8 @@
 // enqueues CPU code as host work on host pointers (ops/adamw.h does this
 // by itself on such a stream).
 //
-// Pipeline stages (scheduler/parallel_graph.h; 1F1B, pipeline parallelism
+// Pipeline stages (scheduler/parallel_graph.h; 1F1B and interleaved,
+// pipeline parallelism
 // alone with any data sharding inside the stage): the executor runs the
 // graph of this rank's stage (StepGraph::stage must be its coordinate
 // along pp; built with plan_memory). Sends and receives go to the pipeline
@@ -48,10 +49,11 @@
 // other groups) on their own streams (pp_send, pp_recv), ordered against
 // the compute by events both ways; the host never waits on them. The
 // compute callbacks get the received activation, a buffer for the sent one
-// and their gradients in ComputeContext::pipeline. Refused (Unimplemented)
-// until they run: tensor and context parallelism, the interleaved and
-// zero-bubble schedules; InvalidArgument with check_schedule or an
-// optimizer driver.
+// and their gradients in ComputeContext::pipeline. 1F1B and interleaved
+// 1F1B (virtual stages: each rank runs several model chunks; at most 100)
+// run. Refused (Unimplemented) until they run: tensor and context
+// parallelism and the zero-bubble schedule; InvalidArgument with
+// check_schedule or an optimizer driver.
 //
 // Thread safety: one thread drives an Executor (Step, Synchronize, ...).
 #ifndef BATON_SCHEDULER_EXECUTOR_H_
