@@ -349,6 +349,7 @@ Status Executor::InitParameters(
   }
   for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
     const GraphBuffer& buf = graph_.buffers[b];
+    if (buf.bucket < 0) continue;  // activations of a parallel graph
     const Bucket& bk = graph_.layout.buckets[buf.bucket];
     // A master shard, or the shard itself of a frozen bucket.
     const bool frozen_shard =

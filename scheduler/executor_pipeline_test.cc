@@ -3,6 +3,7 @@
 // ranks whose compute callbacks check that every activation and gradient
 // the executor hands over is the one the other stage produced for that
 // micro-batch and boundary, the plan's bound, and the measured bubble.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -207,24 +208,28 @@ TEST(ExecutorPipelineTest, TheMeasuredBubbleIsOneFOneBs) {
       });
     };
     cb.optimizer = [](const OptimizerContext&) { return absl::OkStatus(); };
-    // The last of three steps (the first pays the ranks' first meetings).
+    // Four steps: the first pays the ranks' first meetings.
     Status st;
-    for (int k = 0; k < 3 && st.ok(); ++k) st = (*exec)->Step(cb);
+    for (int k = 0; k < 4 && st.ok(); ++k) st = (*exec)->Step(cb);
     if (st.ok()) st = (*exec)->Synchronize();
     status[r] = st;
   });
   for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
-  for (int k = 0; k < 3; ++k) {
-    for (const auto& [rank, fraction] : trace.ComputeIdleFraction(k)) {
+  // A sleep only overshoots, and a late stage makes the other idle: the
+  // least of steps 1..3 per stage is the schedule's bubble.
+  std::map<int, double> least;
+  for (int k = 0; k < 4; ++k) {
+    const std::map<int, double> idle = trace.ComputeIdleFraction(k);
+    ASSERT_EQ(idle.size(), 2u) << "step " << k;
+    for (const auto& [rank, fraction] : idle) {
       std::printf("step %d stage %d: bubble %.3f\n", k, rank, fraction);
+      if (k > 0) least[rank] = least.count(rank) ? std::min(least[rank], fraction) : fraction;
     }
   }
-  const std::map<int, double> idle = trace.ComputeIdleFraction(2);
-  ASSERT_EQ(idle.size(), 2u);
-  for (const auto& [rank, fraction] : idle) {
-    EXPECT_NEAR(fraction, 0.2, 0.08) << "stage " << rank;
+  for (const auto& [rank, fraction] : least) {
+    EXPECT_NEAR(fraction, 0.2, 0.05) << "stage " << rank;
   }
-  EXPECT_TRUE(trace.ComputeIdleFraction(3).empty());  // no such step
+  EXPECT_TRUE(trace.ComputeIdleFraction(4).empty());  // no such step
 }
 
 }  // namespace
