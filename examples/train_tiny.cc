@@ -67,6 +67,7 @@
 #include "baton/comm/bootstrap/launcher.h"
 #include "baton/comm/bootstrap/store.h"
 #include "baton/cli/flags.h"
+#include "baton/examples/final_params.h"
 #include "baton/examples/llama_trainer.h"
 #include "baton/examples/technique_flags.h"
 #include "baton/optim/zenflow_driver.h"
@@ -410,16 +411,10 @@ struct RunResult {
   size_t host_bytes = 0;  // offload: master and moments in host memory
   std::string plan_strategy;
   std::string trace_json;  // --trace: the step trace (scheduler/step_trace.h)
-  // Job::final_params: the final fp32 master values by parameter name (this
-  // rank's shards; RunInproc merges every rank's into whole parameters).
-  struct ParamPiece {
-    std::string name;
-    int64_t numel = 0;  // the whole parameter's
-    int64_t offset = 0;  // of values[0] in it
-    std::vector<float> values;
-  };
-  std::vector<ParamPiece> params;
-  std::map<std::string, std::vector<float>> whole_params;  // RunInproc: merged
+  // Job::final_params: this rank's final master values
+  // (examples/final_params.h); RunInproc merges every rank's.
+  std::vector<examples::ParamPiece> params;
+  examples::WholeParams whole_params;  // RunInproc: merged
   // --pp --trace on inproc: per stage, the last step's compute idle time in
   // the pipeline's span (StepTrace::ComputeIdleFraction), mean over the
   // stage's ranks.
@@ -486,81 +481,6 @@ void CheckPolicyRoutes(const Flags& f, const Job& job) {
   if (Status s = scheduler::CheckPolicyForModel(job.policy, job.spec, file); !s.ok()) {
     Fail(std::string(s.message()));
   }
-}
-
-// This rank's part of the final master values (its stage's buckets, its
-// shard of each) into out->params.
-Status FinalParams(const scheduler::StepGraph& graph, scheduler::Executor& executor,
-                   RunResult* out) {
-  const scheduler::ModelLayout& layout = graph.layout;
-  for (int b = 0; b < static_cast<int>(layout.buckets.size()); ++b) {
-    StatusOr<std::vector<float>> master = executor.ReadMaster(b);
-    if (absl::IsOutOfRange(master.status())) continue;  // another stage's bucket
-    BATON_RETURN_IF_ERROR(master.status());
-    const scheduler::Bucket& bk = layout.buckets[b];
-    const int64_t begin = layout.sharding.shard ? executor.shard_rank() * bk.shard_numel : 0;
-    const int64_t end = begin + static_cast<int64_t>(master->size());
-    for (const scheduler::ParamSlot& slot : bk.params) {
-      const int64_t lo = std::max(begin, slot.offset);
-      const int64_t hi = std::min(end, slot.offset + slot.numel);
-      if (lo >= hi) continue;
-      RunResult::ParamPiece piece{slot.name, slot.numel, lo - slot.offset, {}};
-      piece.values.assign(master->begin() + (lo - begin), master->begin() + (hi - begin));
-      out->params.push_back(std::move(piece));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Whole parameters from every rank's pieces; InternalError naming a
-// parameter some element of which no rank holds.
-StatusOr<std::map<std::string, std::vector<float>>> MergeParams(
-    const std::vector<RunResult>& results) {
-  std::map<std::string, std::vector<float>> whole;
-  std::map<std::string, std::vector<bool>> have;
-  for (const RunResult& r : results) {
-    for (const RunResult::ParamPiece& p : r.params) {
-      std::vector<float>& w = whole[p.name];
-      std::vector<bool>& h = have[p.name];
-      w.resize(p.numel);
-      h.resize(p.numel, false);
-      for (size_t i = 0; i < p.values.size(); ++i) {
-        w[p.offset + i] = p.values[i];
-        h[p.offset + i] = true;
-      }
-    }
-  }
-  for (const auto& [name, h] : have) {
-    if (std::find(h.begin(), h.end(), false) != h.end()) {
-      return absl::InternalError(absl::StrCat("final parameters: no rank holds all of ", name));
-    }
-  }
-  return whole;
-}
-
-// The largest relative difference of a parameter from the reference's,
-// ||run - ref|| / ||ref|| (L2 over its elements), over every parameter.
-StatusOr<double> MaxParamDifference(const std::map<std::string, std::vector<float>>& run,
-                                    const std::map<std::string, std::vector<float>>& ref) {
-  if (run.size() != ref.size()) {
-    return absl::InternalError(absl::StrCat("final parameters: ", run.size(),
-                                            " parameters against the reference's ", ref.size()));
-  }
-  double worst = 0;
-  for (const auto& [name, values] : ref) {
-    auto it = run.find(name);
-    if (it == run.end() || it->second.size() != values.size()) {
-      return absl::InternalError(absl::StrCat("final parameters: ", name, " differs in shape"));
-    }
-    double norm = 0, diff = 0;
-    for (size_t i = 0; i < values.size(); ++i) {
-      const double d = double{it->second[i]} - values[i];
-      norm += double{values[i]} * values[i];
-      diff += d * d;
-    }
-    worst = std::max(worst, norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff));
-  }
-  return worst;
 }
 
 // Trains on one rank through the executor; every rank calls it. `observer`
@@ -681,7 +601,9 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   out->persistent_bytes = graph->persistent_bytes;
   out->host_bytes = graph->host_bytes;
   out->plan_strategy = graph->plan.strategy;
-  if (job.final_params) BATON_RETURN_IF_ERROR(FinalParams(*graph, *executor, out));
+  if (job.final_params) {
+    BATON_ASSIGN_OR_RETURN(out->params, examples::FinalParamPieces(graph->layout, *executor));
+  }
   return absl::OkStatus();
 }
 
@@ -816,7 +738,9 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
     }
   }
   if (job.final_params) {
-    BATON_ASSIGN_OR_RETURN(results[0].whole_params, MergeParams(results));
+    std::vector<std::vector<examples::ParamPiece>> pieces;
+    for (RunResult& r : results) pieces.push_back(std::move(r.params));
+    BATON_ASSIGN_OR_RETURN(results[0].whole_params, examples::MergeParamPieces(pieces));
   }
   return results[0];
 }
@@ -986,7 +910,7 @@ int Main(int argc, char** argv) {
     }
     ref_losses = r->losses;
     if (job.final_params) {
-      auto d = MaxParamDifference(result->whole_params, r->whole_params);
+      auto d = examples::MaxParamDifference(result->whole_params, r->whole_params);
       if (!d.ok()) {
         std::fprintf(stderr, "train_tiny: %s\n", std::string(d.status().message()).c_str());
         return 1;
