@@ -672,6 +672,13 @@ StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
   return g;
 }
 
+// " (pipeline stage s of p)" for rank r of a pipeline, else "".
+std::string StageOf(const Graphs& graphs, int r) {
+  if (graphs.stages.size() < 2) return "";
+  return absl::StrCat(" (pipeline stage ", graphs.mesh.coord(r, scheduler::MeshDim::kPipeline),
+                      " of ", graphs.stages.size(), ")");
+}
+
 StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordinal) {
   if (kind != "cuda") return CreateHostDevice();
   auto device = CreateCudaDevice(ordinal);  // Unavailable says why not
@@ -720,7 +727,8 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   }
   for (auto& t : threads) t.join();
   if (const int r = first_failed.load(); r >= 0) {
-    return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
+    return Status(status[r].code(), absl::StrCat("rank ", r, StageOf(graphs, r), ": ",
+                                                 status[r].message()));
   }
   if (trace) results[0].trace_json = step_trace.Json();  // streams synced
   if (trace && graphs.stages.size() > 1 && !results[0].losses.empty()) {
@@ -879,7 +887,17 @@ int Main(int argc, char** argv) {
                        !f.trace.empty());
   }
   if (!result.ok()) {
-    std::fprintf(stderr, "train_tiny: rank %d: %s\n", rank, result.status().ToString().c_str());
+    // Under --pp the rank's stage too (its peers' stage is their rank in
+    // the pipeline group, which the communicator's messages name).
+    std::string stage;
+    if (f.pp > 1) {
+      if (auto mesh = scheduler::ResolveMesh(job.policy, nranks); mesh.ok()) {
+        stage = absl::StrCat(" (pipeline stage ", mesh->coord(rank, scheduler::MeshDim::kPipeline),
+                             " of ", f.pp, ")");
+      }
+    }
+    std::fprintf(stderr, "train_tiny: rank %d%s: %s\n", rank, stage.c_str(),
+                 result.status().ToString().c_str());
     return 1;
   }
   if (rank != 0) return 0;

@@ -76,13 +76,13 @@ for c in $(pgrep -P "$job"); do
   if tr '\0' '\n' <"/proc/$c/environ" | grep -qx RANK=1; then kill -STOP "$c"; stopped=$c; fi
 done
 start=$(date +%s)
-timeout 60 tail -f -n +1 "$t/hang.out" | grep -m1 -q '^train_tiny: rank 0: '
+timeout 60 tail -f -n +1 "$t/hang.out" | grep -m1 -q '^train_tiny: rank 0 (pipeline stage 0 of 2): '
 took=$(( $(date +%s) - start ))
 [[ -n $stopped ]] && kill -KILL "$stopped"
 wait "$job"
 rc=$?
 if [[ -z $stopped || $rc -eq 0 || $took -gt 25 ]] ||
-   ! grep -qE '^train_tiny: rank 0: DEADLINE_EXCEEDED: rank 1 went silent' "$t/hang.out" ||
+   ! grep -qE '^train_tiny: rank 0 \(pipeline stage 0 of 2\): DEADLINE_EXCEEDED: rank 1 went silent' "$t/hang.out" ||
    ! grep -q 'baton hang report' "$t/hang.out"; then
   echo "FAIL hang: stopped '$stopped', exit $rc, rank 0 failed after ${took}s"; tail -5 "$t/hang.out"; fail=1
 else
