@@ -3,6 +3,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/session.h"
+#include "baton/scheduler/streams.h"
 
 namespace py = pybind11;
 
@@ -281,6 +283,76 @@ class PySession {
     return t;
   }
 
+  // Bucket `bucket`'s whole fp32 master (padded_numel values), put
+  // together from every rank's shard: collective (every rank calls it, in
+  // the same order, between steps).
+  PyTensor FullMaster(int bucket) {
+    const auto& buckets = graph().layout.buckets;
+    if (bucket < 0 || bucket >= static_cast<int>(buckets.size())) {
+      throw py::value_error(absl::StrCat("baton.Session.full_master: bucket ", bucket,
+                                         " out of range [0, ", buckets.size(), ")"));
+    }
+    const scheduler::Bucket& b = buckets[bucket];
+    const bool sharded = graph().layout.sharding.shard;
+    const int n = comm_->size();
+    const int64_t per = b.shard_numel + 1;  // [shard position, shard...]
+    auto* full = new std::vector<float>(b.padded_numel, 0.0f);
+    py::capsule owner(full, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = [&]() -> Status {
+        BATON_ASSIGN_OR_RETURN(std::vector<float> shard, session_->executor().ReadMaster(bucket));
+        BATON_ASSIGN_OR_RETURN(DeviceBuffer buf, device_->Allocate(sizeof(float) * per * (n + 1)));
+        float* mine = static_cast<float*>(buf.data()) + per * n;
+        mine[0] = static_cast<float>(sharded ? session_->executor().shard_rank() : 0);
+        std::copy(shard.begin(), shard.end(), mine + 1);
+        Stream& s = session_->executor().compute_stream();
+        CollectiveOptions o;
+        o.tag = scheduler::kFirstTrainerTag;
+        BATON_RETURN_IF_ERROR(comm_->AllGather(mine, buf.data(), per, DataType::kF32, s, o));
+        BATON_RETURN_IF_ERROR(s.Synchronize());
+        const float* all = static_cast<const float*>(buf.data());
+        for (int r = 0; r < n; ++r) {
+          const int64_t pos = static_cast<int64_t>(all[r * per]);
+          std::copy(all + r * per + 1, all + (r + 1) * per, full->begin() + pos * b.shard_numel);
+        }
+        return absl::OkStatus();
+      }();
+    }
+    Check(st, "baton.Session.full_master: ");
+    PyTensor t;
+    t.name = b.name + ".master";
+    t.shape = {b.padded_numel};
+    t.data = full->data();
+    t.owner = owner;
+    return t;
+  }
+
+  // The sums over ranks of `values` (collective, like full_master).
+  std::vector<double> AllReduceSum(const std::vector<double>& values) {
+    std::vector<float> out(values.begin(), values.end());
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = [&]() -> Status {
+        BATON_ASSIGN_OR_RETURN(DeviceBuffer buf,
+                               device_->Allocate(sizeof(float) * std::max<size_t>(out.size(), 1)));
+        std::copy(out.begin(), out.end(), static_cast<float*>(buf.data()));
+        Stream& s = session_->executor().compute_stream();
+        CollectiveOptions o;
+        o.tag = scheduler::kFirstTrainerTag;
+        BATON_RETURN_IF_ERROR(comm_->AllReduce(buf.data(), buf.data(), out.size(), DataType::kF32,
+                                               ReduceOp::kSum, s, o));
+        BATON_RETURN_IF_ERROR(s.Synchronize());
+        std::copy_n(static_cast<const float*>(buf.data()), out.size(), out.begin());
+        return absl::OkStatus();
+      }();
+    }
+    Check(st, "baton.Session.all_reduce: ");
+    return std::vector<double>(out.begin(), out.end());
+  }
+
   py::dict Layout() const {
     const scheduler::ModelLayout& l = graph().layout;
     py::list units;
@@ -375,7 +447,9 @@ void BindSession(py::module_& m) {
           py::arg("optimizer"), py::arg("lr") = 1e-3f, py::arg("beta1") = 0.9f,
           py::arg("beta2") = 0.95f, py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.0f)
       .def("synchronize", &PySession::Synchronize)
-      .def("read_master", &PySession::ReadMaster, py::arg("bucket"));
+      .def("read_master", &PySession::ReadMaster, py::arg("bucket"))
+      .def("full_master", &PySession::FullMaster, py::arg("bucket"))
+      .def("all_reduce", &PySession::AllReduceSum, py::arg("values"));
 }
 
 }  // namespace baton::python

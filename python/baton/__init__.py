@@ -245,3 +245,13 @@ class Session:
         """A copy of this rank's fp32 master shard of bucket `bucket` (a
         baton.Tensor that owns its memory)."""
         return self._s.read_master(bucket)
+
+    def full_master(self, bucket):
+        """Bucket `bucket`'s whole fp32 master (padded_numel values, every
+        parameter at its "offset" of layout()), from every rank's shard.
+        Collective: every rank calls it, in the same order, between steps."""
+        return self._s.full_master(bucket)
+
+    def all_reduce(self, values):
+        """The sums over ranks of a list of floats (collective, in fp32)."""
+        return self._s.all_reduce([float(v) for v in values])
