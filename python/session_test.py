@@ -1,0 +1,201 @@
+"""baton.Session and baton.torch's refusals and DLPack views, on one rank
+(no launcher): every bad input raises ValueError or RuntimeError with a
+message naming the problem; views wrap baton's memory without a copy.
+
+  session_test.py --package=DIR --examples=DIR
+"""
+import argparse
+import copy
+import gc
+import sys
+import unittest
+
+ARGS = None
+
+
+class SessionTest(unittest.TestCase):
+    def setUp(self):
+        self.s = baton.Session("micro", policy="baton", dtype="f32")
+
+    def test_views_are_baton_memory_without_copy(self):
+        names = {}
+
+        def init(name, shape):
+            n = 1
+            for d in shape:
+                n *= d
+            names[name] = shape
+            return numpy.arange(n, dtype=numpy.float32).reshape(shape) * 1e-3
+
+        self.s.init_parameters(init)
+        self.s.begin_step()
+        v = self.s.pre_forward("embedding")
+        self.assertEqual(v.params[0].name, "embedding.tok_embeddings.weight")
+        self.assertEqual(v.params[0].__dlpack_device__(), (1, 0))
+        t = torch.from_dlpack(v.params[0])
+        a = numpy.from_dlpack(v.params[0])
+        self.assertEqual(list(t.shape), names["embedding.tok_embeddings.weight"])
+        self.assertEqual(t.data_ptr(), v.params[0].data_ptr)
+        self.assertAlmostEqual(float(t[1, 2]), (1 * 32 + 2) * 1e-3, places=6)
+        t[0, 0] = 42.0  # the same memory: NumPy sees torch's write
+        self.assertEqual(float(a[0, 0]), 42.0)
+        self.s.post_forward("embedding")
+        # The consumer's tensor keeps the session (its memory) alive.
+        s = self.s
+        del self.s, s, v
+        gc.collect()
+        self.assertEqual(float(t[0, 0]), 42.0)
+
+    def test_out_of_order_calls_raise_runtime_error(self):
+        with self.assertRaisesRegex(RuntimeError, r"no step open; call BeginStep\(\) first"):
+            self.s.pre_forward(0)
+        self.s.begin_step()
+        with self.assertRaisesRegex(RuntimeError, r"PreForward\(block0\) is out of plan order: "
+                                    r"expected PreForward\(embedding\)"):
+            self.s.pre_forward("block0")
+        self.s.pre_forward(0)
+        with self.assertRaisesRegex(RuntimeError, r"expected PostForward\(embedding\)"):
+            self.s.pre_backward("lm_head")
+        with self.assertRaisesRegex(RuntimeError, r"FinishStep: the plan still expects"):
+            self.s.finish_step(None)
+        with self.assertRaisesRegex(RuntimeError, r"BeginStep: the step is still open"):
+            self.s.begin_step()
+
+    def test_bad_units_and_arguments_raise_value_error(self):
+        self.s.begin_step()
+        with self.assertRaisesRegex(ValueError, r"unknown unit 'block9' \(units: embedding, "
+                                    r"block0, block1, final_norm, lm_head\)"):
+            self.s.pre_forward("block9")
+        with self.assertRaisesRegex(ValueError, r"unit 7 out of range \[0, 5\)"):
+            self.s.pre_forward(7)
+        with self.assertRaisesRegex(ValueError, r"a unit is an int or a unit name, got float"):
+            self.s.pre_forward(1.5)
+        with self.assertRaisesRegex(ValueError, r"optimizer must be a baton.AdamW or None"):
+            self.s.finish_step("sgd")
+        with self.assertRaisesRegex(ValueError, r"bucket 99 out of range"):
+            self.s.read_master(99)
+        with self.assertRaisesRegex(ValueError, r"needs a callable"):
+            self.s.init_parameters(3)
+
+    def test_bad_init_values(self):
+        with self.assertRaisesRegex(ValueError, r"embedding.tok_embeddings.weight has 2048 "
+                                    r"elements, got 3"):
+            self.s.init_parameters(lambda n, s: numpy.zeros(3, dtype=numpy.float32))
+        with self.assertRaisesRegex(ValueError, r"needs float32 values, got format 'd'"):
+            self.s.init_parameters(lambda n, s: numpy.zeros(s, dtype=numpy.float64))
+        with self.assertRaisesRegex(KeyError, "boom"):  # the callable's own error, re-raised
+            self.s.init_parameters(lambda n, s: {}["boom"])
+
+    def test_bad_sessions(self):
+        with self.assertRaisesRegex(ValueError, r"unknown preset|no preset|Unknown|unknown"):
+            baton.Session("micro", policy="no-such-policy")
+        with self.assertRaisesRegex(ValueError, r"backend must be 'auto', 'inproc' or 'ucx'"):
+            baton.Session("micro", backend="nccl")
+        with self.assertRaisesRegex(ValueError, r"backend 'ucx' needs the launch environment"):
+            baton.Session("micro", backend="ucx")
+        with self.assertRaisesRegex(ValueError, r"model must be a preset name or a dict"):
+            baton.Session(3)
+        with self.assertRaisesRegex(ValueError, r"the model dict lacks intermediate"):
+            baton.Session({"hidden": 32, "layers": 2, "heads": 4, "vocab": 64})
+        with self.assertRaisesRegex(ValueError, r"dtype must be 'f32' or 'bf16'"):
+            baton.Session("micro", dtype="f64")
+        with self.assertRaisesRegex(ValueError, r"betas must be a pair"):
+            baton.AdamW(betas=0.9)
+
+    def test_bad_adamw_is_refused_before_the_step_runs(self):
+        s = self.s
+        s.begin_step()
+        for u in range(5):
+            s.pre_forward(u)
+            s.post_forward(u)
+        for u in reversed(range(5)):
+            v = s.pre_backward(u)
+            for g in v.grads:
+                torch.from_dlpack(g).zero_()
+            s.post_backward(u)
+        with self.assertRaisesRegex(ValueError, r"baton.AdamW.*lr"):
+            s.finish_step(baton.AdamW(lr=-1.0))
+        s.finish_step(baton.AdamW())
+        s.synchronize()
+
+
+class TorchShardTest(unittest.TestCase):
+    def model(self):
+        torch.manual_seed(0)
+        return Llama(vocab=64, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seq=8)
+
+    def test_refusals(self):
+        m = self.model()
+        with self.assertRaisesRegex(ValueError, r"model must be a torch.nn.Module"):
+            baton.torch.shard(3, [], config=m.config)
+        with self.assertRaisesRegex(ValueError, r"units must be a list of the model's nn.Modules"):
+            baton.torch.shard(m, [1, 2], config=m.config)
+        with self.assertRaisesRegex(ValueError, r"3 units given; the model's layout has 5"):
+            baton.torch.shard(m, m.units()[:3], config=m.config)
+        other = self.model()
+        with self.assertRaisesRegex(ValueError, r"is not a submodule of the model"):
+            baton.torch.shard(m, [other.embed] + m.units()[1:], config=m.config)
+        # A unit list that misses a parameter: block1 given twice.
+        u = m.units()
+        with self.assertRaisesRegex(ValueError, r"parameter blocks.1.attn_norm.weight \[32\] "
+                                    r"is in no unit"):
+            baton.torch.shard(m, [u[0], u[1], u[1], u[3], u[4]], config=m.config)
+        # Parameters whose shapes the config does not have.
+        wide = dict(m.config, intermediate=48)
+        with self.assertRaisesRegex(ValueError, r"unit 1 \(block0\): no parameter of shape "
+                                    r"\[48, 32\] for block0.w_gate"):
+            baton.torch.shard(m, m.units(), config=wide)
+        with self.assertRaisesRegex(ValueError, r"needs config="):
+            lin = torch.nn.Linear(2, 2)
+            baton.torch.shard(lin, [lin])
+        with self.assertRaisesRegex(ValueError, r"optimizer must be a baton.AdamW"):
+            baton.torch.shard(m, m.units(), config=m.config, optimizer="adam")
+        with self.assertRaisesRegex(RuntimeError, r"step\(\) with no step open"):
+            baton.torch.shard(m, m.units(), config=m.config).step()
+
+    def test_trains_like_pytorch_one_rank(self):
+        m = self.model()
+        ref = copy.deepcopy(m)
+        s = baton.torch.shard(m, m.units(), config=m.config,
+                              optimizer=baton.AdamW(lr=1e-3, betas=(0.9, 0.95)))
+        self.assertEqual(list(m.parameters()), [])  # baton owns them now
+        opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.0)
+        g = torch.Generator().manual_seed(3)
+        for _ in range(3):
+            tok = torch.randint(0, 64, (2, 9), generator=g)
+            loss = torch.nn.functional.cross_entropy(s(tok[:, :-1]).reshape(-1, 64),
+                                                     tok[:, 1:].reshape(-1))
+            loss.backward()
+            s.step()
+            opt.zero_grad()
+            r = torch.nn.functional.cross_entropy(ref(tok[:, :-1]).reshape(-1, 64),
+                                                  tok[:, 1:].reshape(-1))
+            r.backward()
+            opt.step()
+            self.assertLess(abs(loss.item() - r.item()), 1e-5 * abs(r.item()))
+        # The next forward before step(): refused by the session's plan.
+        tok = torch.randint(0, 64, (2, 9), generator=g)
+        s(tok[:, :-1])
+        with self.assertRaisesRegex(RuntimeError, r"out of plan order: expected "
+                                    r"PreBackward\(lm_head\)"):
+            s(tok[:, :-1])
+
+
+def main():
+    global ARGS, baton, numpy, torch, Llama
+    p = argparse.ArgumentParser()
+    p.add_argument("--package", required=True)
+    p.add_argument("--examples", required=True)
+    ARGS, rest = p.parse_known_args()
+    sys.path.insert(0, ARGS.package)
+    sys.path.insert(0, ARGS.examples)
+    import numpy
+    import torch
+    import baton
+    import baton.torch
+    from llama import Llama
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
