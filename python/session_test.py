@@ -7,6 +7,8 @@ message naming the problem; views wrap baton's memory without a copy.
 import argparse
 import copy
 import gc
+import os
+import subprocess
 import sys
 import unittest
 
@@ -179,6 +181,38 @@ class TorchShardTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, r"out of plan order: expected "
                                     r"PreBackward\(lm_head\)"):
             s(tok[:, :-1])
+
+
+class LaunchTest(unittest.TestCase):
+    def launch(self, *args):
+        env = dict(os.environ, PYTHONPATH=ARGS.package)
+        return subprocess.run([sys.executable, "-m", "baton.launch", *args], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=60)
+
+    def test_ranks_get_the_launch_environment(self):
+        r = self.launch("--nproc=2", "-c", "import os; print(os.environ['RANK'], "
+                        "os.environ['WORLD_SIZE'], os.environ['BATON_STORE_PORT'] != "
+                        "os.environ['MASTER_PORT'], len(os.environ['BATON_STORE_TOKEN']))")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(r.stdout.splitlines()),
+                         ["[rank 0] 0 2 True 32", "[rank 1] 1 2 True 32"])
+
+    def test_a_failing_rank_stops_the_others(self):
+        r = self.launch("--nproc=2", "-c", "import os, sys, time\n"
+                        "if os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)")
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("baton.launch: rank 1 failed (code 3); stopping the other ranks", r.stderr)
+
+    def test_bad_usage_exits_2(self):
+        for args, why in ((["--nproc=0", "x.py"], "--nproc needs an integer in [1, 64]"),
+                          (["x.py"], "--nproc=N is required"),
+                          (["--nproc=2"], "no script given"),
+                          (["--nproc=2", "--timeout=-1", "x.py"], "--timeout needs a positive"),
+                          (["--bogus", "x.py"], "unknown flag --bogus")):
+            r = self.launch(*args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(why, r.stderr.splitlines()[0])
 
 
 def main():
