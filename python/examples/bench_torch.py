@@ -104,7 +104,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("what", choices=["hooks", "step"])
     p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=6)
     a = p.parse_args()
     if a.what == "hooks":
         hooks(a.reps)
