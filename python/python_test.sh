@@ -3,5 +3,6 @@
 # /usr/bin/python3 (the Python the extension is built for, which sees
 # Debian's python3-torch) on the built package and python/examples/.
 set -euo pipefail
+source python/python_env.sh  # --config=asan: the sanitizer runtimes
 script="$1"; shift
 exec /usr/bin/python3 "$script" --package="$PWD/python" --examples="$PWD/python/examples" "$@"
