@@ -41,6 +41,17 @@ void Check(const Status& s, const std::string& prefix = "baton.Session: ") {
   if (!s.ok()) Raise(s, prefix);
 }
 
+// One bucket's optimizer state (OptimizerContext), as a Python optimizer
+// sees it: views of this rank's shard.
+struct PyShard {
+  std::string bucket;
+  int64_t step = 0;  // steps finished before this one
+  double grad_scale = 1.0;
+  int64_t shard_offset = 0;
+  PyTensor master, grad;
+  py::object moment1, moment2;  // baton.Tensor, or None (8-bit moments)
+};
+
 // The views of one hook, as Python sees them.
 struct PyViews {
   int unit = 0;
@@ -214,6 +225,38 @@ class PySession {
     Check(s);
   }
 
+  // A Python optimizer: fn(shard) for each bucket's optimizer node, with
+  // the shard's views (PyShard). Called on this thread once the node's
+  // inputs are ready on its stream (waited for here); fn updates
+  // shard.master in place, synchronously. The executor casts the master
+  // into the next gather's input afterwards. An exception in fn is
+  // re-raised from here (the step is then abandoned).
+  void FinishStepWith(const py::object& self, const py::function& fn) {
+    std::unique_ptr<py::error_already_set> raised;
+    auto hook = [&](const scheduler::OptimizerContext& ctx) -> Status {
+      if (ctx.on_host) {
+        return absl::InvalidArgumentError(
+            "a Python optimizer does not run under offload (the policy's offload must be none)");
+      }
+      BATON_RETURN_IF_ERROR(ctx.stream->Synchronize());
+      py::gil_scoped_acquire acquire;
+      try {
+        fn(Shard(self, ctx));
+      } catch (py::error_already_set& e) {
+        raised = std::make_unique<py::error_already_set>(e);
+        return absl::AbortedError("the optimizer raised");
+      }
+      return absl::OkStatus();
+    };
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = session_->FinishStep(hook);
+    }
+    if (raised) throw *raised;
+    Check(s);
+  }
+
   void Synchronize() {
     Status s;
     {
@@ -384,6 +427,28 @@ class PySession {
   }
 
  private:
+  PyShard Shard(const py::object& self, const scheduler::OptimizerContext& ctx) const {
+    auto view = [&](void* data, DataType dtype, const char* what) {
+      PyTensor t;
+      t.name = ctx.spec->name + "." + what;
+      t.shape = {ctx.shard_numel};
+      t.data = data;
+      t.dtype = dtype;
+      t.owner = self;
+      return t;
+    };
+    PyShard sh;
+    sh.bucket = ctx.spec->name;
+    sh.step = ctx.step;
+    sh.grad_scale = ctx.grad_scale;
+    sh.shard_offset = ctx.shard_offset;
+    sh.master = view(ctx.master, DataType::kF32, "master");
+    sh.grad = view(const_cast<void*>(ctx.grad), ctx.grad_dtype, "grad");
+    sh.moment1 = ctx.moment1 ? py::cast(view(ctx.moment1, DataType::kF32, "moment1")) : py::none();
+    sh.moment2 = ctx.moment2 ? py::cast(view(ctx.moment2, DataType::kF32, "moment2")) : py::none();
+    return sh;
+  }
+
   PyTensor Wrap(const py::object& self, const scheduler::TensorView& v) const {
     PyTensor t;
     t.name = v.param != nullptr ? v.param->name : "";
@@ -413,6 +478,16 @@ void BindSession(py::module_& m) {
       .def_readonly("params", &PyViews::params)
       .def_readonly("grads", &PyViews::grads)
       .def_readonly("grad_accumulate", &PyViews::grad_accumulate);
+  py::class_<PyShard>(m, "OptimizerShard",
+                      "One bucket's shard for a Python optimizer (Session.finish_step).")
+      .def_readonly("bucket", &PyShard::bucket)
+      .def_readonly("step", &PyShard::step)
+      .def_readonly("grad_scale", &PyShard::grad_scale)
+      .def_readonly("shard_offset", &PyShard::shard_offset)
+      .def_readonly("master", &PyShard::master)
+      .def_readonly("grad", &PyShard::grad)
+      .def_readonly("moment1", &PyShard::moment1)
+      .def_readonly("moment2", &PyShard::moment2);
   py::class_<PySession>(m, "_Session")
       .def(py::init<const std::string&, const std::string&, const std::string&, std::string,
                     double>(),
@@ -446,6 +521,11 @@ void BindSession(py::module_& m) {
           },
           py::arg("optimizer"), py::arg("lr") = 1e-3f, py::arg("beta1") = 0.9f,
           py::arg("beta2") = 0.95f, py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.0f)
+      .def("finish_step_with",
+           [](py::object self, py::function fn) {
+             self.cast<PySession&>().FinishStepWith(self, fn);
+           },
+           py::arg("optimizer"))
       .def("synchronize", &PySession::Synchronize)
       .def("read_master", &PySession::ReadMaster, py::arg("bucket"))
       .def("full_master", &PySession::FullMaster, py::arg("bucket"))

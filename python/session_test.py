@@ -72,7 +72,8 @@ class SessionTest(unittest.TestCase):
             self.s.pre_forward(7)
         with self.assertRaisesRegex(ValueError, r"a unit is an int or a unit name, got float"):
             self.s.pre_forward(1.5)
-        with self.assertRaisesRegex(ValueError, r"optimizer must be a baton.AdamW or None"):
+        with self.assertRaisesRegex(ValueError, r"optimizer must be a baton.AdamW, a callable "
+                                    r"or None"):
             self.s.finish_step("sgd")
         with self.assertRaisesRegex(ValueError, r"bucket 99 out of range"):
             self.s.read_master(99)
@@ -120,6 +121,50 @@ class SessionTest(unittest.TestCase):
         s.finish_step(baton.AdamW())
         s.synchronize()
 
+    def run_to_finish(self, s):
+        s.begin_step()
+        for u in range(5):
+            s.pre_forward(u)
+            s.post_forward(u)
+        for u in reversed(range(5)):
+            v = s.pre_backward(u)
+            for g in v.grads:
+                torch.from_dlpack(g).fill_(1.0)
+            s.post_backward(u)
+
+    def test_python_optimizer_gets_the_shard_views(self):
+        self.s.init_parameters(lambda n, shape: numpy.ones(shape, dtype=numpy.float32))
+        self.run_to_finish(self.s)
+        seen = []
+
+        def sgd(shard):
+            seen.append((shard.bucket, shard.step, shard.grad_scale, shard.moment1 is not None))
+            torch.from_dlpack(shard.master).sub_(torch.from_dlpack(shard.grad), alpha=0.5)
+
+        self.s.finish_step(sgd)
+        self.assertEqual(sorted(b for b, _, _, _ in seen),
+                         sorted(b["name"] for b in self.s.layout()["buckets"]))
+        self.assertTrue(all(step == 0 and scale == 1.0 and m1 for _, step, scale, m1 in seen))
+        # Every parameter: 1 - 0.5 * 1 (the gradients the backward wrote).
+        for b, bucket in enumerate(self.s.layout()["buckets"]):
+            full = torch.from_dlpack(self.s.full_master(b))
+            for p in bucket["params"]:
+                n = 1
+                for d in p["shape"]:
+                    n *= d
+                self.assertTrue(bool((full[p["offset"]:p["offset"] + n] == 0.5).all()), p)
+
+    def test_python_optimizer_errors(self):
+        self.run_to_finish(self.s)
+        with self.assertRaisesRegex(ZeroDivisionError, "division by zero"):
+            self.s.finish_step(lambda shard: 1 / 0)
+        pol = baton.policy("baton")
+        pol["offload"] = "optimizer"
+        s = baton.Session("micro", policy=pol, dtype="f32")
+        self.run_to_finish(s)
+        with self.assertRaisesRegex(ValueError, "a Python optimizer does not run under offload"):
+            s.finish_step(lambda shard: None)
+
 
 class TorchShardTest(unittest.TestCase):
     def model(self):
@@ -150,7 +195,7 @@ class TorchShardTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"needs config="):
             lin = torch.nn.Linear(2, 2)
             baton.torch.shard(lin, [lin])
-        with self.assertRaisesRegex(ValueError, r"optimizer must be a baton.AdamW"):
+        with self.assertRaisesRegex(ValueError, r"optimizer must be a baton.AdamW or a callable"):
             baton.torch.shard(m, m.units(), config=m.config, optimizer="adam")
         with self.assertRaisesRegex(RuntimeError, r"step\(\) with no step open"):
             baton.torch.shard(m, m.units(), config=m.config).step()

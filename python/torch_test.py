@@ -30,6 +30,8 @@ def parse():
     p.add_argument("--seq", type=int, default=16)
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--rtol", type=float, default=1e-5)
+    p.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
+                   help="baton's AdamW, or SGD as a Python callable on the shard views")
     return p.parse_args()
 
 
@@ -59,12 +61,21 @@ def main():
         policy[key] = json.loads(value)
     policy["micro_steps"] = ARGS.micro_steps
     betas = (0.9, 0.95)
+
+    def sgd(shard):  # a Python optimizer on baton's shard views
+        master = torch.from_dlpack(shard.master)
+        master.sub_(torch.from_dlpack(shard.grad), alpha=ARGS.lr * shard.grad_scale)
+
+    optimizer = baton.AdamW(lr=ARGS.lr, betas=betas) if ARGS.optimizer == "adamw" else sgd
     sharded = baton.torch.shard(model, model.units(), config=model.config, policy=policy,
-                                optimizer=baton.AdamW(lr=ARGS.lr, betas=betas))
+                                optimizer=optimizer)
     session = sharded.session
     rank, world, k = session.rank, session.world_size, ARGS.micro_steps
-    opt = torch.optim.AdamW(reference.parameters(), lr=ARGS.lr, betas=betas, eps=1e-8,
-                            weight_decay=0.0)
+    if ARGS.optimizer == "adamw":
+        opt = torch.optim.AdamW(reference.parameters(), lr=ARGS.lr, betas=betas, eps=1e-8,
+                                weight_decay=0.0)
+    else:
+        opt = torch.optim.SGD(reference.parameters(), lr=ARGS.lr)
     data = torch.Generator().manual_seed(1)
     worst_loss = 0.0
     for step in range(ARGS.steps):
@@ -97,7 +108,7 @@ def main():
                                           layout["units"][u]["params"])
         for bp, p in zip(layout["units"][u]["params"], matched):
             by_name[bp["name"]] = p.detach()
-    worst_param, worst_name, checked = 0.0, "", 0
+    worst_param, worst_name, checked = 0.0, "all equal", 0
     for b, bucket in enumerate(layout["buckets"]):
         full = torch.from_dlpack(session.full_master(b))
         for p in bucket["params"]:
@@ -113,7 +124,8 @@ def main():
         print(f"FAIL: checked {checked} parameters, the model has {len(by_name)}")
         return 1
     if rank == 0:
-        print(f"ranks {world} ({session.backend}) policy {ARGS.policy} micro-steps {k}: "
+        print(f"ranks {world} ({session.backend}) policy {ARGS.policy} micro-steps {k} "
+              f"optimizer {ARGS.optimizer}: "
               f"{ARGS.steps} steps; max relative difference: loss {worst_loss:.2e}, "
               f"parameters {worst_param:.2e} ({worst_name}; {checked} parameters)")
     if not (worst_loss <= ARGS.rtol and worst_param <= ARGS.rtol):

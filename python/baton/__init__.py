@@ -226,16 +226,24 @@ class Session:
         self._s.post_backward(unit)
 
     def finish_step(self, optimizer=None):
-        """The rest of the step: reduces, then baton's AdamW on the shards
-        (optimizer a baton.AdamW) or no update (None)."""
-        if optimizer is None:
+        """The rest of the step: reduces, then the optimizer on this rank's
+        shards: baton's AdamW (a baton.AdamW), no update (None), or a
+        callable optimizer(shard) run once per bucket with a
+        baton.OptimizerShard (bucket, step, grad_scale, shard_offset, and
+        the views master, grad, moment1, moment2; wrap them with
+        torch.from_dlpack): it updates shard.master in place (using
+        grad * grad_scale, the mean over ranks and micro-steps); baton casts
+        the master into the next gathers. Not under offload."""
+        if callable(optimizer) and not isinstance(optimizer, AdamW):
+            self._s.finish_step_with(optimizer)
+        elif optimizer is None:
             self._s.finish_step("none")
         elif isinstance(optimizer, AdamW):
             self._s.finish_step("adamw", optimizer.lr, optimizer.betas[0], optimizer.betas[1],
                                 optimizer.eps, optimizer.weight_decay)
         else:
-            raise ValueError("baton.Session.finish_step: optimizer must be a baton.AdamW or "
-                             f"None, got {type(optimizer).__name__}")
+            raise ValueError("baton.Session.finish_step: optimizer must be a baton.AdamW, a "
+                             f"callable or None, got {type(optimizer).__name__}")
 
     def synchronize(self):
         """Waits for baton's streams; raises the first error of any."""

@@ -268,7 +268,8 @@ def shard(model, units, policy="baton", config=None, optimizer=None, dtype="f32"
     every block, final norm, head); config: the model's shape (a preset
     name, a dict as baton.model() returns, or a Hugging Face config dict;
     default model.config); policy: a preset name, a policy file (.json) or
-    a policy dict; optimizer: a baton.AdamW (default baton.AdamW()); dtype:
+    a policy dict; optimizer: a baton.AdamW (default baton.AdamW()) or a
+    callable run on each bucket's shard views (Session.finish_step); dtype:
     the parameter and reduce dtype ('f32'; CPU PyTorch computes in fp32).
     Ranks come from the launch environment (baton.Session). The model's
     current parameter values are the starting point, on every rank alike.
@@ -283,8 +284,9 @@ def shard(model, units, policy="baton", config=None, optimizer=None, dtype="f32"
         raise ValueError("baton.torch.shard: units must be a list of the model's nn.Modules")
     if optimizer is None:
         optimizer = _baton.AdamW()
-    if not isinstance(optimizer, _baton.AdamW):
-        raise ValueError(f"baton.torch.shard: optimizer must be a baton.AdamW, got "
+    if not (isinstance(optimizer, _baton.AdamW) or callable(optimizer)):
+        raise ValueError(f"baton.torch.shard: optimizer must be a baton.AdamW or a callable "
+                         f"optimizer(shard) (Session.finish_step), got "
                          f"{type(optimizer).__name__}")
     if dtype != "f32":
         raise ValueError(f"baton.torch.shard: dtype must be 'f32' (CPU), got {dtype!r}")
