@@ -200,6 +200,22 @@ class TorchShardTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, r"step\(\) with no step open"):
             baton.torch.shard(m, m.units(), config=m.config).step()
 
+    def test_parameters_set_after_shard_and_failed_forwards(self):
+        m = self.model()
+        s = baton.torch.shard(m, m.units(), config=m.config)
+        tok = torch.randint(0, 64, (2, 8))
+        m.blocks[0].wq.weight = torch.nn.Parameter(torch.zeros(16, 32))
+        with self.assertRaisesRegex(ValueError, r"unit 1 \(block0\) has a parameter wq.weight "
+                                    r"\[16, 32\] set after shard\(\)"):
+            s(tok)
+        with self.assertRaisesRegex(RuntimeError, r"a forward failed \(ValueError: .*the step "
+                                    r"cannot go on"):
+            s(tok)
+        # No saved-tensor hooks were left behind: autograd elsewhere works.
+        x = torch.ones(3, requires_grad=True)
+        (x * x).sum().backward()
+        self.assertEqual(x.grad.tolist(), [2.0, 2.0, 2.0])
+
     def test_trains_like_pytorch_one_rank(self):
         m = self.model()
         ref = copy.deepcopy(m)

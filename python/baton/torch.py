@@ -107,13 +107,26 @@ class ShardedModule(torch.nn.Module):
         self._open = False    # a step is open (begin_step called)
         self._tensors = {}    # (data_ptr, shape, dtype) -> tensor over baton memory
         self._anchor = torch.zeros((), requires_grad=True)
+        self._broken = ""     # why the step cannot go on
         self._handles = []
         for u, m in enumerate(self._units):
             self._handles.append(m.register_forward_pre_hook(self._make_pre(u)))
             self._handles.append(m.register_forward_hook(self._make_post(u)))
 
     def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
+        if self._broken:
+            raise RuntimeError(f"baton.torch: {self._broken}; the step cannot go on: shard the "
+                               "model again")
+        try:
+            return self.module(*args, **kwargs)
+        except BaseException as e:
+            # A unit's forward failed between its hooks: leave no saved-tensor
+            # hooks behind, and refuse the rest of this session's step.
+            if self._hooks_ctx is not None:
+                self._hooks_ctx.__exit__(None, None, None)
+                self._hooks_ctx = None
+            self._broken = f"a forward failed ({type(e).__name__}: {e})"
+            raise
 
     # -- the step ---------------------------------------------------------
     def step(self):
@@ -138,6 +151,10 @@ class ShardedModule(torch.nn.Module):
 
     def _make_pre(self, u):
         def pre(module, inputs):
+            for name, p in module.named_parameters():
+                raise ValueError(f"baton.torch: unit {u} ({self._unit_name(u)}) has a parameter "
+                                 f"{name} {list(p.shape)} set after shard(): baton owns the "
+                                 "unit's parameters (shard the model again to change them)")
             if u == 0 and not self._open:
                 self.session.begin_step()
                 self._open = True
