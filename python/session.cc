@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "baton/python/tensor.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
+#include "baton/scheduler/limits.h"
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/session.h"
@@ -64,6 +66,53 @@ struct PyViews {
 
 class PySession {
  public:
+  // `n` inproc ranks as sessions of this process (one Python thread drives
+  // each; creation is collective, so they are made here on n threads).
+  static std::vector<std::unique_ptr<PySession>> InprocGroup(int n, const std::string& model_name,
+                                                             const std::string& model,
+                                                             const std::string& policy,
+                                                             double timeout_s) {
+    const scheduler::ModelSpec spec =
+        Value(scheduler::ModelFromHfConfig(model, model_name), "baton.Session: model: ");
+    const scheduler::Policy pol =
+        Value(scheduler::PolicyFromJson(policy, "policy"), "baton.Session: ");
+    if (n < 1) throw py::value_error(absl::StrCat("baton.Session.inproc: n must be >= 1, got ", n));
+    Check(scheduler::CheckLocalRanks(n, "inproc ranks"), "baton.Session.inproc: ");
+    if (!(timeout_s > 0)) throw py::value_error("baton.Session: timeout_s must be > 0");
+    std::shared_ptr<Device> device = Value(CreateHostDevice());
+    CommConfig cfg;
+    cfg.device = device.get();
+    cfg.group = "";  // a fresh name
+    cfg.timeout = absl::Seconds(timeout_s);
+    std::vector<std::unique_ptr<Communicator>> comms;
+    std::vector<StatusOr<std::unique_ptr<scheduler::Session>>> made;
+    Status st;
+    {
+      py::gil_scoped_release release;
+      auto group = CreateInprocGroup(n, cfg);
+      st = group.status();
+      if (group.ok()) {
+        comms = *std::move(group);
+        for (int r = 0; r < n; ++r) made.emplace_back(absl::UnknownError("not made"));
+        std::vector<std::thread> threads;
+        for (int r = 0; r < n; ++r) {
+          threads.emplace_back([&, r] {
+            made[r] = scheduler::Session::Create(spec, pol, *device, *comms[r]);
+            if (!made[r].ok()) comms[r]->Abort();  // the others fail at once
+          });
+        }
+        for (auto& t : threads) t.join();
+      }
+    }
+    Check(st, "baton.Session.inproc: ");
+    for (int r = 0; r < n; ++r) Check(made[r].status(), absl::StrCat("baton.Session: rank ", r, ": "));
+    std::vector<std::unique_ptr<PySession>> out;
+    for (int r = 0; r < n; ++r) {
+      out.emplace_back(new PySession(device, std::move(comms[r]), *std::move(made[r])));
+    }
+    return out;
+  }
+
   // `model`: Hugging Face config.json text; `policy`: policy-file JSON.
   PySession(const std::string& model_name, const std::string& model, const std::string& policy,
             std::string backend, double timeout_s) {
@@ -77,7 +126,7 @@ class PySession {
     if (!info.ok() && !absl::IsNotFound(info.status())) Check(info.status());
     const int world = info.ok() ? info->world_size : 1;
     if (backend == "auto") backend = world > 1 ? "ucx" : "inproc";
-    device_ = Value(CreateHostDevice());
+    device_ = std::shared_ptr<Device>(Value(CreateHostDevice()));
     CommConfig cfg;
     cfg.device = device_.get();
     cfg.group = "baton_python";
@@ -427,6 +476,13 @@ class PySession {
   }
 
  private:
+  PySession(std::shared_ptr<Device> device, std::unique_ptr<Communicator> comm,
+            std::unique_ptr<scheduler::Session> session)
+      : device_(std::move(device)),
+        comm_(std::move(comm)),
+        session_(std::move(session)),
+        backend_("inproc") {}
+
   PyShard Shard(const py::object& self, const scheduler::OptimizerContext& ctx) const {
     auto view = [&](void* data, DataType dtype, const char* what) {
       PyTensor t;
@@ -461,7 +517,7 @@ class PySession {
 
   // Destroyed in reverse order: the session before its communicator, the
   // communicator before the store and the device.
-  std::unique_ptr<Device> device_;
+  std::shared_ptr<Device> device_;  // inproc ranks of one process share it
   std::unique_ptr<TcpStore> store_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<scheduler::Session> session_;
@@ -493,6 +549,18 @@ void BindSession(py::module_& m) {
                     double>(),
            py::arg("model_name"), py::arg("model_hf_json"), py::arg("policy_json"),
            py::arg("backend"), py::arg("timeout_s"))
+      .def_static(
+          "inproc",
+          [](int n, const std::string& name, const std::string& model, const std::string& policy,
+             double timeout_s) {
+            py::list out;
+            for (auto& s : PySession::InprocGroup(n, name, model, policy, timeout_s)) {
+              out.append(py::cast(std::move(s)));
+            }
+            return out;
+          },
+          py::arg("n"), py::arg("model_name"), py::arg("model_hf_json"), py::arg("policy_json"),
+          py::arg("timeout_s"))
       .def_property_readonly("rank", &PySession::rank)
       .def_property_readonly("world_size", &PySession::world_size)
       .def_property_readonly("backend", &PySession::backend)

@@ -102,6 +102,15 @@ class SessionTest(unittest.TestCase):
             baton.Session({"hidden": 32, "layers": 2, "heads": 4, "vocab": 64})
         with self.assertRaisesRegex(ValueError, r"dtype must be 'f32' or 'bf16'"):
             baton.Session("micro", dtype="f64")
+        with self.assertRaisesRegex(ValueError, r"inproc: n must be an int, got str"):
+            baton.Session.inproc("2", "micro")
+        with self.assertRaisesRegex(ValueError, r"baton.Session.inproc: n must be >= 1, got 0"):
+            baton.Session.inproc(0, "micro")
+        with self.assertRaisesRegex(ValueError, r"baton.Session.inproc: inproc ranks"):
+            baton.Session.inproc(100000, "micro")
+        with self.assertRaisesRegex(ValueError, r"session must be a baton.Session"):
+            lin = torch.nn.Linear(2, 2)
+            baton.torch.shard(lin, [lin], config="micro", session=3)
         with self.assertRaisesRegex(ValueError, r"betas must be a pair"):
             baton.AdamW(betas=0.9)
 

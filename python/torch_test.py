@@ -5,8 +5,12 @@ launcher with ucx) and, in the same process, unsharded by plain PyTorch
 (the mean over ranks) and, at the end, every parameter, within --rtol
 relative (per tensor: max |baton - torch| / max |torch|).
 
-  torch_test.py --package=DIR [--policy=baton] [--set=KEY=JSON ...]
-                [--micro-steps=K] [--steps=N] [--rtol=1e-5]
+  torch_test.py --package=DIR --examples=DIR [--policy=baton]
+                [--set=KEY=JSON ...] [--micro-steps=K] [--steps=N]
+                [--optimizer=adamw|sgd] [--inproc=N] [--rtol=1e-5]
+
+--inproc=N runs N ranks as threads of this process (baton.Session.inproc)
+instead of one rank per process.
 
 Rank 0 prints one line per step and a summary; any rank exits 1 on a
 mismatch.
@@ -16,6 +20,8 @@ import copy
 import json
 import os
 import sys
+import threading
+import traceback
 
 
 def parse():
@@ -30,6 +36,8 @@ def parse():
     p.add_argument("--seq", type=int, default=16)
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--rtol", type=float, default=1e-5)
+    p.add_argument("--inproc", type=int, default=0,
+                   help="this many ranks as threads of this process (inproc backend)")
     p.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
                    help="baton's AdamW, or SGD as a Python callable on the shard views")
     return p.parse_args()
@@ -50,16 +58,49 @@ def rel(a, b):
     return (a - b).abs().max().item() / max(b.abs().max().item(), 1e-30)
 
 
-def main():
+def make_models():
     torch.manual_seed(0)
-    vocab = 64
-    model = Llama(vocab=vocab, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seq=ARGS.seq)
-    reference = copy.deepcopy(model)
+    model = Llama(vocab=64, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seq=ARGS.seq)
+    return model, copy.deepcopy(model)
+
+
+def make_policy():
     policy = baton.policy(ARGS.policy)
     for kv in ARGS.set:
         key, value = kv.split("=", 1)
         policy[key] = json.loads(value)
     policy["micro_steps"] = ARGS.micro_steps
+    return policy
+
+
+def main():
+    if ARGS.inproc == 0:
+        return train(*make_models(), make_policy(), None)
+    # Ranks as threads of this process: models made here (the global RNG),
+    # sessions made together, one thread per rank.
+    models = [make_models() for _ in range(ARGS.inproc)]
+    sessions = baton.Session.inproc(ARGS.inproc, models[0][0].config, make_policy(),
+                                    dtype="f32")
+    codes = [None] * ARGS.inproc
+
+    def rank(r):
+        try:
+            codes[r] = train(*models[r], None, sessions[r])
+        except BaseException:
+            traceback.print_exc()
+            codes[r] = 1
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(ARGS.inproc)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return max(codes)
+
+
+def train(model, reference, policy, session):
+    """This rank's run (session: None, or one made for it); 0 or 1."""
+    vocab = 64
     betas = (0.9, 0.95)
 
     def sgd(shard):  # a Python optimizer on baton's shard views
@@ -68,7 +109,7 @@ def main():
 
     optimizer = baton.AdamW(lr=ARGS.lr, betas=betas) if ARGS.optimizer == "adamw" else sgd
     sharded = baton.torch.shard(model, model.units(), config=model.config, policy=policy,
-                                optimizer=optimizer)
+                                optimizer=optimizer, session=session)
     session = sharded.session
     rank, world, k = session.rank, session.world_size, ARGS.micro_steps
     if ARGS.optimizer == "adamw":

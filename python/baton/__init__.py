@@ -185,15 +185,33 @@ class Session:
     A call out of plan order raises RuntimeError naming the expected call.
     """
 
-    def __init__(self, model, policy="baton", dtype=None, backend="auto", timeout_s=300.0):
-        name, text = _model_config(model)
-        if not isinstance(backend, str):
-            raise ValueError(f"baton.Session: backend must be a string, got {backend!r}")
-        self._s = _baton._Session(name, text, _policy_json(policy, dtype), backend,
-                                  float(timeout_s))
+    def __init__(self, model, policy="baton", dtype=None, backend="auto", timeout_s=300.0,
+                 _made=None):
+        if _made is not None:
+            self._s = _made
+        else:
+            name, text = _model_config(model)
+            if not isinstance(backend, str):
+                raise ValueError(f"baton.Session: backend must be a string, got {backend!r}")
+            self._s = _baton._Session(name, text, _policy_json(policy, dtype), backend,
+                                      float(timeout_s))
         self.rank = self._s.rank
         self.world_size = self._s.world_size
         self.backend = self._s.backend
+
+    @staticmethod
+    def inproc(n, model, policy="baton", dtype=None, timeout_s=300.0):
+        """n ranks as threads of this process (inproc backend): a list of n
+        sessions, rank r at index r, made together (creation is
+        collective). Drive each from its own Python thread; the hooks
+        release the GIL while baton waits, and collectives (all_reduce,
+        full_master) need every rank's thread to call them."""
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ValueError(f"baton.Session.inproc: n must be an int, got {type(n).__name__}")
+        name, text = _model_config(model)
+        made = _baton._Session.inproc(n, name, text, _policy_json(policy, dtype),
+                                      float(timeout_s))
+        return [Session(None, _made=s) for s in made]
 
     def layout(self):
         """{"units": [{"name", "kind", "params": [{"name", "shape"}]}],

@@ -277,7 +277,7 @@ def _config(model, config):
 
 
 def shard(model, units, policy="baton", config=None, optimizer=None, dtype="f32",
-          backend="auto", timeout_s=300.0):
+          backend="auto", timeout_s=300.0, session=None):
     """Shards `model`'s parameters into baton's layout and returns the
     ShardedModule to train.
 
@@ -288,7 +288,10 @@ def shard(model, units, policy="baton", config=None, optimizer=None, dtype="f32"
     a policy dict; optimizer: a baton.AdamW (default baton.AdamW()) or a
     callable run on each bucket's shard views (Session.finish_step); dtype:
     the parameter and reduce dtype ('f32'; CPU PyTorch computes in fp32).
-    Ranks come from the launch environment (baton.Session). The model's
+    Ranks come from the launch environment (baton.Session), or session= is
+    one made for the model (e.g. a rank of baton.Session.inproc(n, config,
+    policy, dtype="f32"), one thread per rank; policy and config are then
+    the session's). The model's
     current parameter values are the starting point, on every rank alike.
     ValueError for a unit list that misses a parameter of the model or does
     not match the config.
@@ -312,8 +315,12 @@ def shard(model, units, policy="baton", config=None, optimizer=None, dtype="f32"
         if id(m) not in members:
             raise ValueError(f"baton.torch.shard: unit {type(m).__name__} is not a submodule "
                              "of the model")
-    session = _baton.Session(_config(model, config), policy=policy, dtype=dtype,
-                             backend=backend, timeout_s=timeout_s)
+    if session is None:
+        session = _baton.Session(_config(model, config), policy=policy, dtype=dtype,
+                                 backend=backend, timeout_s=timeout_s)
+    elif not isinstance(session, _baton.Session):
+        raise ValueError(f"baton.torch.shard: session must be a baton.Session, got "
+                         f"{type(session).__name__}")
     layout = session.layout()
     if len(units) != len(layout["units"]):
         raise ValueError(f"baton.torch.shard: {len(units)} units given; the model's layout has "
