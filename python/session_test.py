@@ -225,6 +225,62 @@ class TorchShardTest(unittest.TestCase):
         (x * x).sum().backward()
         self.assertEqual(x.grad.tolist(), [2.0, 2.0, 2.0])
 
+    def test_hugging_face_layout(self):
+        """llama_units finds HF Llama's units, and a decoder layer declared in
+        HF's order (projections first, norms last) matches baton's names."""
+        nn = torch.nn
+
+        def linear(i, o):
+            return nn.Linear(i, o, bias=False)
+
+        class Attn(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q_proj, self.k_proj = linear(32, 32), linear(32, 16)
+                self.v_proj, self.o_proj = linear(32, 16), linear(32, 32)
+
+        class Mlp(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gate_proj, self.up_proj = linear(32, 64), linear(32, 64)
+                self.down_proj = linear(64, 32)
+
+        class Layer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.self_attn, self.mlp = Attn(), Mlp()
+                self.input_layernorm = RMSNorm(32)
+                self.post_attention_layernorm = RMSNorm(32)
+
+        class Inner(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed_tokens = nn.Embedding(64, 32)
+                self.layers = nn.ModuleList([Layer(), Layer()])
+                self.norm = RMSNorm(32)
+
+        class ForCausalLM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model, self.lm_head = Inner(), linear(32, 64)
+
+        m = ForCausalLM()
+        units = baton.torch.llama_units(m)
+        self.assertEqual([type(u).__name__ for u in units],
+                         ["Embedding", "Layer", "Layer", "RMSNorm", "Linear"])
+        layout = baton.Session("micro", dtype="f32").layout()
+        params = baton.torch._unique_params(units[1])
+        names = {id(p): n for n, p in params}
+        got = [names[id(p)] for p in baton.torch._match_unit(
+            1, "block0", params, layout["units"][1]["params"])]
+        self.assertEqual(got, ["input_layernorm.weight", "self_attn.q_proj.weight",
+                               "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                               "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                               "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                               "mlp.down_proj.weight"])
+        with self.assertRaisesRegex(ValueError, r"not a Hugging Face-style Llama"):
+            baton.torch.llama_units(self.model())
+
     def test_trains_like_pytorch_one_rank(self):
         m = self.model()
         ref = copy.deepcopy(m)
@@ -286,7 +342,7 @@ class LaunchTest(unittest.TestCase):
 
 
 def main():
-    global ARGS, baton, numpy, torch, Llama
+    global ARGS, baton, numpy, torch, Llama, RMSNorm
     p = argparse.ArgumentParser()
     p.add_argument("--package", required=True)
     p.add_argument("--examples", required=True)
@@ -297,7 +353,7 @@ def main():
     import torch
     import baton
     import baton.torch
-    from llama import Llama
+    from llama import Llama, RMSNorm
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 
