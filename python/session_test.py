@@ -209,6 +209,19 @@ class TorchShardTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, r"step\(\) with no step open"):
             baton.torch.shard(m, m.units(), config=m.config).step()
 
+    def test_no_grad_forward_and_early_step(self):
+        m = self.model()
+        s = baton.torch.shard(m, m.units(), config=m.config)
+        tok = torch.randint(0, 64, (2, 8))
+        with torch.no_grad():
+            with self.assertRaisesRegex(RuntimeError, r"forward under torch.no_grad\(\) is not "
+                                        r"supported"):
+                s(tok)
+        s(tok)  # the refused forward left nothing behind
+        with self.assertRaisesRegex(RuntimeError, r"FinishStep: the plan still expects "
+                                    r"PreBackward\(lm_head\)"):
+            s.step()
+
     def test_parameters_set_after_shard_and_failed_forwards(self):
         m = self.model()
         s = baton.torch.shard(m, m.units(), config=m.config)

@@ -117,6 +117,10 @@ class ShardedModule(torch.nn.Module):
         if self._broken:
             raise RuntimeError(f"baton.torch: {self._broken}; the step cannot go on: shard the "
                                "model again")
+        if not torch.is_grad_enabled():
+            raise RuntimeError("baton.torch: a forward under torch.no_grad() is not supported: "
+                               "baton's plan is a training step (forward, then backward, then "
+                               "step())")
         try:
             return self.module(*args, **kwargs)
         except BaseException as e:
