@@ -4,7 +4,9 @@
       The session hooks alone (Python -> C++ -> Python, no compute): one
       rank, the micro model, fp32; microseconds per hook call (pre and post
       alike: begin_step, pre/post_forward and pre/post_backward of every
-      unit, finish_step without optimizer).
+      unit, finish_step without optimizer); then what baton.torch adds per
+      unit and step (its forward and backward hooks, gradient copies, and
+      baton's AdamW instead of PyTorch's) on a step of one token.
   bench_torch.py step [--steps=N]     (one process per rank: under a launcher)
       The step time of baton.torch (its hooks, gathers, reduces and AdamW)
       against the same per-rank work done by plain PyTorch without sharding
@@ -53,6 +55,37 @@ def hooks(reps):
     calls = reps * (4 * units + 2)
     us = (time.perf_counter() - t0) / calls * 1e6
     print(f"session hooks: {us:.1f} us per call ({calls} calls, {units} units, 1 rank)")
+    # baton.torch's hooks per unit (forward and backward, autograd boundary,
+    # saved-tensor hooks, gradient copies): a step of the micro model on one
+    # token under baton.torch against the same step in plain PyTorch.
+    torch.manual_seed(0)
+    model = Llama(vocab=64, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seq=1)
+    plain = Llama(vocab=64, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seq=1)
+    sharded = baton.torch.shard(model, model.units(), config="micro",
+                                optimizer=baton.AdamW(lr=1e-3))
+    opt = torch.optim.AdamW(plain.parameters(), lr=1e-3)
+    x = torch.zeros(1, 1, dtype=torch.long)
+
+    def baton_step():
+        sharded(x).sum().backward()
+        sharded.step()
+
+    def plain_step():
+        opt.zero_grad()
+        plain(x).sum().backward()
+        opt.step()
+
+    per = {}
+    for fn in (baton_step, plain_step, baton_step, plain_step):  # warm, then timed
+        t0 = time.perf_counter()
+        for _ in range(reps // 4):
+            fn()
+        sharded.session.synchronize()
+        per[fn] = (time.perf_counter() - t0) / (reps // 4) * 1e6
+    over = (per[baton_step] - per[plain_step]) / units
+    print(f"baton.torch: {over:.0f} us per unit per step over plain PyTorch (forward and "
+          f"backward hooks; {per[baton_step]:.0f} vs {per[plain_step]:.0f} us a step of "
+          f"{units} units)")
 
 
 def step_times(steps):
