@@ -10,8 +10,7 @@
 //     [--check-reference] [--json] [--timeout=SECONDS] [--trace=PATH]
 //     [--recompute-layers=N|all] and the techniques'
 //     flags (examples/technique_flags.h: --optimizer, --recompute,
-//     --offload; the tiny Llama has no LoRA or NF4 kernels, so --lora-*,
-//     --base-dtype and policy files with adapters are refused)
+//     --offload, --lora-rank / --lora-alpha / --lora-targets, --base-dtype)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
 //
 // --save-dir=DIR --save-every=N saves a checkpoint (scheduler/checkpoint.h)
@@ -98,7 +97,7 @@ struct Flags {
   std::optional<scheduler::Policy> file_policy;
   bool policy_given = false, dtype_given = false;
   std::string trace;  // --trace=PATH
-  examples::TechniqueFlags tech{"train_tiny", /*adapters=*/false};  // --optimizer, ...
+  examples::TechniqueFlags tech{"train_tiny", /*adapters=*/true};  // --optimizer, ...
   int64_t recompute_layers = -2;  // --recompute-layers: -1 all, -2 the policy's
   bool check_schedule = false;  // --check-schedule
   bool arrivals = false;        // --arrivals (or --arrivals-out)
@@ -304,10 +303,6 @@ scheduler::ModelSpec ModelFromFlags(const Flags& f) {
 void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
   f.tech.Apply(p);
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
-  if (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
-    Fail("the policy has LoRA adapters or NF4 base weights, and the tiny Llama has no "
-         "LoRA or NF4 kernels (simulate prices them)");
-  }
 }
 
 scheduler::Policy PolicyFromFlags(const Flags& f) {
@@ -378,7 +373,7 @@ StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
       for (int64_t i = 0; i < slot.numel; ++i) {
         values[i] = examples::InitialParameter(slot.name, i, seed);
       }
-    }));
+    }, examples::Nf4Packer()));
     return 0;
   }
   BATON_ASSIGN_OR_RETURN(const scheduler::CheckpointInfo info, executor.Load(job.resume));
