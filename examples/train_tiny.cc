@@ -361,6 +361,12 @@ struct Job {
   int64_t save_every = 0;
 };
 
+// The parameters the job trains (LoRA: its adapters only).
+int64_t TrainableParams(const Job& job) {
+  auto layout = scheduler::BuildLayout(job.spec, job.policy.layout, scheduler::Sharding{});
+  return layout.ok() ? layout->trainable_params() : -1;
+}
+
 // Fills the executor's state: from the checkpoint (returns the step it
 // holds) or from the initial values (0). The data position saved is the
 // sequences consumed, so a global batch other than this run's is refused.
@@ -404,6 +410,10 @@ void CheckPolicyRoutes(const Flags& f, const Job& job) {
   if (Status s = scheduler::CheckPolicyForModel(job.policy, job.spec, file); !s.ok()) {
     Fail(std::string(s.message()));
   }
+  // What the layout refuses for this model (a LoRA rank above a targeted
+  // matrix's), before any rank starts.
+  auto layout = scheduler::BuildLayout(job.spec, job.policy.layout, scheduler::Sharding{});
+  if (!layout.ok()) Fail(std::string(layout.status().message()));
 }
 
 // Trains on one rank through the executor; every rank calls it. `observer`
@@ -743,6 +753,15 @@ int Main(int argc, char** argv) {
               static_cast<long long>(job.policy.micro_steps), static_cast<long long>(f.batch),
               static_cast<long long>(f.seq));
   std::printf("optimizer %s\n", scheduler::OptimizerName(job.policy.optimizer));
+  const scheduler::LayoutOptions& lo = job.policy.layout;
+  const int64_t trainable = TrainableParams(job);
+  if (lo.lora_rank > 0) {
+    std::printf("lora: rank %d, alpha %g, targets %s, base %s: %lld of %lld parameters trained\n",
+                lo.lora_rank, lo.lora_alpha, scheduler::LoraTargetsName(lo.lora_targets).c_str(),
+                lo.base_dtype == scheduler::BaseDtype::kNf4 ? "nf4" : f.dtype.c_str(),
+                static_cast<long long>(trainable),
+                static_cast<long long>(scheduler::ParameterCount(job.spec)));
+  }
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
               res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));
   std::printf("memory plan: arena %s vs lower bound %s (ratio %.3f, %s); persistent state %s\n",
@@ -812,6 +831,9 @@ int Main(int argc, char** argv) {
     j["optimizer"] = scheduler::OptimizerName(job.policy.optimizer);
     j["recompute"] = scheduler::RecomputeName(job.policy.recompute);
     j["recompute_blocks"] = job.policy.recompute_blocks;
+    j["lora_rank"] = lo.lora_rank;
+    j["base_dtype"] = scheduler::BaseDtypeName(lo.base_dtype);
+    j["trainable_parameters"] = trainable;
     j["steps"] = f.steps;
     j["losses"] = res.losses;
     j["loss_first"] = res.losses.front();
