@@ -89,6 +89,7 @@ uint8_t Nf4Nearest(float x) {
 
 Status Nf4PackHost(const float* values, int64_t n, void* packed) {
   BATON_RETURN_IF_ERROR(CheckPack(values, n, packed));
+  if (n == 0) return absl::OkStatus();  // no bytes (and maybe null pointers)
   const Nf4Layout l = Nf4LayoutFor(n);
   auto* base = static_cast<uint8_t*>(packed);
   std::memset(base, 0, l.bytes);  // the odd nibble and the alignment pad

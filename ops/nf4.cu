@@ -42,8 +42,8 @@ __device__ __forceinline__ uint8_t Nearest8(const float* mid8, float x) {
 }
 
 __global__ void __launch_bounds__(kGroup)
-    PackGroups(const float* __restrict__ x, int64_t n, uint8_t* __restrict__ base, int64_t absmax_at,
-         int64_t scales_at, Tables t) {
+    PackGroups(const float* __restrict__ x, int64_t n, uint8_t* __restrict__ base,
+               int64_t absmax_at, int64_t scales_at, Tables t) {
   __shared__ float mid4[16], mid8[256], c4[16], c8[256];
   const int tid = threadIdx.x;
   c8[tid] = t.c8[tid];

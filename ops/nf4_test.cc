@@ -80,7 +80,9 @@ TEST(Nf4Test, DequantizeOfAKnownPackingIsExact) {
   const int64_t n = 128;
   const Nf4Layout l = Nf4LayoutFor(n);
   std::vector<uint8_t> packed(l.bytes, 0);
-  for (int64_t i = 0; i < n; i += 2) packed[i / 2] = static_cast<uint8_t>((i % 16) | (((i + 1) % 16) << 4));
+  for (int64_t i = 0; i < n; i += 2) {
+    packed[i / 2] = static_cast<uint8_t>((i % 16) | (((i + 1) % 16) << 4));
+  }
   packed[l.absmax] = 255;
   packed[l.absmax + 1] = 100;
   const float scale = 2.5f;
@@ -141,9 +143,11 @@ TEST(Nf4Test, PackMatchesTheReferenceAndRoundTripsWithinTheBound) {
     for (int64_t b = 0; b * kNf4Block < n; ++b) {
       const int64_t begin = b * kNf4Block, end = std::min(n, begin + kNf4Block);
       double block_max = 0, group_max = 0;
-      for (int64_t i = begin; i < end; ++i) block_max = std::max(block_max, std::fabs(double{x[i]}));
-      const int64_t g = b / kNf4Group;
-      for (int64_t i = g * kNf4Group * kNf4Block; i < std::min(n, (g + 1) * kNf4Group * kNf4Block); ++i) {
+      for (int64_t i = begin; i < end; ++i) {
+        block_max = std::max(block_max, std::fabs(double{x[i]}));
+      }
+      const int64_t g = b / kNf4Group, group = kNf4Group * kNf4Block;
+      for (int64_t i = g * group; i < std::min(n, (g + 1) * group); ++i) {
         group_max = std::max(group_max, std::fabs(double{x[i]}));
       }
       ASSERT_EQ(scales[g], group_max) << "group " << g;
