@@ -60,7 +60,8 @@ def simulate(**knobs):
 def tune(**knobs):
     """simulate --tune: the best configurations found, as `--tune --json`
     prints them ({"best": [{"step_time_s", "knobs", ...}, ...], ...});
-    policy_out=PATH writes the best as a policy file."""
+    policy_out=PATH writes the best as a policy file; allow=["adamw8bit",
+    "lora", "nf4"] lets it choose those techniques."""
     _, text = _baton.simulate_args(_flags(knobs) + ["--tune", "--json"])
     return _json.loads(text)
 
