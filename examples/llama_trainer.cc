@@ -11,11 +11,14 @@
 #include "baton/ops/cross_entropy.h"
 #include "baton/ops/embedding.h"
 #include "baton/ops/linear.h"
+#include "baton/ops/lora.h"
+#include "baton/ops/nf4.h"
 #include "baton/ops/rmsnorm.h"
 #include "baton/ops/rotary.h"
 #include "baton/ops/swiglu.h"
 #include "baton/optim/adamw_hook.h"
 #include "baton/runtime/input_file.h"
+#include "baton/scheduler/nf4_layout.h"
 
 namespace baton::examples {
 namespace {
@@ -89,11 +92,38 @@ Status Corpus::Sequence(int64_t n, int64_t seq, int32_t* out) const {
 
 float InitialParameter(const std::string& name, int64_t i, uint64_t seed) {
   if (name.find("norm") != std::string::npos) return 1.0f;
+  // LoRA: b starts at zero, so the adapted model starts as its base.
+  const size_t n = name.size();
+  if (n > 7 && name.compare(n - 7, 7, ".lora_b") == 0) return 0.0f;
   uint64_t h = seed * 0x100000001b3ull;
   for (char c : name) h = Mix(h ^ static_cast<uint8_t>(c));
   h = Mix(h ^ static_cast<uint64_t>(i));
   const double u1 = Uniform(h), u2 = Uniform(Mix(h));
   return static_cast<float>(0.02 * std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+namespace {
+
+// Internal unless ops/nf4.h's packing of n elements is scheduler/
+// nf4_layout.h's (ops/ may not include scheduler/, so each has its own).
+Status CheckNf4Layouts(int64_t n) {
+  const ops::Nf4Layout o = ops::Nf4LayoutFor(n);
+  const scheduler::Nf4Packing p = scheduler::Nf4PackingFor(n);
+  if (o.codes != p.codes || o.absmax != p.absmax || o.scales != p.scales || o.bytes != p.bytes ||
+      ops::kNf4Block != scheduler::kNf4BlockNumel || ops::kNf4Group != scheduler::kNf4GroupBlocks) {
+    return absl::InternalError(absl::StrCat(
+        "the NF4 packing of ops/nf4.h and scheduler/nf4_layout.h differ for ", n, " elements"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+scheduler::Nf4Packer Nf4Packer() {
+  return [](const float* values, int64_t n, void* packed) {
+    BATON_RETURN_IF_ERROR(CheckNf4Layouts(n));
+    return ops::Nf4PackHost(values, n, packed);
+  };
 }
 
 LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
@@ -223,6 +253,17 @@ Status LlamaRank::Allocate() {
   ds_ = Buf(T * F * e);
   dg_ = Buf(T * F * e);
   du_ = Buf(T * F * e);
+  frozen_dw_ = Buf(H * 4);
+  const scheduler::LayoutOptions& lo = graph_.policy.layout;
+  if (lo.lora_rank > 0) {
+    lora_xa_.assign(spec_.layers, std::vector<void*>(scheduler::kNumLoraTargets, nullptr));
+    for (auto& block : lora_xa_) {
+      for (int t = 0; t < scheduler::kNumLoraTargets; ++t) {
+        if (lo.lora_targets & (1u << t)) block[t] = Buf(T * lo.lora_rank * e);
+      }
+    }
+    lora_u_ = Buf(T * lo.lora_rank * e);
+  }
   BATON_RETURN_IF_ERROR(alloc_status_);
   staging_.resize(2 * micro_steps_ * T);
   return absl::OkStatus();
@@ -264,6 +305,7 @@ scheduler::StepCallbacks LlamaRank::Callbacks() {
   scheduler::StepCallbacks cb;
   cb.compute = [this](const scheduler::ComputeContext& ctx) { return Compute(ctx); };
   cb.optimizer = [this](const scheduler::OptimizerContext& ctx) { return Optimizer(ctx); };
+  cb.dequantize = [this](const scheduler::DequantizeContext& ctx) { return Dequantize(ctx); };
   // AdamW writes the updated master straight into the next gather's input.
   cb.optimizer_writes_shard = true;
   return cb;
@@ -316,6 +358,7 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
       if (!backward) {
         return ops::EmbeddingForward(st, s, ids_[m], ctx.params[0].data, acts.h[0]);
       }
+      if (ctx.grads[0].data == nullptr) return absl::OkStatus();  // frozen
       return ops::EmbeddingBackward(st, s, ids_[m], gres_[cur_], ctx.grads[0].data,
                                     ctx.grads[0].dtype, ctx.grad_accumulate[0]);
     }
@@ -332,9 +375,11 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
       }
       // gres_[cur_] holds d(nf); the input's gradient goes to the other one.
       const int next = 1 - cur_;
+      const bool frozen = ctx.grads[0].data == nullptr;
       BATON_RETURN_IF_ERROR(ops::RmsNormBackward(
-          st, norm, gres_[cur_], acts.h[spec_.layers], ctx.params[0].data, acts.rstdf, gres_[next],
-          false, ctx.grads[0].data, ctx.grads[0].dtype, ctx.grad_accumulate[0]));
+          st, norm, gres_[cur_], acts.h[spec_.layers], ctx.params[0].data, acts.rstdf,
+          gres_[next], false, frozen ? frozen_dw_ : ctx.grads[0].data,
+          frozen ? DataType::kF32 : ctx.grads[0].dtype, !frozen && ctx.grad_accumulate[0]));
       cur_ = next;
       return absl::OkStatus();
     }
@@ -364,22 +409,76 @@ Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
   const ops::RmsNormShape& norm = d_.norm;
   void* x = acts.h[b];
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, x, p("attn_norm.weight"), a.n1, a.rstd1));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, Q, dtype_}, a.n1, p("wq"), a.q));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wk"), a.k));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wv"), a.v));
+  BATON_RETURN_IF_ERROR(Project(ctx, "wq", {T, H, Q, dtype_}, a.n1, a.q, false));
+  BATON_RETURN_IF_ERROR(Project(ctx, "wk", {T, H, KV, dtype_}, a.n1, a.k, false));
+  BATON_RETURN_IF_ERROR(Project(ctx, "wv", {T, H, KV, dtype_}, a.n1, a.v, false));
   BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
   BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
   BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
   // x1 = x + o wo^T: the residual is copied, the projection added onto it.
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, x, d_.act_bytes));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, Q, H, dtype_}, a.o, p("wo"), a.x1, true));
+  BATON_RETURN_IF_ERROR(Project(ctx, "wo", {T, Q, H, dtype_}, a.o, a.x1, true));
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
+  BATON_RETURN_IF_ERROR(Project(ctx, "w_gate", {T, H, F, dtype_}, a.n2, a.g, false));
+  BATON_RETURN_IF_ERROR(Project(ctx, "w_up", {T, H, F, dtype_}, a.n2, a.u, false));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
   void* out = acts.h[b + 1];
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(out, a.x1, d_.act_bytes));
-  return ops::LinearForward(st, {T, F, H, dtype_}, a.s, p("w_down"), out, true);
+  return Project(ctx, "w_down", {T, F, H, dtype_}, a.s, out, true);
+}
+
+namespace {
+
+// The LoRA target of block matrix `w` ("wq", ...), or -1.
+int TargetOf(const char* w) {
+  for (int t = 0; t < scheduler::kNumLoraTargets; ++t) {
+    if (std::strcmp(scheduler::LoraTargetParam(static_cast<scheduler::LoraTarget>(t)), w) == 0) {
+      return t;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+Status LlamaRank::Project(const scheduler::ComputeContext& ctx, const char* w,
+                          const ops::LinearShape& s, const void* x, void* y, bool acc) {
+  const int iw = Find(ctx, w);
+  const int ia = Find(ctx, absl::StrCat(w, ".lora_a").c_str());
+  if (ia < 0) return ops::LinearForward(*ctx.stream, s, x, ctx.params[iw].data, y, acc);
+  const int ib = Find(ctx, absl::StrCat(w, ".lora_b").c_str());
+  const scheduler::LayoutOptions& lo = graph_.policy.layout;
+  const ops::LoraShape ls{s.rows, s.in, s.out, lo.lora_rank,
+                          static_cast<float>(lo.lora_alpha / lo.lora_rank), s.dtype};
+  void* xa = lora_xa_[ctx.spec->block][TargetOf(w)];
+  return ops::LoraForward(*ctx.stream, ls, x, ctx.params[iw].data, ctx.params[ia].data,
+                          ctx.params[ib].data, xa, y, acc);
+}
+
+Status LlamaRank::ProjectBackward(const scheduler::ComputeContext& ctx, const char* w,
+                                  const ops::LinearShape& s, const void* dy, const void* x,
+                                  void* dx, bool acc_dx) {
+  const int iw = Find(ctx, w);
+  const int ia = Find(ctx, absl::StrCat(w, ".lora_a").c_str());
+  const scheduler::TensorView& gw = ctx.grads[iw];
+  if (ia < 0) {  // gw.data is null for a frozen w: dx alone
+    return ops::LinearBackward(*ctx.stream, s, dy, x, ctx.params[iw].data, dx, acc_dx, gw.data,
+                               gw.dtype, gw.data != nullptr && ctx.grad_accumulate[iw]);
+  }
+  const int ib = Find(ctx, absl::StrCat(w, ".lora_b").c_str());
+  const scheduler::TensorView &ga = ctx.grads[ia], &gb = ctx.grads[ib];
+  if (ga.dtype != gb.dtype) {
+    return absl::InternalError(absl::StrCat("the gradients of ", w, "'s adapters differ in dtype"));
+  }
+  const scheduler::LayoutOptions& lo = graph_.policy.layout;
+  const ops::LoraShape ls{s.rows, s.in, s.out, lo.lora_rank,
+                          static_cast<float>(lo.lora_alpha / lo.lora_rank), s.dtype};
+  ops::LoraGrads g{dx, acc_dx, ga.data, gb.data, ga.dtype,
+                   static_cast<bool>(ctx.grad_accumulate[ia]),
+                   static_cast<bool>(ctx.grad_accumulate[ib])};
+  return ops::LoraBackward(*ctx.stream, ls, dy, x, ctx.params[iw].data, ctx.params[ia].data,
+                           ctx.params[ib].data, lora_xa_[ctx.spec->block][TargetOf(w)],
+                           lora_u_, g);
 }
 
 bool LlamaRank::SelectiveRecompute(int64_t block) const {
@@ -400,7 +499,8 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
   BlockActs& a = acts.blocks[b];
   const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
   auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
-  // Gradient slot of a parameter: pointer, dtype, = or +=.
+  // A norm weight's gradient slot: pointer, dtype, = or += (a frozen one's
+  // goes to the scratch).
   struct G {
     void* data;
     DataType dtype;
@@ -408,6 +508,7 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
   };
   auto g = [&](const char* name) {
     const int i = Find(ctx, name);
+    if (ctx.grads[i].data == nullptr) return G{frozen_dw_, DataType::kF32, false};
     return G{ctx.grads[i].data, ctx.grads[i].dtype, static_cast<bool>(ctx.grad_accumulate[i])};
   };
   const ops::RmsNormShape& norm = d_.norm;
@@ -415,33 +516,38 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
   void* B = gres_[1 - cur_];  // d(x1)
   // MLP branch: x2 = x1 + s wd^T, so d(x1) = d(x2) + its path through n2.
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(B, A, d_.act_bytes));
-  G gd = g("w_down"), gg = g("w_gate"), gu = g("w_up"), gm = g("mlp_norm.weight");
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, F, H, dtype_}, A, a.s, p("w_down"), ds_,
-                                            false, gd.data, gd.dtype, gd.acc));
+  const G gm = g("mlp_norm.weight");
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_down", {T, F, H, dtype_}, A, a.s, ds_, false));
   BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg_, du_));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, F, dtype_}, dg_, a.n2, p("w_gate"), dn_,
-                                            false, gg.data, gg.dtype, gg.acc));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, F, dtype_}, du_, a.n2, p("w_up"), dn_,
-                                            true, gu.data, gu.dtype, gu.acc));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_gate", {T, H, F, dtype_}, dg_, a.n2, dn_, false));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_up", {T, H, F, dtype_}, du_, a.n2, dn_, true));
   BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, norm, dn_, a.x1, p("mlp_norm.weight"), a.rstd2,
                                              B, true, gm.data, gm.dtype, gm.acc));
   // Attention branch: x1 = x + o wo^T.
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(A, B, d_.act_bytes));
-  G go = g("wo"), gq = g("wq"), gk = g("wk"), gv = g("wv"), ga = g("attn_norm.weight");
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, Q, H, dtype_}, B, a.o, p("wo"), do_, false,
-                                            go.data, go.dtype, go.acc));
+  const G ga = g("attn_norm.weight");
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wo", {T, Q, H, dtype_}, B, a.o, do_, false));
   BATON_RETURN_IF_ERROR(
       ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq_, dk_, dv_));
   BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq_));
   BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk_));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, Q, dtype_}, dq_, a.n1, p("wq"), dn_,
-                                            false, gq.data, gq.dtype, gq.acc));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dk_, a.n1, p("wk"), dn_,
-                                            true, gk.data, gk.dtype, gk.acc));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dv_, a.n1, p("wv"), dn_,
-                                            true, gv.data, gv.dtype, gv.acc));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wq", {T, H, Q, dtype_}, dq_, a.n1, dn_, false));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wk", {T, H, KV, dtype_}, dk_, a.n1, dn_, true));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wv", {T, H, KV, dtype_}, dv_, a.n1, dn_, true));
   return ops::RmsNormBackward(st, norm, dn_, acts.h[b], p("attn_norm.weight"), a.rstd1, A, true,
                               ga.data, ga.dtype, ga.acc);
+}
+
+Status LlamaRank::Dequantize(const scheduler::DequantizeContext& ctx) {
+  BATON_RETURN_IF_ERROR(CheckNf4Layouts(ctx.segment_numel));
+  const size_t stride = static_cast<size_t>(scheduler::Nf4PackedWords(ctx.segment_numel)) * 4;
+  const size_t out_bytes = static_cast<size_t>(ctx.segment_numel) * DataTypeSize(ctx.out_dtype);
+  for (int64_t i = 0; i < ctx.segments; ++i) {
+    BATON_RETURN_IF_ERROR(ops::Nf4Dequantize(
+        *ctx.stream, static_cast<const char*>(ctx.packed) + i * stride, ctx.segment_numel,
+        static_cast<char*>(ctx.out) + i * out_bytes, ctx.out_dtype));
+  }
+  return absl::OkStatus();
 }
 
 Status LlamaRank::Optimizer(const scheduler::OptimizerContext& ctx) {
