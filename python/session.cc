@@ -17,6 +17,7 @@
 #include "baton/comm/factory.h"
 #include "baton/ops/adamw.h"
 #include "baton/optim/adamw_hook.h"
+#include "baton/python/cuda_order.h"
 #include "baton/python/tensor.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
@@ -115,7 +116,7 @@ class PySession {
 
   // `model`: Hugging Face config.json text; `policy`: policy-file JSON.
   PySession(const std::string& model_name, const std::string& model, const std::string& policy,
-            std::string backend, double timeout_s) {
+            std::string backend, const std::string& device, double timeout_s) {
     const scheduler::ModelSpec spec =
         Value(scheduler::ModelFromHfConfig(model, model_name), "baton.Session: model: ");
     const scheduler::Policy pol =
@@ -125,8 +126,29 @@ class PySession {
     const StatusOr<LaunchInfo> info = LaunchInfoFromEnv();
     if (!info.ok() && !absl::IsNotFound(info.status())) Check(info.status());
     const int world = info.ok() ? info->world_size : 1;
-    if (backend == "auto") backend = world > 1 ? "ucx" : "inproc";
-    device_ = std::shared_ptr<Device>(Value(CreateHostDevice()));
+    backend = Backend(backend, device, world);
+    if (backend != "inproc" && !info.ok()) {
+      throw py::value_error(
+          "baton.Session: backend '" + backend + "' needs the launch environment (RANK, "
+          "WORLD_SIZE, ...): start the script under the launcher, e.g. launch --nproc=2 -- "
+          "python3 script.py");
+    }
+    if (device == "cuda") {
+      // One GPU per process: the launcher's local rank picks it.
+      const int ordinal = info.ok() ? info->local_rank : 0;
+      StatusOr<std::unique_ptr<Device>> cuda = absl::UnknownError("not made");
+      {
+        py::gil_scoped_release release;
+        cuda = CreateCudaDevice(ordinal);
+      }
+      if (!cuda.ok()) {
+        throw std::runtime_error(absl::StrCat("baton.Session: device='cuda' (GPU ", ordinal,
+                                              "): ", cuda.status().message()));
+      }
+      device_ = std::shared_ptr<Device>(*std::move(cuda));
+    } else {
+      device_ = std::shared_ptr<Device>(Value(CreateHostDevice()));
+    }
     CommConfig cfg;
     cfg.device = device_.get();
     cfg.group = "baton_python";
@@ -144,13 +166,8 @@ class PySession {
         Check(comms.status());
       }
       comm_ = std::move((*comms)[0]);
-    } else if (backend == "ucx") {
-      if (!info.ok()) {
-        throw py::value_error(
-            "baton.Session: backend 'ucx' needs the launch environment (RANK, WORLD_SIZE, ...): "
-            "start the script under the launcher, e.g. launch --nproc=2 -- python3 script.py");
-      }
-      cfg.backend = "ucx";
+    } else {  // ucx or nccl (Backend checked the name, the launch environment is there)
+      cfg.backend = backend;
       cfg.rank = info->rank;
       cfg.size = info->world_size;
       StatusOr<std::unique_ptr<Communicator>> comm = absl::UnknownError("not made");
@@ -166,10 +183,6 @@ class PySession {
         }
       }
       comm_ = Value(std::move(comm));
-    } else {
-      throw py::value_error("baton.Session: backend must be 'auto', 'inproc' or 'ucx' (host "
-                            "memory; nccl needs a CUDA device, not in the Python module yet), "
-                            "got '" + backend + "'");
     }
     backend_ = backend;
     StatusOr<std::unique_ptr<scheduler::Session>> session = absl::UnknownError("not made");
@@ -178,6 +191,28 @@ class PySession {
       session = scheduler::Session::Create(spec, pol, *device_, *comm_);
     }
     session_ = Value(std::move(session));
+  }
+
+  // The backend for `requested` on `device` with `world` ranks; ValueError
+  // for a name that is not one, or one that cannot move that memory.
+  static std::string Backend(const std::string& requested, const std::string& device, int world) {
+    if (device != "cpu" && device != "cuda") {
+      throw py::value_error("baton.Session: device must be 'cpu' or 'cuda', got '" + device + "'");
+    }
+    const bool cuda = device == "cuda";
+    if (requested == "auto") return world > 1 ? (cuda ? "nccl" : "ucx") : "inproc";
+    if (requested != "inproc" && requested != "ucx" && requested != "nccl") {
+      throw py::value_error("baton.Session: backend must be 'auto', 'inproc', 'ucx' or 'nccl', "
+                            "got '" + requested + "'");
+    }
+    if (requested == "ucx" && cuda) {
+      throw py::value_error("baton.Session: backend 'ucx' moves host memory: use device='cpu', "
+                            "or backend='nccl' for device='cuda'");
+    }
+    if (requested == "nccl" && !cuda) {
+      throw py::value_error("baton.Session: backend 'nccl' needs device='cuda'");
+    }
+    return requested;
   }
 
   template <typename T>
@@ -190,6 +225,10 @@ class PySession {
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->size(); }
   const std::string& backend() const { return backend_; }
+  std::string device() const {
+    return cuda() ? absl::StrCat("cuda:", device_->ordinal()) : "cpu";
+  }
+  bool cuda() const { return device_->kind() == DeviceKind::kCuda; }
 
   // A unit by index or name; ValueError otherwise.
   int Unit(const py::handle& u) const {
@@ -230,8 +269,9 @@ class PySession {
     {
       py::gil_scoped_release release;
       views = forward ? session_->PreForward(unit) : session_->PreBackward(unit);
-      // Host streams: the caller computes synchronously on this thread.
-      if (views.ok()) {
+      // Host streams: the caller computes synchronously on this thread. CUDA:
+      // each view's __dlpack__ orders the consumer's stream (tensor.h).
+      if (views.ok() && !cuda()) {
         if (Status s = views->stream->Synchronize(); !s.ok()) views = s;
       }
     }
@@ -240,20 +280,53 @@ class PySession {
     out.unit = unit;
     out.micro_step = v.micro_step;
     out.recompute = v.recompute;
-    for (const auto& t : v.params) out.params.push_back(Wrap(self, t));
-    for (const auto& t : v.grads) out.grads.push_back(Wrap(self, t));
+    for (const auto& t : v.params) out.params.push_back(Wrap(self, t, v.stream));
+    for (const auto& t : v.grads) out.grads.push_back(Wrap(self, t, v.stream));
     out.grad_accumulate = v.grad_accumulate;
     return out;
   }
 
-  void Post(const py::handle& u, bool forward) {
+  // `stream`: on CUDA the consumer's stream that used the views (DLPack
+  // integers: None the legacy default stream, -1 none), which baton's
+  // compute stream waits for before what follows; host: None only.
+  void Post(const py::handle& u, bool forward, const py::object& stream) {
     const int unit = Unit(u);
+    const int64_t consumer = ConsumerStream(stream, forward ? "post_forward" : "post_backward");
     Status s;
     {
       py::gil_scoped_release release;
-      s = forward ? session_->PostForward(unit) : session_->PostBackward(unit);
+      if (consumer != -1) {
+        s = StreamWaitsForConsumer(session_->executor().compute_stream(), device_->ordinal(),
+                                   consumer);
+      }
+      if (s.ok()) s = forward ? session_->PostForward(unit) : session_->PostBackward(unit);
     }
     Check(s);
+  }
+
+  // A Post hook's stream argument as an integer; -1 when nothing is to be
+  // ordered (host memory, or the caller's -1).
+  int64_t ConsumerStream(const py::object& stream, const char* hook) const {
+    if (!cuda()) {
+      if (!stream.is_none()) {
+        throw py::value_error(absl::StrCat("baton.Session.", hook,
+                                           ": host memory takes stream=None, got ",
+                                           std::string(py::repr(stream))));
+      }
+      return -1;
+    }
+    if (stream.is_none()) return 1;  // the legacy default stream
+    if (!py::isinstance<py::int_>(stream) || py::isinstance<py::bool_>(stream)) {
+      throw py::value_error(absl::StrCat("baton.Session.", hook,
+                                         ": stream must be an int or None, got ",
+                                         std::string(py::repr(stream))));
+    }
+    const int64_t v = stream.cast<int64_t>();
+    if (v == 0 || v < -1) {
+      throw py::value_error(absl::StrCat("baton.Session.", hook, ": a CUDA stream is None, -1, "
+                                         "1, 2 or a cudaStream_t (0 is ambiguous), got ", v));
+    }
+    return v;
   }
 
   // optimizer "adamw" (ops/adamw.h with `config`) or "none".
@@ -295,6 +368,10 @@ class PySession {
         raised = std::make_unique<py::error_already_set>(e);
         return absl::AbortedError("the optimizer raised");
       }
+      // CUDA: fn's work ran on the consumer's legacy default stream (its
+      // views were ordered after ctx.stream by __dlpack__); what baton does
+      // next with the master waits for it.
+      if (cuda()) return StreamWaitsForConsumer(*ctx.stream, device_->ordinal(), 1);
       return absl::OkStatus();
     };
     Status s;
@@ -396,15 +473,21 @@ class PySession {
       st = [&]() -> Status {
         BATON_ASSIGN_OR_RETURN(std::vector<float> shard, session_->executor().ReadMaster(bucket));
         BATON_ASSIGN_OR_RETURN(DeviceBuffer buf, device_->Allocate(sizeof(float) * per * (n + 1)));
+        // Staged through host vectors: the buffer may be device memory.
+        std::vector<float> staged(per);
+        staged[0] = static_cast<float>(sharded ? session_->executor().shard_rank() : 0);
+        std::copy(shard.begin(), shard.end(), staged.begin() + 1);
         float* mine = static_cast<float*>(buf.data()) + per * n;
-        mine[0] = static_cast<float>(sharded ? session_->executor().shard_rank() : 0);
-        std::copy(shard.begin(), shard.end(), mine + 1);
         Stream& s = session_->executor().compute_stream();
+        BATON_RETURN_IF_ERROR(s.MemcpyAsync(mine, staged.data(), sizeof(float) * per));
         CollectiveOptions o;
         o.tag = scheduler::kFirstTrainerTag;
         BATON_RETURN_IF_ERROR(comm_->AllGather(mine, buf.data(), per, DataType::kF32, s, o));
+        std::vector<float> gathered(per * n);
+        BATON_RETURN_IF_ERROR(
+            s.MemcpyAsync(gathered.data(), buf.data(), sizeof(float) * gathered.size()));
         BATON_RETURN_IF_ERROR(s.Synchronize());
-        const float* all = static_cast<const float*>(buf.data());
+        const float* all = gathered.data();
         for (int r = 0; r < n; ++r) {
           const int64_t pos = static_cast<int64_t>(all[r * per]);
           std::copy(all + r * per + 1, all + (r + 1) * per, full->begin() + pos * b.shard_numel);
@@ -430,14 +513,16 @@ class PySession {
       st = [&]() -> Status {
         BATON_ASSIGN_OR_RETURN(DeviceBuffer buf,
                                device_->Allocate(sizeof(float) * std::max<size_t>(out.size(), 1)));
-        std::copy(out.begin(), out.end(), static_cast<float*>(buf.data()));
+        // Staged through `out`: the buffer may be device memory.
         Stream& s = session_->executor().compute_stream();
+        const size_t bytes = sizeof(float) * out.size();
+        BATON_RETURN_IF_ERROR(s.MemcpyAsync(buf.data(), out.data(), bytes));
         CollectiveOptions o;
         o.tag = scheduler::kFirstTrainerTag;
         BATON_RETURN_IF_ERROR(comm_->AllReduce(buf.data(), buf.data(), out.size(), DataType::kF32,
                                                ReduceOp::kSum, s, o));
+        BATON_RETURN_IF_ERROR(s.MemcpyAsync(out.data(), buf.data(), bytes));
         BATON_RETURN_IF_ERROR(s.Synchronize());
-        std::copy_n(static_cast<const float*>(buf.data()), out.size(), out.begin());
         return absl::OkStatus();
       }();
     }
@@ -491,6 +576,10 @@ class PySession {
       t.data = data;
       t.dtype = dtype;
       t.owner = self;
+      if (cuda()) {
+        t.stream = ctx.stream;
+        t.device_id = device_->ordinal();
+      }
       return t;
     };
     PyShard sh;
@@ -505,8 +594,12 @@ class PySession {
     return sh;
   }
 
-  PyTensor Wrap(const py::object& self, const scheduler::TensorView& v) const {
+  PyTensor Wrap(const py::object& self, const scheduler::TensorView& v, Stream* stream) const {
     PyTensor t;
+    if (cuda()) {
+      t.stream = stream;
+      t.device_id = device_->ordinal();
+    }
     t.name = v.param != nullptr ? v.param->name : "";
     if (v.param != nullptr) t.shape = v.param->shape;
     t.data = v.data;
@@ -546,9 +639,9 @@ void BindSession(py::module_& m) {
       .def_readonly("moment2", &PyShard::moment2);
   py::class_<PySession>(m, "_Session")
       .def(py::init<const std::string&, const std::string&, const std::string&, std::string,
-                    double>(),
+                    const std::string&, double>(),
            py::arg("model_name"), py::arg("model_hf_json"), py::arg("policy_json"),
-           py::arg("backend"), py::arg("timeout_s"))
+           py::arg("backend"), py::arg("device"), py::arg("timeout_s"))
       .def_static(
           "inproc",
           [](int n, const std::string& name, const std::string& model, const std::string& policy,
@@ -564,17 +657,24 @@ void BindSession(py::module_& m) {
       .def_property_readonly("rank", &PySession::rank)
       .def_property_readonly("world_size", &PySession::world_size)
       .def_property_readonly("backend", &PySession::backend)
+      .def_property_readonly("device", &PySession::device)
       .def("layout", &PySession::Layout)
       .def("init_parameters", &PySession::InitParameters, py::arg("init"))
       .def("begin_step", &PySession::BeginStep)
       .def("pre_forward", [](py::object self, py::handle u) {
         return self.cast<PySession&>().Pre(self, u, true);
       })
-      .def("post_forward", [](PySession& s, py::handle u) { s.Post(u, true); })
+      .def(
+          "post_forward",
+          [](PySession& s, py::handle u, py::object stream) { s.Post(u, true, stream); },
+          py::arg("unit"), py::arg("stream") = py::none())
       .def("pre_backward", [](py::object self, py::handle u) {
         return self.cast<PySession&>().Pre(self, u, false);
       })
-      .def("post_backward", [](PySession& s, py::handle u) { s.Post(u, false); })
+      .def(
+          "post_backward",
+          [](PySession& s, py::handle u, py::object stream) { s.Post(u, false, stream); },
+          py::arg("unit"), py::arg("stream") = py::none())
       .def(
           "finish_step",
           [](PySession& s, const std::string& optimizer, float lr, float beta1, float beta2,

@@ -5,12 +5,21 @@
 // Ranks: with no launch variables (comm/bootstrap/launch_env.h) the session
 // is one rank (inproc); under a launcher (RANK, WORLD_SIZE, ... as set by
 // //comm/bootstrap:launch or torchrun) each process is one rank of a ucx
-// job. Host device (CPU) only today.
+// job. device "cpu" (host memory; backends inproc, ucx) or "cuda" (one GPU
+// per process, the launcher's LOCAL_RANK; backends inproc: one rank, or
+// nccl: the launched ranks). A CUDA session on a machine without a GPU, or
+// from a build without CUDA, raises RuntimeError saying why.
 //
 // Host streams run baton's work on their own threads: each Pre hook waits
 // for the compute stream before it returns, so the caller may use the
 // views at once with synchronous CPU code (PyTorch on CPU) until the
 // matching Post hook; the Post hook orders what baton does next after it.
+// CUDA: nothing blocks the host. A view's __dlpack__(stream) makes the
+// consumer's stream wait for the view's producing work (python/tensor.h),
+// and post_forward / post_backward(u, stream) make baton's compute stream
+// wait for the consumer's stream (None: the legacy default stream, -1: no
+// order). A Python optimizer's work (finish_step_with) is taken to be on
+// the legacy default stream.
 //
 // Errors: InvalidArgument and NotFound raise ValueError, everything else
 // (calls out of plan order, a failed collective) RuntimeError, with the

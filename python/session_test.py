@@ -80,6 +80,41 @@ class SessionTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"needs a callable"):
             self.s.init_parameters(3)
 
+    def test_host_views_take_no_stream(self):
+        self.s.begin_step()
+        v = self.s.pre_forward("embedding")
+        with self.assertRaisesRegex(BufferError, r"host memory takes stream=None, got 1"):
+            v.params[0].__dlpack__(stream=1)
+        self.assertEqual(v.params[0].device, "cpu")
+        with self.assertRaisesRegex(ValueError, r"post_forward: host memory takes stream=None"):
+            self.s.post_forward("embedding", stream=1)
+        self.s.post_forward("embedding", stream=None)
+        self.assertEqual(self.s.device, "cpu")
+
+    def test_cuda_session(self):
+        # Without a GPU (or a build without CUDA) a CUDA session is refused
+        # with RuntimeError saying why; with one, its views are CUDA memory
+        # and the stream handshake runs.
+        try:
+            s = baton.Session("micro", dtype="f32", device="cuda")
+        except RuntimeError as e:
+            self.assertRegex(str(e), r"^baton.Session: device='cuda' \(GPU 0\): .+")
+            self.assertNotIn("\n", str(e))
+            return
+        self.assertEqual((s.device, s.backend), ("cuda:0", "inproc"))
+        s.init_parameters(lambda n, shape: numpy.ones(shape, dtype=numpy.float32))
+        s.begin_step()
+        v = s.pre_forward("embedding")
+        self.assertEqual(v.params[0].__dlpack_device__(), (2, 0))
+        v.params[0].__dlpack__(stream=-1)  # no order
+        v.params[0].__dlpack__(stream=None)  # the legacy default stream
+        with self.assertRaisesRegex(BufferError, r"0 is ambiguous"):
+            v.params[0].__dlpack__(stream=0)
+        with self.assertRaisesRegex(ValueError, r"0 is ambiguous"):
+            s.post_forward("embedding", stream=0)
+        s.post_forward("embedding")
+        s.synchronize()
+
     def test_bad_init_values(self):
         with self.assertRaisesRegex(ValueError, r"embedding.tok_embeddings.weight has 2048 "
                                     r"elements, got 3"):
@@ -92,8 +127,19 @@ class SessionTest(unittest.TestCase):
     def test_bad_sessions(self):
         with self.assertRaisesRegex(ValueError, r"unknown preset|no preset|Unknown|unknown"):
             baton.Session("micro", policy="no-such-policy")
-        with self.assertRaisesRegex(ValueError, r"backend must be 'auto', 'inproc' or 'ucx'"):
+        with self.assertRaisesRegex(ValueError, r"backend must be 'auto', 'inproc', 'ucx' or "
+                                    r"'nccl', got 'mpi'"):
+            baton.Session("micro", backend="mpi")
+        with self.assertRaisesRegex(ValueError, r"backend 'nccl' needs device='cuda'"):
             baton.Session("micro", backend="nccl")
+        with self.assertRaisesRegex(ValueError, r"backend 'ucx' moves host memory"):
+            baton.Session("micro", backend="ucx", device="cuda")
+        with self.assertRaisesRegex(ValueError, r"backend 'nccl' needs the launch environment"):
+            baton.Session("micro", backend="nccl", device="cuda")
+        with self.assertRaisesRegex(ValueError, r"device must be 'cpu' or 'cuda', got 'tpu'"):
+            baton.Session("micro", device="tpu")
+        with self.assertRaisesRegex(ValueError, r"device must be 'cpu' or 'cuda', got 0"):
+            baton.Session("micro", device=0)
         with self.assertRaisesRegex(ValueError, r"backend 'ucx' needs the launch environment"):
             baton.Session("micro", backend="ucx")
         with self.assertRaisesRegex(ValueError, r"model must be a preset name or a dict"):

@@ -6,6 +6,7 @@
 #include <memory>
 #include <utility>
 
+#include "baton/python/cuda_order.h"
 #include "baton/python/dlpack.h"
 
 namespace py = pybind11;
@@ -53,11 +54,48 @@ dlpack::DLDataType DlType(DataType t) {
   return {dlpack::kDLFloat, 32, 1};
 }
 
-py::capsule ToDlpack(const PyTensor& t, const py::object& stream) {
+py::tuple DeviceTuple(const PyTensor& t) {
+  return t.stream == nullptr ? py::make_tuple(dlpack::kDLCPU, 0)
+                             : py::make_tuple(dlpack::kDLCUDA, t.device_id);
+}
+
+dlpack::DLDevice DlDevice(const PyTensor& t) {
+  if (t.stream == nullptr) return {dlpack::kDLCPU, 0};
+  return {dlpack::kDLCUDA, t.device_id};
+}
+
+// The DLPack stream handshake for CUDA memory (tensor.h).
+void OrderConsumer(const PyTensor& t, const py::object& stream) {
+  int64_t consumer = 1;  // None: the legacy default stream
   if (!stream.is_none()) {
+    if (!py::isinstance<py::int_>(stream) || py::isinstance<py::bool_>(stream)) {
+      throw py::buffer_error("baton.Tensor.__dlpack__: stream must be an int or None, got " +
+                             std::string(py::repr(stream)));
+    }
+    consumer = stream.cast<int64_t>();
+  }
+  if (consumer == -1) return;  // the consumer asked for no order
+  if (consumer < 1) {
+    throw py::buffer_error("baton.Tensor.__dlpack__: a CUDA stream is None, -1, 1, 2 or a "
+                           "cudaStream_t (0 is ambiguous), got " + std::to_string(consumer));
+  }
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = ConsumerWaitsFor(*t.stream, t.device_id, consumer);
+  }
+  if (!s.ok()) {
+    throw std::runtime_error("baton.Tensor.__dlpack__: " + t.name + ": " +
+                             std::string(s.message()));
+  }
+}
+
+py::capsule ToDlpack(const PyTensor& t, const py::object& stream) {
+  if (t.stream == nullptr && !stream.is_none()) {
     throw py::buffer_error("baton.Tensor.__dlpack__: host memory takes stream=None, got " +
                            std::string(py::repr(stream)));
   }
+  if (t.stream != nullptr) OrderConsumer(t, stream);
   if (t.data == nullptr && t.numel() > 0) {
     throw py::value_error("baton.Tensor.__dlpack__: the tensor " + t.name + " has no memory");
   }
@@ -67,7 +105,7 @@ py::capsule ToDlpack(const PyTensor& t, const py::object& stream) {
   Py_XINCREF(ctx->owner);
   DLManagedTensor& m = ctx->managed;
   m.dl_tensor.data = t.data;
-  m.dl_tensor.device = {dlpack::kDLCPU, 0};
+  m.dl_tensor.device = DlDevice(t);
   m.dl_tensor.ndim = static_cast<int32_t>(ctx->shape.size());
   m.dl_tensor.dtype = DlType(t.dtype);
   m.dl_tensor.shape = ctx->shape.data();
@@ -94,10 +132,15 @@ void BindTensor(py::module_& m) {
                        "A view of baton memory; wrap it with torch.from_dlpack or "
                        "numpy.from_dlpack (no copy).")
       .def("__dlpack__", &ToDlpack, py::arg("stream") = py::none())
-      .def("__dlpack_device__",
-           [](const PyTensor&) { return py::make_tuple(dlpack::kDLCPU, 0); })
+      .def("__dlpack_device__", &DeviceTuple)
       .def_readonly("name", &PyTensor::name)
       .def_readonly("shape", &PyTensor::shape)
+      .def_property_readonly("device",
+                             [](const PyTensor& t) {
+                               return t.stream == nullptr
+                                          ? std::string("cpu")
+                                          : "cuda:" + std::to_string(t.device_id);
+                             })
       .def_property_readonly("dtype", [](const PyTensor& t) { return DataTypeName(t.dtype); })
       .def_property_readonly("numel", &PyTensor::numel)
       .def_property_readonly("data_ptr",

@@ -11,8 +11,15 @@
 // memory holds is the owner's contract (a session view is valid until the
 // next hook; see docs/python.md).
 //
-// Host memory only today: __dlpack_device__ is (kDLCPU, 0) and a stream
-// argument other than None raises BufferError.
+// Host memory (stream == nullptr): __dlpack_device__ is (kDLCPU, 0) and a
+// stream argument other than None raises BufferError.
+// CUDA memory (stream set: the baton stream whose work produces it; the
+// owner keeps that stream alive): __dlpack_device__ is (kDLCUDA, device_id)
+// and __dlpack__(stream=s) follows the DLPack stream handshake: s is the
+// consumer's stream (python/cuda_order.h), which baton makes wait for the
+// view's producing work before it returns; None means the legacy default
+// stream (1), -1 no order at all (the consumer synchronizes itself); 0 and
+// other values raise BufferError.
 #ifndef BATON_PYTHON_TENSOR_H_
 #define BATON_PYTHON_TENSOR_H_
 
@@ -22,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "baton/runtime/device.h"
 #include "baton/runtime/dtype.h"
 
 namespace baton::python {
@@ -31,7 +39,9 @@ struct PyTensor {
   std::vector<int64_t> shape;
   DataType dtype = DataType::kF32;
   std::string name;
-  pybind11::object owner;  // keeps `data` allocated
+  pybind11::object owner;  // keeps `data` (and `stream`) allocated
+  Stream* stream = nullptr;  // CUDA memory: its producing stream; null: host
+  int device_id = 0;         // CUDA memory: the device ordinal
 
   int64_t numel() const;
 };

@@ -198,6 +198,12 @@ class Session:
     policy dict; dtype ('f32' or 'bf16') overrides its parameter and reduce
     dtypes. Ranks come from the launch environment (RANK, WORLD_SIZE, ...:
     one process per rank over ucx); without one the session is one rank.
+    device: 'cpu' (host memory; backends inproc, ucx) or 'cuda' (the GPU of
+    the launcher's LOCAL_RANK; backends inproc, one rank, or nccl); without
+    a GPU, device='cuda' raises RuntimeError. On CUDA the views' __dlpack__
+    follows the DLPack stream handshake, and post_forward / post_backward
+    take the stream the caller computed on (None: the legacy default
+    stream; -1: none, the caller synchronizes).
 
     Per step: begin_step(); per unit in forward order pre_forward(u) (its
     UnitViews: params, baton.Tensor views valid until post_forward(u)),
@@ -209,18 +215,21 @@ class Session:
     """
 
     def __init__(self, model, policy="baton", dtype=None, backend="auto", timeout_s=300.0,
-                 _made=None):
+                 device="cpu", _made=None):
         if _made is not None:
             self._s = _made
         else:
             name, text = _model_config(model)
             if not isinstance(backend, str):
                 raise ValueError(f"baton.Session: backend must be a string, got {backend!r}")
-            self._s = _baton._Session(name, text, _policy_json(policy, dtype), backend,
+            if not isinstance(device, str):
+                raise ValueError(f"baton.Session: device must be 'cpu' or 'cuda', got {device!r}")
+            self._s = _baton._Session(name, text, _policy_json(policy, dtype), backend, device,
                                       float(timeout_s))
         self.rank = self._s.rank
         self.world_size = self._s.world_size
         self.backend = self._s.backend
+        self.device = self._s.device
 
     @staticmethod
     def inproc(n, model, policy="baton", dtype=None, timeout_s=300.0):
@@ -257,14 +266,14 @@ class Session:
     def pre_forward(self, unit):
         return self._s.pre_forward(unit)
 
-    def post_forward(self, unit):
-        self._s.post_forward(unit)
+    def post_forward(self, unit, stream=None):
+        self._s.post_forward(unit, stream)
 
     def pre_backward(self, unit):
         return self._s.pre_backward(unit)
 
-    def post_backward(self, unit):
-        self._s.post_backward(unit)
+    def post_backward(self, unit, stream=None):
+        self._s.post_backward(unit, stream)
 
     def finish_step(self, optimizer=None):
         """The rest of the step: reduces, then the optimizer on this rank's
