@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # //python:torch_test: python/torch_test.py on one rank, then on two ranks
 # (ucx processes started by the launcher) under each policy checked, and
-# with a Python optimizer (SGD on the shard views); then two inproc ranks
-# as threads of one process.
+# with a Python optimizer (SGD on the shard views); then four ranks (hsdp,
+# shard group 2); then two inproc ranks as threads of one process.
 # Under --config=asan only the baton policy runs on two ranks: the
 # policies differ in the executor's C++ paths, which its own tests cover
 # under the sanitizers; this keeps the asan run near 20 s.
@@ -20,5 +20,10 @@ for cfg in "${configs[@]}"; do
   # shellcheck disable=SC2086  # cfg is a few words, split on purpose
   "$launch" --nproc=2 --timeout=120 -- "${py[@]}" $cfg
 done
+# Four ranks (ucx processes): hsdp with shard group 2, two replicas of two
+# shards (10 s on two cores under load). Not under asan (as above).
+if [ -z "$baton_asan" ]; then
+  "$launch" --nproc=4 --timeout=120 -- "${py[@]}" --policy=hsdp --set=shard_group=2
+fi
 # Two ranks as threads of one process (baton.Session.inproc).
 "${py[@]}" --inproc=2 --policy=hsdp --set=shard_group=1 --micro-steps=2
