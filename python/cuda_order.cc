@@ -17,16 +17,23 @@ StatusOr<cudaStream_t> ConsumerStream(int64_t consumer) {
                    "cudaStream_t, got ", consumer));
 }
 
-// `waiter` waits for the work enqueued on `signaller` so far.
+// `waiter` waits for the work enqueued on `signaller` so far. The calling
+// thread's current device (the consumer's, e.g. PyTorch's) is restored.
 Status Order(cudaStream_t signaller, cudaStream_t waiter, int ordinal) {
+  int previous = 0;
+  BATON_CUDA_CHECK(cudaGetDevice(&previous));
   BATON_CUDA_CHECK(cudaSetDevice(ordinal));
   cudaEvent_t event;
-  BATON_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  cudaError_t e = cudaEventRecord(event, signaller);
-  if (e == cudaSuccess) e = cudaStreamWaitEvent(waiter, event, 0);
-  const cudaError_t destroyed = cudaEventDestroy(event);  // a pending record stays valid
+  cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (e == cudaSuccess) {
+    e = cudaEventRecord(event, signaller);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(waiter, event, 0);
+    const cudaError_t destroyed = cudaEventDestroy(event);  // a pending record stays valid
+    if (e == cudaSuccess) e = destroyed;
+  }
+  const cudaError_t restored = cudaSetDevice(previous);
   BATON_CUDA_CHECK(e);
-  BATON_CUDA_CHECK(destroyed);
+  BATON_CUDA_CHECK(restored);
   return absl::OkStatus();
 }
 

@@ -8,7 +8,8 @@
 // refused, -1 means "no order").
 //
 // Both calls only enqueue (an event recorded on one stream, a wait on the
-// other: cudaStreamWaitEvent); neither blocks the host. The event is
+// other: cudaStreamWaitEvent); neither blocks the host nor changes the
+// calling thread's current device. The event is
 // destroyed at once (CUDA keeps a pending record valid). Thread-safe as the
 // CUDA runtime is. Without CUDA in the build they return Unavailable.
 #ifndef BATON_PYTHON_CUDA_ORDER_H_

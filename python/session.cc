@@ -127,6 +127,12 @@ class PySession {
     if (!info.ok() && !absl::IsNotFound(info.status())) Check(info.status());
     const int world = info.ok() ? info->world_size : 1;
     backend = Backend(backend, device, world);
+    if (backend == "inproc" && world > 1) {
+      throw py::value_error(absl::StrCat(
+          "baton.Session: backend 'inproc' runs one rank per process here, but the launcher "
+          "started ", world, " ranks: use backend='", device == "cuda" ? "nccl" : "ucx",
+          "' (or 'auto')"));
+    }
     if (backend != "inproc" && !info.ok()) {
       throw py::value_error(
           "baton.Session: backend '" + backend + "' needs the launch environment (RANK, "
@@ -154,11 +160,6 @@ class PySession {
     cfg.group = "baton_python";
     cfg.timeout = timeout;
     if (backend == "inproc") {
-      if (world > 1) {
-        throw py::value_error(absl::StrCat(
-            "baton.Session: backend 'inproc' runs one rank per process here, but the launcher "
-            "started ", world, " ranks: use backend='ucx' (or 'auto')"));
-      }
       py::gil_scoped_release release;
       auto comms = CreateInprocGroup(1, cfg);
       if (!comms.ok()) {

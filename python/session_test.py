@@ -383,6 +383,19 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(sorted(r.stdout.splitlines()),
                          ["[rank 0] 0 2 True 32", "[rank 1] 1 2 True 32"])
 
+    def test_backends_under_the_launcher(self):
+        # Refused before any device or communicator is made (no GPU needed).
+        r = self.launch("--nproc=2", "-c", "import baton\n"
+                        "for b, d in (('inproc', 'cpu'), ('inproc', 'cuda')):\n"
+                        "    try: baton.Session('micro', backend=b, device=d)\n"
+                        "    except ValueError as e: print(e)")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [l for l in r.stdout.splitlines() if l.startswith("[rank 0]")]
+        self.assertEqual(len(lines), 2, r.stdout)
+        self.assertIn("backend 'inproc' runs one rank per process here, but the launcher "
+                      "started 2 ranks: use backend='ucx' (or 'auto')", lines[0])
+        self.assertIn("use backend='nccl' (or 'auto')", lines[1])
+
     def test_a_failing_rank_stops_the_others(self):
         r = self.launch("--nproc=2", "-c", "import os, sys, time\n"
                         "if os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)")
