@@ -97,7 +97,8 @@ float InitialParameter(const std::string& name, int64_t i, uint64_t seed) {
 }
 
 LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
-                     const Corpus& corpus, Device& device, int ranks, int rank)
+                     const Corpus& corpus, Device& device, int ranks, int rank,
+                     Communicator* tensor)
     : graph_(graph),
       spec_(graph.layout.spec),
       config_(config),
@@ -105,6 +106,7 @@ LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& confi
       device_(device),
       ranks_(ranks),
       rank_(rank),
+      tensor_(tensor),
       micro_steps_(graph.policy.micro_steps),
       dtype_(graph.policy.param_dtype),
       d_(MakeDims(spec_, config, dtype_)) {}
@@ -130,7 +132,8 @@ LlamaRank::Dims LlamaRank::MakeDims(const scheduler::ModelSpec& spec, const Trai
 StatusOr<std::unique_ptr<LlamaRank>> LlamaRank::Create(const scheduler::StepGraph& graph,
                                                        const TrainConfig& config,
                                                        const Corpus& corpus, Device& device,
-                                                       int ranks, int rank) {
+                                                       int ranks, int rank,
+                                                       Communicator* tensor) {
   if (config.seq < 1 || config.batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "seq and batch must be positive, got ", config.seq, " and ", config.batch));
@@ -142,7 +145,11 @@ StatusOr<std::unique_ptr<LlamaRank>> LlamaRank::Create(const scheduler::StepGrap
   if (graph.policy.param_dtype != DataType::kF32 && graph.policy.param_dtype != DataType::kBF16) {
     return absl::InvalidArgumentError("the parameter dtype must be float or bfloat16");
   }
-  std::unique_ptr<LlamaRank> r(new LlamaRank(graph, config, corpus, device, ranks, rank));
+  if (tensor != nullptr && graph.policy.pipeline_parallel > 1) {
+    return absl::UnimplementedError("tensor parallelism inside pipeline stages is not run yet");
+  }
+  std::unique_ptr<LlamaRank> r(
+      new LlamaRank(graph, config, corpus, device, ranks, rank, tensor));
   BATON_RETURN_IF_ERROR(r->Allocate());
   return r;
 }
@@ -246,6 +253,7 @@ Status LlamaRank::LoadBatch(Stream& stream, int64_t step) {
 
 StatusOr<double> LlamaRank::LossSum(Stream& stream) {
   if (!has_head_) return 0.0;  // a pipeline stage before the last
+  if (tensor_ != nullptr && tensor_->rank() != 0) return 0.0;  // tensor rank 0 counts it
   std::vector<float> host(micro_steps_ * d_.T);
   for (int m = 0; m < micro_steps_; ++m) {
     BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data() + m * d_.T, loss_[m], d_.T * 4));
@@ -366,16 +374,31 @@ Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
   BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
   BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
   BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
-  // x1 = x + o wo^T: the residual is copied, the projection added onto it.
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, x, d_.act_bytes));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, Q, H, dtype_}, a.o, p("wo"), a.x1, true));
+  // x1 = x + o wo^T (row-parallel: the partial products all-reduced).
+  BATON_RETURN_IF_ERROR(RowParallelResidual(st, {T, Q, H, dtype_}, x, a.o, p("wo"), a.x1));
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
-  void* out = acts.h[b + 1];
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(out, a.x1, d_.act_bytes));
-  return ops::LinearForward(st, {T, F, H, dtype_}, a.s, p("w_down"), out, true);
+  return RowParallelResidual(st, {T, F, H, dtype_}, a.x1, a.s, p("w_down"), acts.h[b + 1]);
+}
+
+Status LlamaRank::TensorAllReduce(Stream& stream, void* x, int64_t count) {
+  if (tensor_ == nullptr) return absl::OkStatus();
+  CollectiveOptions opts;
+  opts.tag = scheduler::kFirstTrainerTag;
+  return tensor_->AllReduce(x, x, static_cast<size_t>(count), dtype_, ReduceOp::kSum, stream,
+                            opts);
+}
+
+Status LlamaRank::RowParallelResidual(Stream& stream, const ops::LinearShape& shape,
+                                      const void* res, const void* x, const void* w, void* out) {
+  // The residual is copied and the projection added onto it; under tensor
+  // parallelism only tensor rank 0 adds the residual before the sum.
+  const bool add_residual = tensor_ == nullptr || tensor_->rank() == 0;
+  if (add_residual) BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out, res, d_.act_bytes));
+  BATON_RETURN_IF_ERROR(ops::LinearForward(stream, shape, x, w, out, add_residual));
+  return TensorAllReduce(stream, out, d_.T * d_.H);
 }
 
 bool LlamaRank::SelectiveRecompute(int64_t block) const {
@@ -419,6 +442,8 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
                                             false, gg.data, gg.dtype, gg.acc));
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, F, dtype_}, du_, a.n2, p("w_up"), dn_,
                                             true, gu.data, gu.dtype, gu.acc));
+  // Column-parallel: each tensor rank's input gradient is a partial sum.
+  BATON_RETURN_IF_ERROR(TensorAllReduce(st, dn_, T * H));
   BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, norm, dn_, a.x1, p("mlp_norm.weight"), a.rstd2,
                                              B, true, gm.data, gm.dtype, gm.acc));
   // Attention branch: x1 = x + o wo^T.
@@ -436,6 +461,7 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
                                             true, gk.data, gk.dtype, gk.acc));
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dv_, a.n1, p("wv"), dn_,
                                             true, gv.data, gv.dtype, gv.acc));
+  BATON_RETURN_IF_ERROR(TensorAllReduce(st, dn_, T * H));
   return ops::RmsNormBackward(st, norm, dn_, acts.h[b], p("attn_norm.weight"), a.rstd1, A, true,
                               ga.data, ga.dtype, ga.acc);
 }

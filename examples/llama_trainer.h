@@ -32,6 +32,7 @@
 #include "baton/comm/communicator.h"
 #include "baton/ops/adamw.h"
 #include "baton/ops/attention.h"
+#include "baton/ops/linear.h"
 #include "baton/ops/rmsnorm.h"
 #include "baton/ops/rotary.h"
 #include "baton/runtime/device.h"
@@ -89,9 +90,21 @@ class LlamaRank {
   // its output to ComputeContext::pipeline (and their gradients), and
   // LossSum is 0 except on the last stage; `ranks` / `rank` are then the
   // stage's data ranks and this rank's position in them.
+  //
+  // Tensor parallelism (scheduler/tensor_parallel.h): `tensor` is the
+  // communicator of this rank's tensor group (null: none) and the graph's
+  // model is this rank's slice (TensorParallelSlice). The blocks are
+  // Megatron's: column-parallel QKV and gate / up, row-parallel output and
+  // down projections whose partial outputs are all-reduced over `tensor`
+  // in the forward (the residual added once, by tensor rank 0), and the
+  // column-parallel GEMMs' input gradients all-reduced in the backward
+  // (Megatron's g and f); norms, embedding and head replicated. The
+  // all-reduces run on ctx.stream with kFirstTrainerTag. LossSum is 0 on
+  // tensor ranks other than 0 (every tensor rank computes the same loss).
   static StatusOr<std::unique_ptr<LlamaRank>> Create(
       const scheduler::StepGraph& graph, const TrainConfig& config,
-      const Corpus& corpus, Device& device, int ranks, int rank);
+      const Corpus& corpus, Device& device, int ranks, int rank,
+      Communicator* tensor = nullptr);
 
   // Uploads this rank's tokens of step `step` (enqueued on `stream`, which
   // must be ordered before the step's compute: the executor's compute
@@ -109,7 +122,15 @@ class LlamaRank {
 
  private:
   LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
-            const Corpus& corpus, Device& device, int ranks, int rank);
+            const Corpus& corpus, Device& device, int ranks, int rank,
+            Communicator* tensor);
+  // Tensor parallelism: x (count elements of the parameter dtype) summed
+  // over the tensor group in place, on `stream`; nothing without it.
+  Status TensorAllReduce(Stream& stream, void* x, int64_t count);
+  // A row-parallel GEMM's output added to the residual: out = res + x w^T,
+  // its partial sums all-reduced over the tensor group.
+  Status RowParallelResidual(Stream& stream, const ops::LinearShape& shape, const void* res,
+                             const void* x, const void* w, void* out);
   Status Allocate();
   struct Acts;
   void AllocateActs(Acts& acts);
@@ -134,6 +155,7 @@ class LlamaRank {
   Device& device_;
   int ranks_ = 1;
   int rank_ = 0;
+  Communicator* tensor_ = nullptr;  // tensor group (null: no tensor parallelism)
   int micro_steps_ = 1;
   DataType dtype_ = DataType::kF32;
   // Sizes and op shapes of one micro-step, derived once from the spec and

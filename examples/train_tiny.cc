@@ -14,6 +14,13 @@
 //     --base-dtype and policy files with adapters are refused)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
 //     [--pp=P --pp-schedule=1f1b --pp-layers=even|flops|N,N,...]
+//     [--tp=T]
+//
+// --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
+// column-parallel QKV and gate / up, row-parallel output and down
+// projections, heads, KV heads and FFN split T ways, all-reduces in the
+// blocks; norms, embedding and head replicated); --nranks is then data x T
+// ranks, each tensor rank's slice sharded over its data ranks by the policy.
 //
 // --pp=P splits the model into P pipeline stages (scheduler/parallel_graph.h:
 // the embedding and the first blocks on the first, the last blocks, final
@@ -83,6 +90,7 @@
 #include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/step_graph.h"
 #include "baton/scheduler/step_trace.h"
+#include "baton/scheduler/tensor_parallel.h"
 #include "baton/sim/simulator.h"
 #include "nlohmann/json.hpp"
 
@@ -119,6 +127,8 @@ struct Flags {
   std::string save_dir, resume;
   int64_t save_every = 0;
   int pp = 1;  // --pp: pipeline stages
+  int tp = 1;  // --tp: tensor ranks
+  bool sp = false;  // --sp: sequence parallelism (refused: not run yet)
   std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
   scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
 };
@@ -149,6 +159,8 @@ const char kUsage[] =
     "  [--pp=P] (pipeline stages; --nranks = data ranks x P) [--pp-schedule=1f1b]\n"
     "  [--pp-layers=even|flops|N,N,...] (blocks per stage: even, balancing each\n"
     "   unit's training FLOPs, or given)\n"
+    "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
+    "   heads, KV heads and FFN width)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -189,6 +201,7 @@ Flags Parse(int argc, char** argv) {
     if (a == "--check-reference") { flags.Switch(a); f.check_reference = true; continue; }
     if (a == "--check-schedule") { flags.Switch(a); f.check_schedule = true; continue; }
     if (a == "--arrivals") { flags.Switch(a); f.arrivals = true; continue; }
+    if (a == "--sp") { flags.Switch(a); f.sp = true; continue; }
     const auto [key, v] = flags.Split(a);
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
@@ -227,6 +240,7 @@ Flags Parse(int argc, char** argv) {
     }
     else if (key == "--save-every") f.save_every = Positive(key, v, kMaxSteps);
     else if (key == "--pp") f.pp = static_cast<int>(Positive(key, v, kMaxRanks));
+    else if (key == "--tp") f.tp = static_cast<int>(Positive(key, v, kMaxRanks));
     else if (key == "--pp-layers") {
       if (v.empty()) Fail("--pp-layers needs even, flops or blocks per stage (e.g. 3,5)");
       f.pp_layers = v;
@@ -303,6 +317,21 @@ Flags Parse(int argc, char** argv) {
     if (!f.save_dir.empty() || !f.resume.empty()) {
       Fail("checkpoints of pipeline stages are not written yet: no --save-dir / --resume "
            "with --pp");
+    }
+  }
+  if (f.sp && f.tp == 1) Fail("--sp (sequence parallelism) needs --tp > 1");
+  if (f.tp > 1) {
+    // What tensor parallelism does not run with yet, one line each.
+    if (f.sp) {
+      Fail("--sp is simulated only (simulate); train_tiny runs --tp with all-reduces");
+    }
+    if (f.pp > 1) Fail("--tp with --pp (3D) is not run yet: give one of them");
+    if (f.backend == "nccl") Fail("--tp runs on --backend=inproc or ucx (nccl not yet)");
+    if (f.check_schedule) Fail("--check-schedule is not run with --tp yet");
+    if (f.arrivals) Fail("--arrivals measures data-parallel collectives; not with --tp");
+    if (!f.save_dir.empty() || !f.resume.empty()) {
+      Fail("checkpoints of tensor-parallel slices are not written yet: no --save-dir / "
+           "--resume with --tp");
     }
   }
   return f;
@@ -417,6 +446,11 @@ struct RunResult {
 
 struct Job {
   scheduler::ModelSpec spec;
+  // --tp: tensor ranks, and the model one of them computes (its slice:
+  // scheduler/tensor_parallel.h); the step graph is built for the slice on
+  // the data ranks.
+  int tp = 1;
+  scheduler::ModelSpec slice;
   std::vector<int> stage_layers;  // --pp: blocks per stage (empty: none)
   scheduler::Policy policy;
   TrainConfig config;
@@ -433,13 +467,19 @@ struct Job {
 // holds) or from the initial values (0). The data position saved is the
 // sequences consumed, so a global batch other than this run's is refused.
 StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
-                             int64_t global_batch) {
+                             int64_t global_batch, int tp_rank) {
   if (job.resume.empty()) {
     const uint64_t seed = job.config.seed;
-    BATON_RETURN_IF_ERROR(executor.InitParameters([seed](const scheduler::ParamSlot& slot,
-                                                         float* values) {
+    const int tp = job.tp;
+    // Each element's value is the whole parameter's (a tensor rank's slice
+    // takes its elements' values), so every layout starts the same.
+    BATON_RETURN_IF_ERROR(executor.InitParameters([seed, tp, tp_rank](
+                                                      const scheduler::ParamSlot& slot,
+                                                      float* values) {
+      const scheduler::TensorSplit split = scheduler::TensorSplitOf(slot.name);
       for (int64_t i = 0; i < slot.numel; ++i) {
-        values[i] = examples::InitialParameter(slot.name, i, seed);
+        values[i] = examples::InitialParameter(
+            slot.name, scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank, i), seed);
       }
     }));
     return 0;
@@ -477,7 +517,7 @@ void CheckPolicyRoutes(const Flags& f, const Job& job) {
 // This rank's part of the final master values (its stage's buckets, its
 // shard of each) into out->params.
 Status FinalParams(const scheduler::StepGraph& graph, scheduler::Executor& executor,
-                   RunResult* out) {
+                   int tp, int tp_rank, RunResult* out) {
   const scheduler::ModelLayout& layout = graph.layout;
   for (int b = 0; b < static_cast<int>(layout.buckets.size()); ++b) {
     StatusOr<std::vector<float>> master = executor.ReadMaster(b);
@@ -490,9 +530,24 @@ Status FinalParams(const scheduler::StepGraph& graph, scheduler::Executor& execu
       const int64_t lo = std::max(begin, slot.offset);
       const int64_t hi = std::min(end, slot.offset + slot.numel);
       if (lo >= hi) continue;
-      RunResult::ParamPiece piece{slot.name, slot.numel, lo - slot.offset, {}};
-      piece.values.assign(master->begin() + (lo - begin), master->begin() + (hi - begin));
-      out->params.push_back(std::move(piece));
+      // Runs of consecutive elements of the whole parameter (a tensor
+      // rank's slice of a row-parallel weight is one run per row).
+      const scheduler::TensorSplit split = scheduler::TensorSplitOf(slot.name);
+      const int64_t whole = split == scheduler::TensorSplit::kReplicated ? slot.numel
+                                                                         : slot.numel * tp;
+      for (int64_t i = lo; i < hi;) {
+        const int64_t w0 = scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank,
+                                                       i - slot.offset);
+        int64_t j = i + 1;
+        while (j < hi && scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank,
+                                                     j - slot.offset) == w0 + (j - i)) {
+          ++j;
+        }
+        RunResult::ParamPiece piece{slot.name, whole, w0, {}};
+        piece.values.assign(master->begin() + (i - begin), master->begin() + (j - begin));
+        out->params.push_back(std::move(piece));
+        i = j;
+      }
     }
   }
   return absl::OkStatus();
@@ -559,9 +614,32 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   const int rank = comm.rank();
   const scheduler::MeshGroup data{scheduler::MeshDim::kReplicate, scheduler::MeshDim::kShard,
                                   scheduler::MeshDim::kHpz};
+  // --tp: the graph's mesh is the data ranks'; the world's adds the tensor
+  // dimension (innermost). The executor runs on this rank's data group, the
+  // model's all-reduces on its tensor group (both Split in one order).
+  std::unique_ptr<Communicator> data_comm, tensor_comm;
+  Communicator* exec_comm = &comm;
+  if (job.tp > 1) {
+    scheduler::MeshSizes sizes = graph->mesh.sizes();
+    sizes[scheduler::MeshDim::kTensor] = job.tp;
+    BATON_ASSIGN_OR_RETURN(const scheduler::DeviceMesh world, scheduler::DeviceMesh::Create(sizes));
+    scheduler::MeshGroup others{scheduler::MeshDim::kPipeline, scheduler::MeshDim::kReplicate,
+                                scheduler::MeshDim::kShard, scheduler::MeshDim::kHpz,
+                                scheduler::MeshDim::kContext};
+    BATON_ASSIGN_OR_RETURN(data_comm, comm.Split(world.group_index(rank, others),
+                                                 world.position(rank, others)));
+    BATON_ASSIGN_OR_RETURN(tensor_comm,
+                           comm.Split(world.group_index(rank, scheduler::kTensorGroup),
+                                      world.position(rank, scheduler::kTensorGroup)));
+    exec_comm = data_comm.get();
+  }
+  const int data_rank = exec_comm->rank();
+  const int tp_rank = tensor_comm ? tensor_comm->rank() : 0;
   const int ranks = graph->mesh.size(data);
-  BATON_ASSIGN_OR_RETURN(auto model, LlamaRank::Create(*graph, job.config, corpus, device,
-                                                       ranks, graph->mesh.position(rank, data)));
+  BATON_ASSIGN_OR_RETURN(auto model,
+                         LlamaRank::Create(*graph, job.config, corpus, device, ranks,
+                                           graph->mesh.position(data_rank, data),
+                                           tensor_comm.get()));
   scheduler::ExecutorOptions options;
   options.observer = observer;
   options.check_schedule = job.check_schedule;
@@ -570,12 +648,13 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
     options.optimizer_driver = optim::ZenFlowDriverFactory(job.config.adamw);
   }
   BATON_ASSIGN_OR_RETURN(auto executor,
-                         scheduler::Executor::Create(graph, device, comm, options));
+                         scheduler::Executor::Create(graph, device, *exec_comm, options));
   std::optional<scheduler::ArrivalMonitor> monitor;
   if (job.arrivals) monitor.emplace(*graph, comm, device);
   double monitor_ms = 0, straggler_ms = 0, skew_ms = 0;
   const int64_t global_batch = job.config.batch * graph->policy.micro_steps * ranks;
-  BATON_ASSIGN_OR_RETURN(const int64_t first, StartState(job, *executor, global_batch));
+  BATON_ASSIGN_OR_RETURN(const int64_t first,
+                         StartState(job, *executor, global_batch, tp_rank));
   out->first_step = first;
   // The loss all-reduce runs on the compute stream after the step: a stream
   // of its own would be one more thread per in-process rank.
@@ -667,7 +746,9 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   out->persistent_bytes = graph->persistent_bytes;
   out->host_bytes = graph->host_bytes;
   out->plan_strategy = graph->plan.strategy;
-  if (job.final_params) BATON_RETURN_IF_ERROR(FinalParams(*graph, *executor, out));
+  if (job.final_params) {
+    BATON_RETURN_IF_ERROR(FinalParams(*graph, *executor, job.tp, tp_rank, out));
+  }
   return absl::OkStatus();
 }
 
@@ -716,8 +797,10 @@ struct Graphs {
 StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
   Graphs g;
   if (!scheduler::IsParallel(job.policy)) {
+    // --tp: the tensor rank's slice of the model on the data ranks.
     BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
-                           scheduler::BuildStepGraph(job.spec, job.policy, world));
+                           scheduler::BuildStepGraph(job.tp > 1 ? job.slice : job.spec,
+                                                     job.policy, world / job.tp));
     g.mesh = built.mesh;
     g.stages.push_back(std::make_shared<const scheduler::StepGraph>(std::move(built)));
     return g;
@@ -867,7 +950,20 @@ int Main(int argc, char** argv) {
       Fail(absl::StrCat("--nranks=", world, " is not a multiple of --pp=", f.pp,
                         " (the ranks are data ranks x pipeline stages)"));
     }
-    const auto groups = scheduler::ResolveMesh(job.policy, world);
+    if (f.tp > world) {
+      Fail(absl::StrCat("--tp=", f.tp, " is more than the ", world, " ranks (--nranks)"));
+    }
+    if (world % f.tp != 0) {
+      Fail(absl::StrCat("--nranks=", world, " is not a multiple of --tp=", f.tp,
+                        " (the ranks are data ranks x tensor ranks)"));
+    }
+    if (f.tp > 1) {
+      auto slice = scheduler::TensorParallelSlice(job.spec, f.tp);
+      if (!slice.ok()) Fail(std::string(slice.status().message()));
+      job.tp = f.tp;
+      job.slice = *slice;
+    }
+    const auto groups = scheduler::ResolveMesh(job.policy, world / f.tp);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
     if (scheduler::IsParallel(job.policy)) {
       // More stages than blocks, and the schedules' own needs.
@@ -958,7 +1054,8 @@ int Main(int argc, char** argv) {
   if (f.check_reference) {
     Job ref = job;
     ref.policy.pipeline_parallel = 1;  // the whole model on one rank
-    ref.config.batch = job.config.batch * (nranks / f.pp);
+    ref.tp = 1;
+    ref.config.batch = job.config.batch * (nranks / f.pp / f.tp);
     ref.progress = false;
     auto r = RunInproc(ref, *corpus, f.device, 1, "train_tiny_reference",
                        absl::Seconds(f.timeout_s));
@@ -1000,6 +1097,15 @@ int Main(int argc, char** argv) {
                 scheduler::PipelineScheduleName(job.policy.pipeline_schedule),
                 static_cast<long long>(job.policy.micro_steps), nranks / f.pp);
   }
+  if (job.tp > 1) {
+    std::printf("tensor parallel: %d ranks (per rank %lld of %lld heads, %lld of %lld KV heads, "
+                "FFN %lld of %lld; norms, embedding and head replicated), %d data ranks\n",
+                job.tp, static_cast<long long>(job.slice.heads),
+                static_cast<long long>(job.spec.heads), static_cast<long long>(job.slice.kv_heads),
+                static_cast<long long>(job.spec.kv_heads),
+                static_cast<long long>(job.slice.intermediate),
+                static_cast<long long>(job.spec.intermediate), nranks / job.tp);
+  }
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
               res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));
   std::printf("memory plan: arena %s vs lower bound %s (ratio %.3f, %s); persistent state %s\n",
@@ -1040,7 +1146,7 @@ int Main(int argc, char** argv) {
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
-    if (param_rel && f.pp > 1) {
+    if (param_rel && (f.pp > 1 || f.tp > 1)) {
       std::printf("final parameters: largest relative difference %.3g (L2, per parameter)\n",
                   *param_rel);
     }

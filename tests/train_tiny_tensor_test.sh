@@ -1,0 +1,59 @@
+#!/bin/bash
+# train_tiny --tp: tensor parallelism executed against the unsharded one-rank
+# run (losses and final parameters within 1e-5 relative, f32): TP 2 and 4
+# (4 with --kv-heads=4), alone and with FSDP2 sharding of each tensor rank's
+# slice over the data ranks, with selective recompute, and on ucx processes;
+# bad input is one line on stderr, exit code 2.
+# --lr=1e-3: AdamW's first updates g / (|g| + eps) amplify the all-reduces'
+# summation-order rounding where |g| ~ eps (at 3e-3 the parameters differ
+# by up to 2e-5 after one step while the losses agree to 1e-7).
+source tests/simulate_cli_lib.sh  # bin (train_tiny), t, fail; run, bad, has
+model=(--layers=2 --hidden=64 --heads=4 --ffn=128 --vocab=128 --seq=32 --lr=1e-3
+       --steps=20 --dtype=f32)
+equal() {  # equal NAME PARAMS: the --json line's differences <= 1e-5, loss falls 15%
+  tail -n 1 "$t/out" | python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+d, losses = j["max_rel_diff_vs_reference"], j["losses"]
+assert d is not None and d <= 1e-5, ("losses", d)
+if sys.argv[1] == "1":
+    p = j["max_param_rel_diff_vs_reference"]
+    assert p <= 1e-5, ("parameters", p)
+assert len(losses) == 20 and losses[-1] < 0.85 * losses[0], losses
+print("  losses %.6f -> %.6f, loss diff %.3g, parameter diff %s" % (
+    losses[0], losses[-1], d, j.get("max_param_rel_diff_vs_reference")))' "$2" ||
+    { echo "FAIL $1"; tail -n 3 "$t/out"; fail=1; }
+}
+
+run tp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --check-reference --json
+has tp2 '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; .*\), 1 data ranks$'
+has tp2 '^final parameters: largest relative difference '
+equal tp2 1
+run tp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --policy=fsdp2 --check-reference \
+  --json
+equal tp2-fsdp2 1
+run tp2-recompute 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --micro-steps=2 \
+  --recompute=selective --check-reference --json
+equal tp2-recompute 1
+run tp4 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=4 --check-reference --json
+equal tp4 1
+run tp4-fsdp2 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=8 --policy=fsdp2 --check-reference \
+  --json
+equal tp4-fsdp2 1
+run tp2-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --batch=1 --policy=fsdp2 \
+  --backend=ucx --check-reference --json
+equal tp2-ucx 0
+
+bad heads "--tp=3 does not divide the model's 4 heads" "${model[@]}" --tp=3 --nranks=3
+bad kv-heads "--tp=4 does not divide the model's 2 KV heads" "${model[@]}" --kv-heads=2 \
+  --tp=4 --nranks=4
+bad ffn "--tp=4 does not divide the model's 126 FFN width" "${model[@]/--ffn=128/--ffn=126}" \
+  --kv-heads=4 --tp=4 --nranks=4
+bad more-than-ranks "--tp=4 is more than the 2 ranks" "${model[@]}" --tp=4 --nranks=2
+bad not-dividing "--nranks=3 is not a multiple of --tp=2" "${model[@]}" --tp=2 --nranks=3
+bad sp-alone "--sp (sequence parallelism) needs --tp > 1" "${model[@]}" --sp
+bad sp "--sp is simulated only" "${model[@]}" --tp=2 --nranks=2 --sp
+bad with-pp "--tp with --pp (3D) is not run yet" "${model[@]}" --tp=2 --pp=2 --nranks=4
+bad checkpoints "checkpoints of tensor-parallel slices" "${model[@]}" --tp=2 --nranks=2 \
+  --save-dir="$t/ck" --save-every=1
+exit $fail
