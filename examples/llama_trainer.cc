@@ -16,6 +16,7 @@
 #include "baton/ops/swiglu.h"
 #include "baton/optim/adamw_hook.h"
 #include "baton/runtime/input_file.h"
+#include "baton/runtime/stream_ops.h"
 
 namespace baton::examples {
 namespace {
@@ -98,7 +99,7 @@ float InitialParameter(const std::string& name, int64_t i, uint64_t seed) {
 
 LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
                      const Corpus& corpus, Device& device, int ranks, int rank,
-                     Communicator* tensor)
+                     int tensor_rank)
     : graph_(graph),
       spec_(graph.layout.spec),
       config_(config),
@@ -106,7 +107,7 @@ LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& confi
       device_(device),
       ranks_(ranks),
       rank_(rank),
-      tensor_(tensor),
+      tensor_rank_(tensor_rank),
       micro_steps_(graph.policy.micro_steps),
       dtype_(graph.policy.param_dtype),
       d_(MakeDims(spec_, config, dtype_)) {}
@@ -133,7 +134,7 @@ StatusOr<std::unique_ptr<LlamaRank>> LlamaRank::Create(const scheduler::StepGrap
                                                        const TrainConfig& config,
                                                        const Corpus& corpus, Device& device,
                                                        int ranks, int rank,
-                                                       Communicator* tensor) {
+                                                       int tensor_rank) {
   if (config.seq < 1 || config.batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "seq and batch must be positive, got ", config.seq, " and ", config.batch));
@@ -145,11 +146,8 @@ StatusOr<std::unique_ptr<LlamaRank>> LlamaRank::Create(const scheduler::StepGrap
   if (graph.policy.param_dtype != DataType::kF32 && graph.policy.param_dtype != DataType::kBF16) {
     return absl::InvalidArgumentError("the parameter dtype must be float or bfloat16");
   }
-  if (tensor != nullptr && graph.policy.pipeline_parallel > 1) {
-    return absl::UnimplementedError("tensor parallelism inside pipeline stages is not run yet");
-  }
   std::unique_ptr<LlamaRank> r(
-      new LlamaRank(graph, config, corpus, device, ranks, rank, tensor));
+      new LlamaRank(graph, config, corpus, device, ranks, rank, tensor_rank));
   BATON_RETURN_IF_ERROR(r->Allocate());
   return r;
 }
@@ -253,7 +251,7 @@ Status LlamaRank::LoadBatch(Stream& stream, int64_t step) {
 
 StatusOr<double> LlamaRank::LossSum(Stream& stream) {
   if (!has_head_) return 0.0;  // a pipeline stage before the last
-  if (tensor_ != nullptr && tensor_->rank() != 0) return 0.0;  // tensor rank 0 counts it
+  if (tensor_rank_ != 0) return 0.0;  // tensor rank 0 counts it
   std::vector<float> host(micro_steps_ * d_.T);
   for (int m = 0; m < micro_steps_; ++m) {
     BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data() + m * d_.T, loss_[m], d_.T * 4));
@@ -328,9 +326,25 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
           ctx.recompute == scheduler::Recompute::kSelective) {
         return AttentionCore(ctx);
       }
+      if (ctx.tensor.segments != 0) {
+        if (!backward) return BlockForwardPart(ctx);
+        using scheduler::BlockSegment;
+        using scheduler::SegmentBit;
+        if (ctx.tensor.segments & SegmentBit(BlockSegment::kMlp)) {
+          BATON_RETURN_IF_ERROR(MlpBackward(ctx));
+        }
+        if (ctx.tensor.segments & SegmentBit(BlockSegment::kAttention)) {
+          BATON_RETURN_IF_ERROR(AttentionBackward(ctx));
+        }
+        return absl::OkStatus();
+      }
       return backward ? BlockBackward(ctx) : BlockForward(ctx);
     case scheduler::UnitKind::kFinalNorm: {
       if (!backward) {
+        if (ctx.tensor.input != nullptr) {  // the last block's MLP output
+          BATON_RETURN_IF_ERROR(AddResidual(st, acts.blocks[spec_.layers - 1].x1,
+                                            ctx.tensor.input, acts.h[spec_.layers]));
+        }
         return ops::RmsNormForward(st, norm, acts.h[spec_.layers], ctx.params[0].data, acts.nf,
                                    acts.rstdf);
       }
@@ -375,30 +389,83 @@ Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
   BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
   BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
   // x1 = x + o wo^T (row-parallel: the partial products all-reduced).
-  BATON_RETURN_IF_ERROR(RowParallelResidual(st, {T, Q, H, dtype_}, x, a.o, p("wo"), a.x1));
+  BATON_RETURN_IF_ERROR(RowParallelResidual(ctx, {T, Q, H, dtype_}, x, a.o, p("wo"), a.x1));
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
-  return RowParallelResidual(st, {T, F, H, dtype_}, a.x1, a.s, p("w_down"), acts.h[b + 1]);
+  return RowParallelResidual(ctx, {T, F, H, dtype_}, a.x1, a.s, p("w_down"), acts.h[b + 1]);
 }
 
-Status LlamaRank::TensorAllReduce(Stream& stream, void* x, int64_t count) {
-  if (tensor_ == nullptr) return absl::OkStatus();
+Status LlamaRank::BlockForwardPart(const scheduler::ComputeContext& ctx) {
+  using scheduler::BlockSegment;
+  using scheduler::SegmentBit;
+  Stream& st = *ctx.stream;
+  const int b = ctx.spec->block;
+  Acts& acts = ActsOf(ctx.micro_step);
+  BlockActs& a = acts.blocks[b];
+  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
+  auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
+  if (ctx.tensor.output == nullptr) {
+    return absl::InternalError(absl::StrCat(ctx.spec->name, ": a tensor-parallel block part "
+                                            "with no output for its all-reduce"));
+  }
+  const ops::RmsNormShape& norm = d_.norm;
+  if (ctx.tensor.segments & SegmentBit(BlockSegment::kAttention)) {
+    // The previous block's MLP output (all-reduced) onto its residual.
+    if (ctx.tensor.input != nullptr) {
+      if (b == 0) return absl::InternalError("block 0 with a tensor all-reduce input");
+      BATON_RETURN_IF_ERROR(AddResidual(st, acts.blocks[b - 1].x1, ctx.tensor.input, acts.h[b]));
+    }
+    BATON_RETURN_IF_ERROR(
+        ops::RmsNormForward(st, norm, acts.h[b], p("attn_norm.weight"), a.n1, a.rstd1));
+    BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, Q, dtype_}, a.n1, p("wq"), a.q));
+    BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wk"), a.k));
+    BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wv"), a.v));
+    BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
+    BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
+    BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
+    return ops::LinearForward(st, {T, Q, H, dtype_}, a.o, p("wo"), ctx.tensor.output);
+  }
+  if (ctx.tensor.input == nullptr) {
+    return absl::InternalError(absl::StrCat(ctx.spec->name, ": the MLP part has no attention "
+                                            "output"));
+  }
+  BATON_RETURN_IF_ERROR(AddResidual(st, acts.h[b], ctx.tensor.input, a.x1));
+  BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
+  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
+  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
+  BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
+  return ops::LinearForward(st, {T, F, H, dtype_}, a.s, p("w_down"), ctx.tensor.output);
+}
+
+Status LlamaRank::AddResidual(Stream& stream, const void* a, const void* b, void* out) {
+  BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out, a, d_.act_bytes));
+  return AccumulateInto(stream, out, b, dtype_, static_cast<size_t>(d_.T * d_.H));
+}
+
+Status LlamaRank::TensorAllReduce(const scheduler::ComputeContext& ctx, void* x) {
+  if (ctx.tensor.size < 2) return absl::OkStatus();
   CollectiveOptions opts;
   opts.tag = scheduler::kFirstTrainerTag;
-  return tensor_->AllReduce(x, x, static_cast<size_t>(count), dtype_, ReduceOp::kSum, stream,
-                            opts);
+  return ctx.tensor.comm->AllReduce(x, x, static_cast<size_t>(d_.T * d_.H), dtype_,
+                                    ReduceOp::kSum, *ctx.stream, opts);
 }
 
-Status LlamaRank::RowParallelResidual(Stream& stream, const ops::LinearShape& shape,
-                                      const void* res, const void* x, const void* w, void* out) {
-  // The residual is copied and the projection added onto it; under tensor
-  // parallelism only tensor rank 0 adds the residual before the sum.
-  const bool add_residual = tensor_ == nullptr || tensor_->rank() == 0;
-  if (add_residual) BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out, res, d_.act_bytes));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(stream, shape, x, w, out, add_residual));
-  return TensorAllReduce(stream, out, d_.T * d_.H);
+Status LlamaRank::RowParallelResidual(const scheduler::ComputeContext& ctx,
+                                      const ops::LinearShape& shape, const void* res,
+                                      const void* x, const void* w, void* out) {
+  Stream& stream = *ctx.stream;
+  if (ctx.tensor.size < 2) {
+    // The residual is copied and the projection added onto it.
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out, res, d_.act_bytes));
+    return ops::LinearForward(stream, shape, x, w, out, true);
+  }
+  // As the graph's all-reduce nodes sum them: the partial products, then
+  // the residual.
+  BATON_RETURN_IF_ERROR(ops::LinearForward(stream, shape, x, w, out));
+  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, out));
+  return AccumulateInto(stream, out, res, dtype_, static_cast<size_t>(d_.T * d_.H));
 }
 
 bool LlamaRank::SelectiveRecompute(int64_t block) const {
@@ -413,28 +480,36 @@ Status LlamaRank::AttentionCore(const scheduler::ComputeContext& ctx) {
 }
 
 Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
+  BATON_RETURN_IF_ERROR(MlpBackward(ctx));
+  return AttentionBackward(ctx);
+}
+
+namespace {
+// Gradient slot of a parameter: pointer, dtype, = or +=.
+struct G {
+  void* data;
+  DataType dtype;
+  bool acc;
+};
+G GradOf(const scheduler::ComputeContext& ctx, const char* name) {
+  const int i = Find(ctx, name);
+  return G{ctx.grads[i].data, ctx.grads[i].dtype, static_cast<bool>(ctx.grad_accumulate[i])};
+}
+}  // namespace
+
+// gres_[cur_] holds d(block output) = d(x2); on return gres_[cur_] (the
+// other buffer) holds d(x1). x2 = x1 + s wd^T, so d(x1) = d(x2) + its path
+// through n2.
+Status LlamaRank::MlpBackward(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
-  const int b = ctx.spec->block;
-  Acts& acts = ActsOf(ctx.micro_step);
-  BlockActs& a = acts.blocks[b];
-  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
+  BlockActs& a = ActsOf(ctx.micro_step).blocks[ctx.spec->block];
+  const int64_t T = d_.T, H = d_.H, F = d_.F;
   auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
-  // Gradient slot of a parameter: pointer, dtype, = or +=.
-  struct G {
-    void* data;
-    DataType dtype;
-    bool acc;
-  };
-  auto g = [&](const char* name) {
-    const int i = Find(ctx, name);
-    return G{ctx.grads[i].data, ctx.grads[i].dtype, static_cast<bool>(ctx.grad_accumulate[i])};
-  };
-  const ops::RmsNormShape& norm = d_.norm;
-  void* A = gres_[cur_];      // d(block output); becomes d(block input)
-  void* B = gres_[1 - cur_];  // d(x1)
-  // MLP branch: x2 = x1 + s wd^T, so d(x1) = d(x2) + its path through n2.
+  void* A = gres_[cur_];
+  void* B = gres_[1 - cur_];
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(B, A, d_.act_bytes));
-  G gd = g("w_down"), gg = g("w_gate"), gu = g("w_up"), gm = g("mlp_norm.weight");
+  G gd = GradOf(ctx, "w_down"), gg = GradOf(ctx, "w_gate"), gu = GradOf(ctx, "w_up"),
+    gm = GradOf(ctx, "mlp_norm.weight");
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, F, H, dtype_}, A, a.s, p("w_down"), ds_,
                                             false, gd.data, gd.dtype, gd.acc));
   BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg_, du_));
@@ -443,12 +518,27 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, F, dtype_}, du_, a.n2, p("w_up"), dn_,
                                             true, gu.data, gu.dtype, gu.acc));
   // Column-parallel: each tensor rank's input gradient is a partial sum.
-  BATON_RETURN_IF_ERROR(TensorAllReduce(st, dn_, T * H));
-  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, norm, dn_, a.x1, p("mlp_norm.weight"), a.rstd2,
-                                             B, true, gm.data, gm.dtype, gm.acc));
-  // Attention branch: x1 = x + o wo^T.
+  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn_));
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, a.x1, p("mlp_norm.weight"),
+                                             a.rstd2, B, true, gm.data, gm.dtype, gm.acc));
+  cur_ = 1 - cur_;
+  return absl::OkStatus();
+}
+
+// gres_[cur_] holds d(x1); on return gres_[cur_] (the other buffer) holds
+// d(block input). x1 = x + o wo^T.
+Status LlamaRank::AttentionBackward(const scheduler::ComputeContext& ctx) {
+  Stream& st = *ctx.stream;
+  const int b = ctx.spec->block;
+  Acts& acts = ActsOf(ctx.micro_step);
+  BlockActs& a = acts.blocks[b];
+  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV;
+  auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
+  void* B = gres_[cur_];      // d(x1)
+  void* A = gres_[1 - cur_];  // becomes d(block input)
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(A, B, d_.act_bytes));
-  G go = g("wo"), gq = g("wq"), gk = g("wk"), gv = g("wv"), ga = g("attn_norm.weight");
+  G go = GradOf(ctx, "wo"), gq = GradOf(ctx, "wq"), gk = GradOf(ctx, "wk"),
+    gv = GradOf(ctx, "wv"), ga = GradOf(ctx, "attn_norm.weight");
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, Q, H, dtype_}, B, a.o, p("wo"), do_, false,
                                             go.data, go.dtype, go.acc));
   BATON_RETURN_IF_ERROR(
@@ -461,9 +551,11 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
                                             true, gk.data, gk.dtype, gk.acc));
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dv_, a.n1, p("wv"), dn_,
                                             true, gv.data, gv.dtype, gv.acc));
-  BATON_RETURN_IF_ERROR(TensorAllReduce(st, dn_, T * H));
-  return ops::RmsNormBackward(st, norm, dn_, acts.h[b], p("attn_norm.weight"), a.rstd1, A, true,
-                              ga.data, ga.dtype, ga.acc);
+  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn_));
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, acts.h[b], p("attn_norm.weight"),
+                                             a.rstd1, A, true, ga.data, ga.dtype, ga.acc));
+  cur_ = 1 - cur_;
+  return absl::OkStatus();
 }
 
 Status LlamaRank::Optimizer(const scheduler::OptimizerContext& ctx) {

@@ -91,20 +91,22 @@ class LlamaRank {
   // LossSum is 0 except on the last stage; `ranks` / `rank` are then the
   // stage's data ranks and this rank's position in them.
   //
-  // Tensor parallelism (scheduler/tensor_parallel.h): `tensor` is the
-  // communicator of this rank's tensor group (null: none) and the graph's
-  // model is this rank's slice (TensorParallelSlice). The blocks are
-  // Megatron's: column-parallel QKV and gate / up, row-parallel output and
-  // down projections whose partial outputs are all-reduced over `tensor`
-  // in the forward (the residual added once, by tensor rank 0), and the
-  // column-parallel GEMMs' input gradients all-reduced in the backward
-  // (Megatron's g and f); norms, embedding and head replicated. The
-  // all-reduces run on ctx.stream with kFirstTrainerTag. LossSum is 0 on
-  // tensor ranks other than 0 (every tensor rank computes the same loss).
+  // Tensor parallelism (a graph of BuildParallelStep with tensor_slices:
+  // its model is this rank's slice, scheduler/tensor_parallel.h):
+  // `tensor_rank` is this rank's position in its tensor group. The blocks
+  // are Megatron's: column-parallel QKV and gate / up, row-parallel output
+  // and down projections. Forward, each block part ends in its partial
+  // output (ComputeContext::tensor.output), which the graph's all-reduce
+  // node sums; the next part adds it to the residual (tensor.input).
+  // Backward, the column-parallel GEMMs' input gradients are all-reduced
+  // on ctx.tensor.comm inside the node (the graph's fused collectives),
+  // and so are a whole-block recompute's forward outputs. Norms, embedding
+  // and head are replicated. LossSum is 0 on tensor ranks other than 0
+  // (every tensor rank computes the same loss).
   static StatusOr<std::unique_ptr<LlamaRank>> Create(
       const scheduler::StepGraph& graph, const TrainConfig& config,
       const Corpus& corpus, Device& device, int ranks, int rank,
-      Communicator* tensor = nullptr);
+      int tensor_rank = 0);
 
   // Uploads this rank's tokens of step `step` (enqueued on `stream`, which
   // must be ordered before the step's compute: the executor's compute
@@ -123,14 +125,24 @@ class LlamaRank {
  private:
   LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
             const Corpus& corpus, Device& device, int ranks, int rank,
-            Communicator* tensor);
-  // Tensor parallelism: x (count elements of the parameter dtype) summed
-  // over the tensor group in place, on `stream`; nothing without it.
-  Status TensorAllReduce(Stream& stream, void* x, int64_t count);
+            int tensor_rank);
+  // Tensor parallelism: one [T, H] activation summed over the tensor group
+  // in place (ctx.tensor.comm, on ctx.stream); nothing without it.
+  Status TensorAllReduce(const scheduler::ComputeContext& ctx, void* x);
   // A row-parallel GEMM's output added to the residual: out = res + x w^T,
-  // its partial sums all-reduced over the tensor group.
-  Status RowParallelResidual(Stream& stream, const ops::LinearShape& shape, const void* res,
-                             const void* x, const void* w, void* out);
+  // the GEMM's partial sums all-reduced over the tensor group first.
+  Status RowParallelResidual(const scheduler::ComputeContext& ctx,
+                             const ops::LinearShape& shape, const void* res, const void* x,
+                             const void* w, void* out);
+  // out = a + b ([T, H]); b is the tensor all-reduce's output.
+  Status AddResidual(Stream& stream, const void* a, const void* b, void* out);
+  // Tensor parallelism: the block part a compute node runs (forward), its
+  // partial output to ctx.tensor.output.
+  Status BlockForwardPart(const scheduler::ComputeContext& ctx);
+  // The halves of a block's backward (each ends where a tensor all-reduce
+  // of an input gradient sits).
+  Status MlpBackward(const scheduler::ComputeContext& ctx);
+  Status AttentionBackward(const scheduler::ComputeContext& ctx);
   Status Allocate();
   struct Acts;
   void AllocateActs(Acts& acts);
@@ -155,7 +167,7 @@ class LlamaRank {
   Device& device_;
   int ranks_ = 1;
   int rank_ = 0;
-  Communicator* tensor_ = nullptr;  // tensor group (null: no tensor parallelism)
+  int tensor_rank_ = 0;  // position in the tensor group (0 without one)
   int micro_steps_ = 1;
   DataType dtype_ = DataType::kF32;
   // Sizes and op shapes of one micro-step, derived once from the spec and

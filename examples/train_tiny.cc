@@ -21,6 +21,10 @@
 // projections, heads, KV heads and FFN split T ways, all-reduces in the
 // blocks; norms, embedding and head replicated); --nranks is then data x T
 // ranks, each tensor rank's slice sharded over its data ranks by the policy.
+// The step graph is BuildParallelStep's with the layout of tensor slices: a
+// block runs as two compute nodes each way, the forward's all-reduces are
+// nodes on the tensor stream (--trace shows its track), the backward's run
+// inside the compute nodes (scheduler/executor.h).
 //
 // --pp=P splits the model into P pipeline stages (scheduler/parallel_graph.h:
 // the embedding and the first blocks on the first, the last blocks, final
@@ -379,6 +383,7 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     p.pipeline_parallel = f.pp;
     p.pipeline_schedule = f.pp_schedule;
   }
+  p.tensor_parallel = f.tp;
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
   if (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
     Fail("the policy has LoRA adapters or NF4 base weights, and the tiny Llama has no "
@@ -614,32 +619,13 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   const int rank = comm.rank();
   const scheduler::MeshGroup data{scheduler::MeshDim::kReplicate, scheduler::MeshDim::kShard,
                                   scheduler::MeshDim::kHpz};
-  // --tp: the graph's mesh is the data ranks'; the world's adds the tensor
-  // dimension (innermost). The executor runs on this rank's data group, the
-  // model's all-reduces on its tensor group (both Split in one order).
-  std::unique_ptr<Communicator> data_comm, tensor_comm;
-  Communicator* exec_comm = &comm;
-  if (job.tp > 1) {
-    scheduler::MeshSizes sizes = graph->mesh.sizes();
-    sizes[scheduler::MeshDim::kTensor] = job.tp;
-    BATON_ASSIGN_OR_RETURN(const scheduler::DeviceMesh world, scheduler::DeviceMesh::Create(sizes));
-    scheduler::MeshGroup others{scheduler::MeshDim::kPipeline, scheduler::MeshDim::kReplicate,
-                                scheduler::MeshDim::kShard, scheduler::MeshDim::kHpz,
-                                scheduler::MeshDim::kContext};
-    BATON_ASSIGN_OR_RETURN(data_comm, comm.Split(world.group_index(rank, others),
-                                                 world.position(rank, others)));
-    BATON_ASSIGN_OR_RETURN(tensor_comm,
-                           comm.Split(world.group_index(rank, scheduler::kTensorGroup),
-                                      world.position(rank, scheduler::kTensorGroup)));
-    exec_comm = data_comm.get();
-  }
-  const int data_rank = exec_comm->rank();
-  const int tp_rank = tensor_comm ? tensor_comm->rank() : 0;
+  // --tp: this rank's coordinate along the mesh's tensor dimension (its
+  // slice of the blocks; tensor ranks share their data).
+  const int tp_rank = graph->mesh.coord(rank, scheduler::MeshDim::kTensor);
   const int ranks = graph->mesh.size(data);
   BATON_ASSIGN_OR_RETURN(auto model,
                          LlamaRank::Create(*graph, job.config, corpus, device, ranks,
-                                           graph->mesh.position(data_rank, data),
-                                           tensor_comm.get()));
+                                           graph->mesh.position(rank, data), tp_rank));
   scheduler::ExecutorOptions options;
   options.observer = observer;
   options.check_schedule = job.check_schedule;
@@ -648,7 +634,7 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
     options.optimizer_driver = optim::ZenFlowDriverFactory(job.config.adamw);
   }
   BATON_ASSIGN_OR_RETURN(auto executor,
-                         scheduler::Executor::Create(graph, device, *exec_comm, options));
+                         scheduler::Executor::Create(graph, device, comm, options));
   std::optional<scheduler::ArrivalMonitor> monitor;
   if (job.arrivals) monitor.emplace(*graph, comm, device);
   double monitor_ms = 0, straggler_ms = 0, skew_ms = 0;
@@ -784,7 +770,8 @@ std::vector<int> StageLayers(const Flags& f, const Job& job) {
 }
 
 // Every rank's step graph: one shared by all ranks, or with --pp one per
-// pipeline stage (BuildParallelStep, memory planned for the executor).
+// pipeline stage (BuildParallelStep, memory planned for the executor; with
+// --tp on the layout of tensor slices).
 struct Graphs {
   std::vector<std::shared_ptr<const scheduler::StepGraph>> stages;
   scheduler::DeviceMesh mesh;
@@ -797,10 +784,8 @@ struct Graphs {
 StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
   Graphs g;
   if (!scheduler::IsParallel(job.policy)) {
-    // --tp: the tensor rank's slice of the model on the data ranks.
     BATON_ASSIGN_OR_RETURN(scheduler::StepGraph built,
-                           scheduler::BuildStepGraph(job.tp > 1 ? job.slice : job.spec,
-                                                     job.policy, world / job.tp));
+                           scheduler::BuildStepGraph(job.spec, job.policy, world));
     g.mesh = built.mesh;
     g.stages.push_back(std::make_shared<const scheduler::StepGraph>(std::move(built)));
     return g;
@@ -809,7 +794,8 @@ StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
                          scheduler::BuildParallelStep(job.spec, job.policy, world,
                                                       job.config.seq, job.config.batch,
                                                       job.stage_layers, {},
-                                                      /*plan_memory=*/true));
+                                                      /*plan_memory=*/true,
+                                                      /*tensor_slices=*/true));
   g.mesh = step.mesh;
   for (scheduler::StepGraph& s : step.stages) {
     g.stages.push_back(std::make_shared<const scheduler::StepGraph>(std::move(s)));
@@ -963,7 +949,7 @@ int Main(int argc, char** argv) {
       job.tp = f.tp;
       job.slice = *slice;
     }
-    const auto groups = scheduler::ResolveMesh(job.policy, world / f.tp);
+    const auto groups = scheduler::ResolveMesh(job.policy, world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
     if (scheduler::IsParallel(job.policy)) {
       // More stages than blocks, and the schedules' own needs.
@@ -1055,6 +1041,7 @@ int Main(int argc, char** argv) {
     Job ref = job;
     ref.policy.pipeline_parallel = 1;  // the whole model on one rank
     ref.tp = 1;
+    ref.policy.tensor_parallel = 1;
     ref.config.batch = job.config.batch * (nranks / f.pp / f.tp);
     ref.progress = false;
     auto r = RunInproc(ref, *corpus, f.device, 1, "train_tiny_reference",
@@ -1090,7 +1077,7 @@ int Main(int argc, char** argv) {
               static_cast<long long>(job.policy.micro_steps), static_cast<long long>(f.batch),
               static_cast<long long>(f.seq));
   std::printf("optimizer %s\n", scheduler::OptimizerName(job.policy.optimizer));
-  if (!job.stage_layers.empty()) {
+  if (f.pp > 1) {
     std::printf("pipeline: %d stages of %s blocks (--pp-layers=%s), %s, %lld micro-batches, "
                 "%d data ranks per stage\n",
                 f.pp, absl::StrJoin(job.stage_layers, ", ").c_str(), f.pp_layers.c_str(),

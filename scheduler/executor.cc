@@ -25,16 +25,33 @@ constexpr size_t kStateAlign = 256;
 
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-// Parallel graphs run when they are pipeline-only 1F1B stage graphs; the
-// rest is simulated only.
+// Parallel graphs run when they are 1F1B pipeline stage graphs or tensor
+// parallelism's (all-reduces, on the layout of tensor slices) without a
+// pipeline; the rest is simulated only.
 Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
   if (!graph.parallel()) return absl::OkStatus();
   const Policy& p = graph.policy;
-  if (p.tensor_parallel > 1 || p.context_parallel > 1) {
+  if (p.context_parallel > 1) {
     return absl::UnimplementedError(
-        "executor: graphs of tensor or context parallelism are simulated only "
-        "(scheduler/parallel_graph.h); the executor runs data-parallel graphs and "
-        "1F1B pipeline stages");
+        "executor: graphs of context parallelism are simulated only "
+        "(scheduler/parallel_graph.h); the executor runs data-parallel graphs, "
+        "1F1B pipeline stages and tensor parallelism");
+  }
+  if (p.tensor_parallel > 1) {
+    if (p.sequence_parallel || p.tp_comm_overlap) {
+      return absl::UnimplementedError(
+          "executor: sequence parallelism and tp_comm_overlap are simulated only; the "
+          "executor runs tensor parallelism with all-reduces");
+    }
+    if (p.pipeline_parallel > 1) {
+      return absl::UnimplementedError(
+          "executor: tensor parallelism inside pipeline stages is simulated only");
+    }
+    if (!graph.tensor_slices) {
+      return absl::InvalidArgumentError(
+          "executor: a tensor-parallel graph runs on the layout of tensor slices "
+          "(BuildParallelStep's tensor_slices); this one is the simulator's");
+    }
   }
   if (p.pipeline_schedule != PipelineSchedule::k1F1B || p.virtual_stages != 1) {
     return absl::UnimplementedError(absl::StrCat(
@@ -195,8 +212,9 @@ std::vector<Stream*> Executor::streams() {
 
 double Executor::grad_scale() const {
   // Gradients are summed over the data ranks of a stage (the world over
-  // the pipeline stages; tensor and context parallelism are refused).
-  const int data = comm_.size() / graph_.mesh.size(MeshDim::kPipeline);
+  // the pipeline stages and tensor ranks; context parallelism is refused).
+  const int data = comm_.size() / graph_.mesh.size(MeshDim::kPipeline) /
+                   graph_.mesh.size(MeshDim::kTensor);
   return 1.0 / (static_cast<double>(data) * graph_.policy.micro_steps);
 }
 
@@ -252,6 +270,16 @@ Status Executor::Init() {
   for (const Node& n : graph_.nodes) {
     if (n.kind == NodeKind::kRecv) recv_written_[n.writes[0]] = true;
     if (n.kind == NodeKind::kSend) send_read_[n.reads[0]] = true;
+  }
+  // Tensor parallelism: the activations the tensor collectives move
+  // (ComputeContext's tensor views).
+  tensor_written_.assign(graph_.buffers.size(), false);
+  tensor_read_.assign(graph_.buffers.size(), false);
+  const StreamId tensor = graph_.stream_for(StreamClass::kTensor);
+  for (const Node& n : graph_.nodes) {
+    if (!graph_.parallel() || n.stream != tensor) continue;
+    for (int w : n.writes) tensor_written_[w] = true;
+    for (int r : n.reads) tensor_read_[r] = true;
   }
   node_events_.resize(nn);
   for (int i = 0; i < nn; ++i) {
@@ -584,6 +612,21 @@ ComputeContext Executor::MakeComputeContext(int i) {
     const bool grad = graph_.buffers[w].role == BufferRole::kActivationGrad;
     (grad ? ctx.pipeline.input_grad : ctx.pipeline.output) = BufferData(w);
   }
+  // Tensor parallelism: the node's part of the block and the activations
+  // its neighbouring all-reduces move.
+  if (graph_.parallel() && graph_.policy.tensor_parallel > 1) {
+    Communicator& tp = CommFor(kTensorGroup);
+    ctx.tensor.segments = n.segments;
+    ctx.tensor.comm = &tp;
+    ctx.tensor.rank = tp.rank();
+    ctx.tensor.size = tp.size();
+    for (int r : n.reads) {
+      if (tensor_written_[r]) ctx.tensor.input = BufferData(r);
+    }
+    for (int w : n.writes) {
+      if (tensor_read_[w]) ctx.tensor.output = BufferData(w);
+    }
+  }
   return ctx;
 }
 
@@ -640,12 +683,15 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
           p.reduce_dtype, ReduceOp::kSum, s, co);
     }
     case NodeKind::kAllReduce: {
-      // DDP: the whole bucket; HSDP (replica group): a gradient shard.
+      // DDP: the whole bucket; HSDP (replica group): a gradient shard;
+      // tensor parallelism: a block part's partial output (its dtype).
       co.accumulate_fp32 = accumulate_fp32_;
-      const size_t count = graph_.buffers[n.writes[0]].numel;
+      const GraphBuffer& out = graph_.buffers[n.writes[0]];
+      const size_t count = out.numel;
+      const DataType t = n.group == kTensorGroup ? out.dtype : p.reduce_dtype;
       return CommFor(n.group).AllReduce(BufferData(n.reads[0]),
                                         BufferData(n.writes[0]), count,
-                                        p.reduce_dtype, ReduceOp::kSum, s, co);
+                                        t, ReduceOp::kSum, s, co);
     }
     case NodeKind::kCopy: {
       const size_t bytes = graph_.buffers[n.writes[0]].bytes();

@@ -48,10 +48,23 @@
 // other groups) on their own streams (pp_send, pp_recv), ordered against
 // the compute by events both ways; the host never waits on them. The
 // compute callbacks get the received activation, a buffer for the sent one
-// and their gradients in ComputeContext::pipeline. Refused (Unimplemented)
-// until they run: tensor and context parallelism, the interleaved and
-// zero-bubble schedules; InvalidArgument with check_schedule or an
-// optimizer driver.
+// and their gradients in ComputeContext::pipeline.
+//
+// Tensor parallelism (tensor_parallel > 1 without a pipeline, all-reduces:
+// no sequence parallelism or tp_comm_overlap; the graph built with
+// BuildParallelStep's tensor_slices, so each rank's buffers hold its tensor
+// slice, sharded over its data ranks): a block's compute nodes each run a
+// part of it (ComputeContext::tensor), the forward's all-reduces are graph
+// nodes on the tensor stream over the tensor group's communicator (Split
+// like the other groups), on planned activation buffers, ordered against
+// the compute by events both ways; the backward's are fused into the
+// compute nodes, run by the trainer on ctx.tensor.comm. Gradients are
+// summed over the data ranks only (grad_scale), each tensor rank keeping
+// its slice's. Refused (Unimplemented) until they run: context
+// parallelism, sequence parallelism, tp_comm_overlap, tensor parallelism
+// inside pipeline stages, the interleaved and zero-bubble schedules;
+// InvalidArgument with check_schedule or an optimizer driver, or a
+// tensor-parallel graph on the simulator's whole-model layout.
 //
 // Thread safety: one thread drives an Executor (Step, Synchronize, ...).
 #ifndef BATON_SCHEDULER_EXECUTOR_H_
@@ -117,6 +130,30 @@ struct ComputeContext {
     const void* output_grad = nullptr;
     void* input_grad = nullptr;
   } pipeline;
+  // Tensor parallelism (a parallel graph with tensor_parallel > 1, whose
+  // layout holds this rank's slice: BuildParallelStep's tensor_slices; all
+  // empty otherwise). A block runs as compute nodes split where its tensor
+  // collectives sit: `segments` (a bit per BlockSegment; 0: the whole unit)
+  // says which part of the block this node computes. Forward, a node that
+  // ends in a row-parallel GEMM writes its partial output (s x b x h in the
+  // parameter dtype, without the residual) to `output`, which the graph's
+  // all-reduce node (AR-TP, on the tensor stream, ordered by events both
+  // ways) sums over the tensor group into the buffer the next node gets as
+  // `input` (the next block part's, or the final norm's). Backward, the
+  // input gradients' all-reduces are fused into the node (Node::fused,
+  // beside its weight-gradient GEMMs as Megatron runs them): the trainer
+  // runs them on ctx.stream over `comm`, the tensor group's communicator,
+  // with tags from kFirstTrainerTag; a whole-unit recompute runs its
+  // forward's all-reduces the same way. `rank` / `size`: this rank's
+  // position in the tensor group and its size (1 without it).
+  struct Tensor {
+    uint8_t segments = 0;
+    const void* input = nullptr;
+    void* output = nullptr;
+    Communicator* comm = nullptr;
+    int rank = 0;
+    int size = 1;
+  } tensor;
 };
 
 struct OptimizerContext {
@@ -418,6 +455,8 @@ class Executor final : private ExecutorParts {
   std::vector<bool> writes_saved_;
   // Per buffer: written by a pipeline receive / read by a pipeline send.
   std::vector<bool> recv_written_, send_read_;
+  // Tensor parallelism: per buffer, written / read by a tensor-stream node.
+  std::vector<bool> tensor_written_, tensor_read_;
 };
 
 }  // namespace baton::scheduler

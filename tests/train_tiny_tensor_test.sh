@@ -25,10 +25,25 @@ print("  losses %.6f -> %.6f, loss diff %.3g, parameter diff %s" % (
     { echo "FAIL $1"; tail -n 3 "$t/out"; fail=1; }
 }
 
-run tp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --check-reference --json
+run tp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --check-reference --json \
+  --trace="$t/tp.json"
 has tp2 '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; .*\), 1 data ranks$'
 has tp2 '^final parameters: largest relative difference '
 equal tp2 1
+python3 - "$t/tp.json" <<'PY' || { echo "FAIL trace"; fail=1; }
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+for rank in (0, 1):
+    assert (rank, "tensor") in {(p, n) for (p, _), n in tracks.items()}, sorted(tracks.items())
+on = {}  # slice name prefix -> the tracks it ran on
+for e in events:
+    if e.get("ph") == "X":
+        on.setdefault(e["name"].split(" ")[0], set()).add(tracks.get((e["pid"], e["tid"])))
+assert on.get("AR-TP") == {"tensor"}, on.get("AR-TP")
+print("  trace: the tensor track on both ranks, AR-TP slices on it only")
+PY
 run tp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --policy=fsdp2 --check-reference \
   --json
 equal tp2-fsdp2 1
