@@ -952,6 +952,10 @@ int Main(int argc, char** argv) {
     const auto groups = scheduler::ResolveMesh(job.policy, world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
     if (scheduler::IsParallel(job.policy)) {
+      if (job.policy.optimizer == scheduler::OptimizerKind::kAdamW8bit) {
+        // The stage graphs keep fp32 moments: the run would not be adamw8bit.
+        Fail("--optimizer=adamw8bit is not run with --tp or --pp yet");
+      }
       // More stages than blocks, and the schedules' own needs.
       if (Status s = scheduler::ValidateParallel(job.spec, job.policy); !s.ok()) {
         Fail(std::string(s.message()));

@@ -31,6 +31,11 @@ size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
   if (!graph.parallel()) return absl::OkStatus();
   const Policy& p = graph.policy;
+  if (p.optimizer == OptimizerKind::kAdamW8bit) {
+    // The parallel graphs keep fp32 moments (parallel_graph.h).
+    return absl::UnimplementedError(
+        "executor: adamw8bit is not run on tensor or pipeline parallel graphs yet");
+  }
   if (p.context_parallel > 1) {
     return absl::UnimplementedError(
         "executor: graphs of context parallelism are simulated only "

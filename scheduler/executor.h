@@ -62,7 +62,8 @@
 // summed over the data ranks only (grad_scale), each tensor rank keeping
 // its slice's. Refused (Unimplemented) until they run: context
 // parallelism, sequence parallelism, tp_comm_overlap, tensor parallelism
-// inside pipeline stages, the interleaved and zero-bubble schedules;
+// inside pipeline stages, the interleaved and zero-bubble schedules,
+// adamw8bit on any parallel graph (its stage graphs keep fp32 moments);
 // InvalidArgument with check_schedule or an optimizer driver, or a
 // tensor-parallel graph on the simulator's whole-model layout.
 //

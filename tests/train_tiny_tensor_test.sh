@@ -69,6 +69,8 @@ bad not-dividing "--nranks=3 is not a multiple of --tp=2" "${model[@]}" --tp=2 -
 bad sp-alone "--sp (sequence parallelism) needs --tp > 1" "${model[@]}" --sp
 bad sp "--sp is simulated only" "${model[@]}" --tp=2 --nranks=2 --sp
 bad with-pp "--tp with --pp (3D) is not run yet" "${model[@]}" --tp=2 --pp=2 --nranks=4
+bad adamw8bit "--optimizer=adamw8bit is not run with --tp or --pp yet" "${model[@]}" --tp=2 \
+  --nranks=2 --optimizer=adamw8bit
 bad checkpoints "checkpoints of tensor-parallel slices" "${model[@]}" --tp=2 --nranks=2 \
   --save-dir="$t/ck" --save-every=1
 exit $fail
