@@ -209,7 +209,11 @@ Status LlamaRank::Allocate() {
   const scheduler::Policy& policy = graph_.policy;
   if (policy.pipeline_parallel > 1) {
     has_head_ = graph_.stage == policy.pipeline_parallel - 1;
-    acts_.resize(std::min(micro_steps_, policy.pipeline_parallel));
+    // Interleaved: a chunk's warm-up runs ahead of 1F1B's; keep every
+    // micro-batch's.
+    acts_.resize(policy.virtual_stages > 1
+                     ? micro_steps_
+                     : std::min(micro_steps_, policy.pipeline_parallel));
   } else {
     acts_.resize(1);
   }

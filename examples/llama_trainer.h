@@ -206,7 +206,8 @@ class LlamaRank {
   // One set per micro-step in flight: one without a pipeline (the
   // scheduler runs micro-steps one after another), min(micro_steps, p) on
   // a 1F1B pipeline stage (micro-step m uses set m mod that: at most p
-  // consecutive ones are between their forward and backward).
+  // consecutive ones are between their forward and backward), every
+  // micro-step's with interleaved stages.
   std::vector<Acts> acts_;
   Acts& ActsOf(int micro_step) { return acts_[micro_step % acts_.size()]; }
   void* shared_o_ = nullptr;  // selective recompute: o and lse of every

@@ -13,7 +13,7 @@
 //     --offload; the tiny Llama has no LoRA or NF4 kernels, so --lora-*,
 //     --base-dtype and policy files with adapters are refused)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
-//     [--pp=P --pp-schedule=1f1b --pp-layers=even|flops|N,N,...]
+//     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...]
 //     [--tp=T]
 //
 // --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
@@ -131,6 +131,7 @@ struct Flags {
   std::string save_dir, resume;
   int64_t save_every = 0;
   int pp = 1;  // --pp: pipeline stages
+  int vpp = 1;  // --vpp: model chunks per stage (interleaved)
   int tp = 1;  // --tp: tensor ranks
   bool sp = false;  // --sp: sequence parallelism (refused: not run yet)
   std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
@@ -160,7 +161,8 @@ const char kUsage[] =
     "   writes it as a cluster file for simulate --cluster-file=PATH)\n"
     "  [--save-dir=DIR --save-every=N] (a checkpoint after every N-th step)\n"
     "  [--resume=DIR] (from the newest complete checkpoint in DIR; same global batch)\n"
-    "  [--pp=P] (pipeline stages; --nranks = data ranks x P) [--pp-schedule=1f1b]\n"
+    "  [--pp=P] (pipeline stages; --nranks = data ranks x P)\n"
+    "  [--pp-schedule=1f1b|interleaved] [--vpp=V] (interleaved: V model chunks per stage)\n"
     "  [--pp-layers=even|flops|N,N,...] (blocks per stage: even, balancing each\n"
     "   unit's training FLOPs, or given)\n"
     "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
@@ -185,6 +187,7 @@ constexpr int64_t kMaxMicroSteps = scheduler::kMaxMicroSteps;
 constexpr int64_t kMaxSteps = int64_t{1} << 30;
 constexpr int64_t kMaxTimeoutS = 7 * 86400;
 constexpr double kMaxLr = 10;
+constexpr int64_t kMaxVirtualStages = 100;  // the executor's pipeline tags
 
 int64_t Positive(const std::string& flag, const std::string& value, int64_t hi) {
   return cli::PositiveFlag("train_tiny", flag, value, hi);
@@ -244,6 +247,7 @@ Flags Parse(int argc, char** argv) {
     }
     else if (key == "--save-every") f.save_every = Positive(key, v, kMaxSteps);
     else if (key == "--pp") f.pp = static_cast<int>(Positive(key, v, kMaxRanks));
+    else if (key == "--vpp") f.vpp = static_cast<int>(Positive(key, v, kMaxVirtualStages));
     else if (key == "--tp") f.tp = static_cast<int>(Positive(key, v, kMaxRanks));
     else if (key == "--pp-layers") {
       if (v.empty()) Fail("--pp-layers needs even, flops or blocks per stage (e.g. 3,5)");
@@ -252,9 +256,9 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--pp-schedule") {
       auto sched = scheduler::ParsePipelineSchedule(v);
       if (!sched.ok()) Fail(absl::StrCat("--pp-schedule: ", sched.status().message()));
-      if (*sched != scheduler::PipelineSchedule::k1F1B) {
+      if (*sched == scheduler::PipelineSchedule::kZbH1) {
         Fail(absl::StrCat("--pp-schedule=", v, " is simulated only (simulate --pp); "
-                          "train_tiny runs 1f1b"));
+                          "train_tiny runs 1f1b and interleaved"));
       }
       f.pp_schedule = *sched;
     }
@@ -313,6 +317,15 @@ Flags Parse(int argc, char** argv) {
     Fail("--backend=nccl needs --device=cuda");
   }
   if (f.pp == 1 && f.pp_layers != "even") Fail("--pp-layers splits the stages of --pp > 1");
+  if ((f.vpp > 1) != (f.pp_schedule == scheduler::PipelineSchedule::kInterleaved)) {
+    Fail("--vpp=V > 1 and --pp-schedule=interleaved go together");
+  }
+  if (f.pp_schedule != scheduler::PipelineSchedule::k1F1B && f.pp == 1) {
+    Fail("--pp-schedule needs --pp > 1");
+  }
+  if (f.vpp > 1 && f.pp_layers == "flops") {
+    Fail("--pp-layers=flops balances stages without virtual stages; give even or N,N,...");
+  }
   if (f.pp > 1) {
     // What pipeline stages do not run with yet, one line each.
     if (f.backend == "nccl") Fail("--pp runs on --backend=inproc or ucx (nccl not yet)");
@@ -382,6 +395,7 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
   if (f.pp > 1) {
     p.pipeline_parallel = f.pp;
     p.pipeline_schedule = f.pp_schedule;
+    p.virtual_stages = f.vpp;
   }
   p.tensor_parallel = f.tp;
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
@@ -758,10 +772,12 @@ std::vector<int> StageLayers(const Flags& f, const Job& job) {
       given.push_back(n);
       sum += n;
     }
-    if (static_cast<int>(given.size()) != f.pp || sum != job.spec.layers) {
+    if (static_cast<int>(given.size()) != f.pp * f.vpp || sum != job.spec.layers) {
       Fail(absl::StrCat("--pp-layers=", f.pp_layers, " gives ", given.size(), " stages of ",
-                        sum, " blocks; want --pp=", f.pp, " stages summing to the model's ",
-                        job.spec.layers, " blocks"));
+                        sum, " blocks; want --pp",
+                        f.vpp > 1 ? absl::StrCat(" x --vpp = ", f.pp * f.vpp)
+                                  : absl::StrCat("=", f.pp),
+                        " stages summing to the model's ", job.spec.layers, " blocks"));
     }
     layers = given;
   }
@@ -1044,6 +1060,8 @@ int Main(int argc, char** argv) {
   if (f.check_reference) {
     Job ref = job;
     ref.policy.pipeline_parallel = 1;  // the whole model on one rank
+    ref.policy.virtual_stages = 1;
+    ref.policy.pipeline_schedule = scheduler::PipelineSchedule::k1F1B;
     ref.tp = 1;
     ref.policy.tensor_parallel = 1;
     ref.config.batch = job.config.batch * (nranks / f.pp / f.tp);
@@ -1082,9 +1100,10 @@ int Main(int argc, char** argv) {
               static_cast<long long>(f.seq));
   std::printf("optimizer %s\n", scheduler::OptimizerName(job.policy.optimizer));
   if (f.pp > 1) {
-    std::printf("pipeline: %d stages of %s blocks (--pp-layers=%s), %s, %lld micro-batches, "
+    std::printf("pipeline: %d %sstages of %s blocks (--pp-layers=%s), %s, %lld micro-batches, "
                 "%d data ranks per stage\n",
-                f.pp, absl::StrJoin(job.stage_layers, ", ").c_str(), f.pp_layers.c_str(),
+                f.pp * f.vpp, f.vpp > 1 ? "virtual " : "",
+                absl::StrJoin(job.stage_layers, ", ").c_str(), f.pp_layers.c_str(),
                 scheduler::PipelineScheduleName(job.policy.pipeline_schedule),
                 static_cast<long long>(job.policy.micro_steps), nranks / f.pp);
   }

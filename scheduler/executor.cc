@@ -25,9 +25,14 @@ constexpr size_t kStateAlign = 256;
 
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-// Parallel graphs run when they are 1F1B pipeline stage graphs or tensor
-// parallelism's (all-reduces, on the layout of tensor slices) without a
-// pipeline; the rest is simulated only.
+// Parallel graphs run when they are 1F1B or interleaved pipeline stage
+// graphs or tensor parallelism's (all-reduces, on the layout of tensor
+// slices) without a pipeline; the rest is simulated only.
+// Pipeline messages' tags (communicator tags are 0..255): per direction
+// and the receiving virtual stage's chunk, after the step's and trainer's.
+constexpr int kMaxExecutedVirtualStages = 100;
+constexpr uint32_t kFirstPipelineTag = 32;
+
 Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
   if (!graph.parallel()) return absl::OkStatus();
   const Policy& p = graph.policy;
@@ -58,10 +63,15 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
           "(BuildParallelStep's tensor_slices); this one is the simulator's");
     }
   }
-  if (p.pipeline_schedule != PipelineSchedule::k1F1B || p.virtual_stages != 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "executor: pipeline schedule ", PipelineScheduleName(p.pipeline_schedule),
-        " is simulated only; the executor runs 1f1b"));
+  if (p.pipeline_schedule == PipelineSchedule::kZbH1) {
+    return absl::UnimplementedError(
+        "executor: pipeline schedule zb-h1 is simulated only; the executor runs 1f1b and "
+        "interleaved");
+  }
+  if (p.virtual_stages > kMaxExecutedVirtualStages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "executor: ", p.virtual_stages, " virtual stages; the executor's pipeline tags "
+        "allow at most ", kMaxExecutedVirtualStages));
   }
   if (options.check_schedule) {
     return absl::InvalidArgumentError(
@@ -75,6 +85,14 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
   return absl::OkStatus();
 }
 
+
+// The tag of a pipeline send / receive (Node::tag is the message:
+// (micro-batch x virtual stages + receiving virtual stage) x 2 + gradient).
+uint32_t PipelineTag(const StepGraph& g, const Node& n) {
+  const int p = g.policy.pipeline_parallel, nv = p * g.policy.virtual_stages;
+  const int64_t receiver = (n.tag / 2) % nv;
+  return kFirstPipelineTag + static_cast<uint32_t>(2 * (receiver / p) + n.tag % 2);
+}
 
 }  // namespace
 
@@ -364,6 +382,7 @@ Status Executor::InitParameters(
   }
   for (int b = 0; b < static_cast<int>(graph_.buffers.size()); ++b) {
     const GraphBuffer& buf = graph_.buffers[b];
+    if (buf.bucket < 0) continue;  // activations of a parallel graph
     const Bucket& bk = graph_.layout.buckets[buf.bucket];
     // A master shard, or the shard itself of a frozen bucket.
     const bool frozen_shard =
@@ -659,9 +678,11 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
     }
     case NodeKind::kSend:
     case NodeKind::kRecv: {
-      // One tag for both directions: a pair of stages carries activations
-      // one way and their gradients the other, each in issue order.
-      co.tag = CollectiveTag(graph_.stream_for(StreamClass::kPipelineSend));
+      // A tag per direction and receiving chunk: between two stages the
+      // messages of one tag go in micro-batch order on both ends (with
+      // virtual stages a pair carries activations of two chunks and
+      // gradients, each stage issuing them in its own schedule's order).
+      co.tag = PipelineTag(graph_, n);
       const int b = n.kind == NodeKind::kSend ? n.reads[0] : n.writes[0];
       const GraphBuffer& buf = graph_.buffers[b];
       Communicator& pp = CommFor(kPipelineGroup);

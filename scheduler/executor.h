@@ -40,7 +40,8 @@
 // enqueues CPU code as host work on host pointers (ops/adamw.h does this
 // by itself on such a stream).
 //
-// Pipeline stages (scheduler/parallel_graph.h; 1F1B, pipeline parallelism
+// Pipeline stages (scheduler/parallel_graph.h; 1F1B and interleaved,
+// pipeline parallelism
 // alone with any data sharding inside the stage): the executor runs the
 // graph of this rank's stage (StepGraph::stage must be its coordinate
 // along pp; built with plan_memory). Sends and receives go to the pipeline
@@ -48,7 +49,9 @@
 // other groups) on their own streams (pp_send, pp_recv), ordered against
 // the compute by events both ways; the host never waits on them. The
 // compute callbacks get the received activation, a buffer for the sent one
-// and their gradients in ComputeContext::pipeline.
+// and their gradients in ComputeContext::pipeline. 1F1B and interleaved
+// 1F1B (virtual stages: each rank runs several model chunks; at most 100)
+// run.
 //
 // Tensor parallelism (tensor_parallel > 1 without a pipeline, all-reduces:
 // no sequence parallelism or tp_comm_overlap; the graph built with
@@ -62,11 +65,10 @@
 // summed over the data ranks only (grad_scale), each tensor rank keeping
 // its slice's. Refused (Unimplemented) until they run: context
 // parallelism, sequence parallelism, tp_comm_overlap, tensor parallelism
-// inside pipeline stages, the interleaved and zero-bubble schedules,
-// adamw8bit on any parallel graph (its stage graphs keep fp32 moments);
-// InvalidArgument with check_schedule or an optimizer driver, or a
-// tensor-parallel graph on the simulator's whole-model layout.
-//
+// inside pipeline stages, the zero-bubble schedule, adamw8bit on any
+// parallel graph (its stage graphs keep fp32 moments); InvalidArgument
+// with check_schedule or an optimizer driver, or a tensor-parallel graph
+// on the simulator's whole-model layout.//
 // Thread safety: one thread drives an Executor (Step, Synchronize, ...).
 #ifndef BATON_SCHEDULER_EXECUTOR_H_
 #define BATON_SCHEDULER_EXECUTOR_H_

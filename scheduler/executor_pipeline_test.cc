@@ -1,7 +1,9 @@
 // The executor on pipeline stage graphs (scheduler/parallel_graph.h): what
-// it refuses, and a 2-stage x 2-data-rank 1F1B run on inproc ranks whose
-// compute callbacks check that every activation and gradient the executor
-// hands over is the one the other stage produced for that micro-batch.
+// it refuses, 2-stage x 2-data-rank runs (1F1B and interleaved) on inproc
+// ranks whose compute callbacks check that every activation and gradient
+// the executor hands over is the one the other stage produced for that
+// micro-batch and boundary, the plan's bound, and the measured bubble.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -61,72 +63,97 @@ TEST(ExecutorPipelineTest, RefusesWhatDoesNotRunYet) {
   EXPECT_EQ(checked.status().code(), absl::StatusCode::kInvalidArgument) << checked.status();
 }
 
-// The value every element of micro-batch m's activation (gradient: its
-// negative) carries in step `step`, from data rank d.
-float Mark(int64_t step, int m, int d) { return static_cast<float>(1000 * step + 10 * m + d + 1); }
+// The value every element of micro-batch m's activation arriving at
+// virtual stage `vs` (its gradient leaving it: the negative) carries in
+// step `step`, from data rank d.
+float Mark(int64_t step, int m, int d, int vs) {
+  return static_cast<float>(10000 * step + 100 * m + 10 * vs + d + 1);
+}
 
-TEST(ExecutorPipelineTest, ActivationsAndGradientsCrossTheStages) {
-  constexpr int kRanks = 4, kMicro = 3, kSteps = 2;
-  auto step = Build(PipelinePolicy(kMicro), kRanks);
+// 2 stages x 2 data ranks, 1F1B (1 chunk per stage) or interleaved (2).
+class CrossingTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
+  const int v = GetParam();
+  constexpr int kRanks = 4, kMicro = 4, kSteps = 2;
+  Policy policy = PipelinePolicy(kMicro);
+  policy.virtual_stages = v;
+  if (v > 1) policy.pipeline_schedule = PipelineSchedule::kInterleaved;
+  ModelSpec spec = *ModelPreset("micro");
+  spec.layers = 4;
+  auto step = BuildParallelStep(spec, policy, kRanks, kSeq, kBatch, {}, {}, true);
   ASSERT_TRUE(step.ok()) << step.status();
   auto group = CreateInprocGroup(kRanks);
   ASSERT_TRUE(group.ok()) << group.status();
-  const int64_t act = kSeq * kBatch * ModelPreset("micro")->hidden;
+  const int64_t act = kSeq * kBatch * spec.hidden;
   std::atomic<int> inputs{0}, outputs{0}, output_grads{0}, input_grads{0}, bad{0};
   std::vector<Status> status(kRanks);
   RunRanks(kRanks, [&](int r) {
     const int stage = step->mesh.coord(r, MeshDim::kPipeline);
     const int d = step->mesh.position(r, kDataShardGroup);
-    auto exec = Executor::Create(step->stages[stage], *group->device, *group->comms[r]);
+    const StepGraph& g = step->stages[stage];
+    // unit -> this rank's virtual stage holding it
+    std::map<int, int> vstage;
+    for (int c = 0; c < v; ++c) {
+      for (int u : g.chunk_units[c]) vstage[u] = c * 2 + stage;
+    }
+    auto exec = Executor::Create(g, *group->device, *group->comms[r]);
     if (!exec.ok()) {
       status[r] = exec.status();
       return;
     }
     StepCallbacks cb;
-    cb.compute = [&, d](const ComputeContext& ctx) -> Status {
+    cb.compute = [&, d, vstage](const ComputeContext& ctx) -> Status {
       const ComputeContext::Pipeline p = ctx.pipeline;
-      const int m = ctx.micro_step;
+      const int m = ctx.micro_step, vs = vstage.at(ctx.unit);
       const int64_t s = ctx.step;
-      auto fill = [act](void* buf, float v) {
+      auto fill = [act](void* buf, float x) {
         float* f = static_cast<float*>(buf);
-        for (int64_t i = 0; i < act; ++i) f[i] = v;
+        for (int64_t i = 0; i < act; ++i) f[i] = x;
       };
-      auto check = [act, &bad](const void* buf, float v) {
+      auto check = [act, &bad](const void* buf, float x) {
         const float* f = static_cast<const float*>(buf);
         for (int64_t i = 0; i < act; ++i) {
-          if (f[i] != v) {
+          if (f[i] != x) {
             ++bad;
             return;
           }
         }
       };
       return ctx.stream->Enqueue([=, &inputs, &outputs, &output_grads, &input_grads] {
-        if (p.output != nullptr) ++outputs, fill(p.output, Mark(s, m, d));
-        if (p.input != nullptr) ++inputs, check(p.input, Mark(s, m, d));
-        if (p.input_grad != nullptr) ++input_grads, fill(p.input_grad, -Mark(s, m, d));
-        if (p.output_grad != nullptr) ++output_grads, check(p.output_grad, -Mark(s, m, d));
+        if (p.output != nullptr) ++outputs, fill(p.output, Mark(s, m, d, vs + 1));
+        if (p.input != nullptr) ++inputs, check(p.input, Mark(s, m, d, vs));
+        if (p.input_grad != nullptr) ++input_grads, fill(p.input_grad, -Mark(s, m, d, vs));
+        if (p.output_grad != nullptr) ++output_grads, check(p.output_grad, -Mark(s, m, d, vs + 1));
         return absl::OkStatus();
       });
     };
     cb.optimizer = [](const OptimizerContext&) { return absl::OkStatus(); };
-    Status st = (*exec)->InitParameters([](const ParamSlot& slot, float* v) {
-      for (int64_t i = 0; i < slot.numel; ++i) v[i] = 0.5f;
+    Status st = (*exec)->InitParameters([](const ParamSlot& slot, float* x) {
+      for (int64_t i = 0; i < slot.numel; ++i) x[i] = 0.5f;
     });
     for (int k = 0; k < kSteps && st.ok(); ++k) st = (*exec)->Step(cb);
     if (st.ok()) st = (*exec)->Synchronize();
     status[r] = st;
   });
   for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
-  // Per step and data rank: the last stage's first block receives each
-  // micro-batch (forward and its backward both read the input), the first
-  // stage's last block sends it and receives its gradient.
-  const int per = kSteps * 2 * kMicro;
+  // Per step, data rank and micro-batch, each of the 2v - 1 boundaries
+  // between virtual stages: one output sent and received (the receiving
+  // chunk's forward and backward both read it), one gradient sent back and
+  // received.
+  const int per = kSteps * 2 * kMicro * (2 * v - 1);
   EXPECT_EQ(outputs.load(), per);
   EXPECT_EQ(inputs.load(), 2 * per);
   EXPECT_EQ(input_grads.load(), per);
   EXPECT_EQ(output_grads.load(), per);
   EXPECT_EQ(bad.load(), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Schedules, CrossingTest, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return i.param == 1 ? std::string("OneFOneB")
+                                               : std::string("Interleaved");
+                         });
 
 TEST(ExecutorPipelineTest, AStagePlansItsInFlightInputsNotEveryMicroBatch) {
   // The last stage keeps each received input from its forward to its
@@ -179,24 +206,28 @@ TEST(ExecutorPipelineTest, TheMeasuredBubbleIsOneFOneBs) {
       });
     };
     cb.optimizer = [](const OptimizerContext&) { return absl::OkStatus(); };
-    // The last of three steps (the first pays the ranks' first meetings).
+    // Four steps: the first pays the ranks' first meetings.
     Status st;
-    for (int k = 0; k < 3 && st.ok(); ++k) st = (*exec)->Step(cb);
+    for (int k = 0; k < 4 && st.ok(); ++k) st = (*exec)->Step(cb);
     if (st.ok()) st = (*exec)->Synchronize();
     status[r] = st;
   });
   for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
-  for (int k = 0; k < 3; ++k) {
-    for (const auto& [rank, fraction] : trace.ComputeIdleFraction(k)) {
+  // A sleep only overshoots, and a late stage makes the other idle: the
+  // least of steps 1..3 per stage is the schedule's bubble.
+  std::map<int, double> least;
+  for (int k = 0; k < 4; ++k) {
+    const std::map<int, double> idle = trace.ComputeIdleFraction(k);
+    ASSERT_EQ(idle.size(), 2u) << "step " << k;
+    for (const auto& [rank, fraction] : idle) {
       std::printf("step %d stage %d: bubble %.3f\n", k, rank, fraction);
+      if (k > 0) least[rank] = least.count(rank) ? std::min(least[rank], fraction) : fraction;
     }
   }
-  const std::map<int, double> idle = trace.ComputeIdleFraction(2);
-  ASSERT_EQ(idle.size(), 2u);
-  for (const auto& [rank, fraction] : idle) {
-    EXPECT_NEAR(fraction, 0.2, 0.08) << "stage " << rank;
+  for (const auto& [rank, fraction] : least) {
+    EXPECT_NEAR(fraction, 0.2, 0.05) << "stage " << rank;
   }
-  EXPECT_TRUE(trace.ComputeIdleFraction(3).empty());  // no such step
+  EXPECT_TRUE(trace.ComputeIdleFraction(4).empty());  // no such step
 }
 
 }  // namespace

@@ -99,6 +99,7 @@ UnitViews Session::Views(int node, bool recompute, Recompute part) {
   v.params = std::move(ctx.params);
   v.grads = std::move(ctx.grads);
   v.grad_accumulate = std::move(ctx.grad_accumulate);
+  v.pipeline = ctx.pipeline;
   return v;
 }
 

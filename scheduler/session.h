@@ -16,6 +16,12 @@
 //   (repeat both loops for each further micro-step)
 //   session->FinishStep(optimizer);          // remaining reduces, optimizer
 //
+// On a pipeline stage's graph (scheduler/parallel_graph.h) the trainer
+// calls the hooks of its stage's units in the schedule's pass order
+// (ParallelStep::order: per pass the chunk's units forward or in
+// reverse); the views carry the received input and the buffer for the
+// output (and their gradients) in UnitViews::pipeline.
+//
 // Each hook issues, before returning, every collective, copy and wait that
 // the plan places before that point (gathers for later units are
 // prefetched as the policy says), so the trainer never issues a collective
@@ -58,6 +64,10 @@ struct UnitViews {
   std::vector<TensorView> params;     // one per layout.unit_params[unit]
   std::vector<TensorView> grads;      // backward only
   std::vector<bool> grad_accumulate;  // backward only
+  // A pipeline stage's graph: the activation received from the previous
+  // stage, the buffer for the one sent to the next, and their gradients
+  // (ComputeContext::Pipeline); all null without a pipeline.
+  ComputeContext::Pipeline pipeline;
 };
 
 class Session {

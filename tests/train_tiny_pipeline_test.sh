@@ -1,5 +1,5 @@
 #!/bin/bash
-# train_tiny --pp: 1F1B pipeline stages executed against the unsharded
+# train_tiny --pp: 1F1B and interleaved pipeline stages executed against the unsharded
 # one-rank run (losses and final parameters within 1e-5 relative, f32), on
 # inproc threads alone and with FSDP2 sharding inside each stage, and on
 # ucx processes with sharding inside the stages; a trace with the pipeline
@@ -51,6 +51,12 @@ run pp2-ucx 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --batch=1 --policy
   --backend=ucx --check-reference --json
 equal pp2-ucx 0
 
+# Interleaved 1F1B: 2 model chunks per stage, FSDP2 over 2 data ranks inside.
+run interleaved 0 "${model[@]/--layers=2/--layers=4}" --pp=2 --vpp=2 --pp-schedule=interleaved \
+  --nranks=4 --micro-steps=4 --policy=fsdp2 --check-reference --json
+has interleaved '^pipeline: 4 virtual stages of 1, 1, 1, 1 blocks .*interleaved, 4 micro-batches'
+equal interleaved 1
+
 # An explicit assignment and the FLOPs balance (3 blocks on 2 stages).
 run pp-layers 0 "${model[@]/--layers=2/--layers=3}" --pp=2 --nranks=2 --micro-steps=2 \
   --pp-layers=1,2 --check-reference --json
@@ -60,7 +66,14 @@ run pp-flops 0 "${model[@]}" --pp=2 --nranks=2 --pp-layers=flops
 has pp-flops '^pipeline: 2 stages of 1, 1 blocks \(--pp-layers=flops\)'
 bad not-dividing "is not a multiple of --pp=2" "${model[@]}" --pp=2 --nranks=3
 bad more-stages "more than the model's 2 blocks" "${model[@]}" --pp=3 --nranks=3
-bad interleaved "simulated only" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=interleaved
+bad zb-h1 "simulated only" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=zb-h1
+bad interleaved-m "to be a multiple of --pp=2" "${model[@]/--layers=2/--layers=4}" --pp=2 \
+  --vpp=2 --pp-schedule=interleaved --nranks=2 --micro-steps=3
+bad interleaved-layers "blocks to be a multiple of --pp x --vpp = 4" \
+  "${model[@]/--layers=2/--layers=6}" --pp=2 \
+  --vpp=2 --pp-schedule=interleaved --nranks=2 --micro-steps=2
+bad vpp-alone "--vpp=V > 1 and --pp-schedule=interleaved go together" "${model[@]}" --pp=2 \
+  --vpp=2 --nranks=2
 bad schedule "pipeline schedule must be" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=gpipe
 bad checkpoints "checkpoints of pipeline stages" "${model[@]}" --pp=2 --nranks=2 \
   --save-dir="$t/ck" --save-every=1
