@@ -16,7 +16,6 @@
 #include "baton/ops/swiglu.h"
 #include "baton/optim/adamw_hook.h"
 #include "baton/runtime/input_file.h"
-#include "baton/runtime/stream_ops.h"
 
 namespace baton::examples {
 namespace {
@@ -345,9 +344,9 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
       return backward ? BlockBackward(ctx) : BlockForward(ctx);
     case scheduler::UnitKind::kFinalNorm: {
       if (!backward) {
-        if (ctx.tensor.input != nullptr) {  // the last block's MLP output
-          BATON_RETURN_IF_ERROR(AddResidual(st, acts.blocks[spec_.layers - 1].x1,
-                                            ctx.tensor.input, acts.h[spec_.layers]));
+        if (ctx.tensor.input != nullptr) {  // the last block's output, all-reduced
+          BATON_RETURN_IF_ERROR(
+              st.MemcpyAsync(acts.h[spec_.layers], ctx.tensor.input, d_.act_bytes));
         }
         return ops::RmsNormForward(st, norm, acts.h[spec_.layers], ctx.params[0].data, acts.nf,
                                    acts.rstdf);
@@ -416,10 +415,10 @@ Status LlamaRank::BlockForwardPart(const scheduler::ComputeContext& ctx) {
   }
   const ops::RmsNormShape& norm = d_.norm;
   if (ctx.tensor.segments & SegmentBit(BlockSegment::kAttention)) {
-    // The previous block's MLP output (all-reduced) onto its residual.
+    // The previous block's output (all-reduced); the first block's (or a
+    // pipeline stage's first, ComputeContext::pipeline) is already in h[b].
     if (ctx.tensor.input != nullptr) {
-      if (b == 0) return absl::InternalError("block 0 with a tensor all-reduce input");
-      BATON_RETURN_IF_ERROR(AddResidual(st, acts.blocks[b - 1].x1, ctx.tensor.input, acts.h[b]));
+      BATON_RETURN_IF_ERROR(st.MemcpyAsync(acts.h[b], ctx.tensor.input, d_.act_bytes));
     }
     BATON_RETURN_IF_ERROR(
         ops::RmsNormForward(st, norm, acts.h[b], p("attn_norm.weight"), a.n1, a.rstd1));
@@ -429,23 +428,19 @@ Status LlamaRank::BlockForwardPart(const scheduler::ComputeContext& ctx) {
     BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
     BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
     BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
-    return ops::LinearForward(st, {T, Q, H, dtype_}, a.o, p("wo"), ctx.tensor.output);
+    return RowParallelPartial(ctx, {T, Q, H, dtype_}, acts.h[b], a.o, p("wo"),
+                              ctx.tensor.output);
   }
   if (ctx.tensor.input == nullptr) {
     return absl::InternalError(absl::StrCat(ctx.spec->name, ": the MLP part has no attention "
                                             "output"));
   }
-  BATON_RETURN_IF_ERROR(AddResidual(st, acts.h[b], ctx.tensor.input, a.x1));
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, ctx.tensor.input, d_.act_bytes));
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
   BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
-  return ops::LinearForward(st, {T, F, H, dtype_}, a.s, p("w_down"), ctx.tensor.output);
-}
-
-Status LlamaRank::AddResidual(Stream& stream, const void* a, const void* b, void* out) {
-  BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out, a, d_.act_bytes));
-  return AccumulateInto(stream, out, b, dtype_, static_cast<size_t>(d_.T * d_.H));
+  return RowParallelPartial(ctx, {T, F, H, dtype_}, a.x1, a.s, p("w_down"), ctx.tensor.output);
 }
 
 Status LlamaRank::TensorAllReduce(const scheduler::ComputeContext& ctx, void* x) {
@@ -456,20 +451,21 @@ Status LlamaRank::TensorAllReduce(const scheduler::ComputeContext& ctx, void* x)
                                     ReduceOp::kSum, *ctx.stream, opts);
 }
 
+Status LlamaRank::RowParallelPartial(const scheduler::ComputeContext& ctx,
+                                     const ops::LinearShape& shape, const void* res,
+                                     const void* x, const void* w, void* out) {
+  Stream& stream = *ctx.stream;
+  if (ctx.tensor.rank != 0) return ops::LinearForward(stream, shape, x, w, out);
+  // The residual is copied and the projection added onto it.
+  BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out, res, d_.act_bytes));
+  return ops::LinearForward(stream, shape, x, w, out, true);
+}
+
 Status LlamaRank::RowParallelResidual(const scheduler::ComputeContext& ctx,
                                       const ops::LinearShape& shape, const void* res,
                                       const void* x, const void* w, void* out) {
-  Stream& stream = *ctx.stream;
-  if (ctx.tensor.size < 2) {
-    // The residual is copied and the projection added onto it.
-    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out, res, d_.act_bytes));
-    return ops::LinearForward(stream, shape, x, w, out, true);
-  }
-  // As the graph's all-reduce nodes sum them: the partial products, then
-  // the residual.
-  BATON_RETURN_IF_ERROR(ops::LinearForward(stream, shape, x, w, out));
-  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, out));
-  return AccumulateInto(stream, out, res, dtype_, static_cast<size_t>(d_.T * d_.H));
+  BATON_RETURN_IF_ERROR(RowParallelPartial(ctx, shape, res, x, w, out));
+  return TensorAllReduce(ctx, out);  // as the graph's all-reduce nodes do
 }
 
 bool LlamaRank::SelectiveRecompute(int64_t block) const {

@@ -96,8 +96,10 @@ class LlamaRank {
   // `tensor_rank` is this rank's position in its tensor group. The blocks
   // are Megatron's: column-parallel QKV and gate / up, row-parallel output
   // and down projections. Forward, each block part ends in its partial
-  // output (ComputeContext::tensor.output), which the graph's all-reduce
-  // node sums; the next part adds it to the residual (tensor.input).
+  // output (ComputeContext::tensor.output; tensor rank 0's holds the
+  // residual too), which the graph's all-reduce node sums into the part's
+  // output, the next part's tensor.input (so a pipeline stage sends whole
+  // block outputs).
   // Backward, the column-parallel GEMMs' input gradients are all-reduced
   // on ctx.tensor.comm inside the node (the graph's fused collectives),
   // and so are a whole-block recompute's forward outputs. Norms, embedding
@@ -129,13 +131,17 @@ class LlamaRank {
   // Tensor parallelism: one [T, H] activation summed over the tensor group
   // in place (ctx.tensor.comm, on ctx.stream); nothing without it.
   Status TensorAllReduce(const scheduler::ComputeContext& ctx, void* x);
-  // A row-parallel GEMM's output added to the residual: out = res + x w^T,
-  // the GEMM's partial sums all-reduced over the tensor group first.
+  // A row-parallel GEMM's partial output, the residual added on tensor
+  // rank 0 only (so the sum over the tensor group is res + x w^T): out =
+  // res + x w^T on rank 0 (and without tensor parallelism), x w^T on the
+  // others.
+  Status RowParallelPartial(const scheduler::ComputeContext& ctx,
+                            const ops::LinearShape& shape, const void* res, const void* x,
+                            const void* w, void* out);
+  // The same, all-reduced over the tensor group: out = res + x w^T.
   Status RowParallelResidual(const scheduler::ComputeContext& ctx,
                              const ops::LinearShape& shape, const void* res, const void* x,
                              const void* w, void* out);
-  // out = a + b ([T, H]); b is the tensor all-reduce's output.
-  Status AddResidual(Stream& stream, const void* a, const void* b, void* out);
   // Tensor parallelism: the block part a compute node runs (forward), its
   // partial output to ctx.tensor.output.
   Status BlockForwardPart(const scheduler::ComputeContext& ctx);

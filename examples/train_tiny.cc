@@ -342,7 +342,6 @@ Flags Parse(int argc, char** argv) {
     if (f.sp) {
       Fail("--sp is simulated only (simulate); train_tiny runs --tp with all-reduces");
     }
-    if (f.pp > 1) Fail("--tp with --pp (3D) is not run yet: give one of them");
     if (f.backend == "nccl") Fail("--tp runs on --backend=inproc or ucx (nccl not yet)");
     if (f.check_schedule) Fail("--check-schedule is not run with --tp yet");
     if (f.arrivals) Fail("--arrivals measures data-parallel collectives; not with --tp");
@@ -955,9 +954,11 @@ int Main(int argc, char** argv) {
     if (f.tp > world) {
       Fail(absl::StrCat("--tp=", f.tp, " is more than the ", world, " ranks (--nranks)"));
     }
-    if (world % f.tp != 0) {
+    if (world % (f.tp * f.pp) != 0) {
       Fail(absl::StrCat("--nranks=", world, " is not a multiple of --tp=", f.tp,
-                        " (the ranks are data ranks x tensor ranks)"));
+                        f.pp > 1 ? absl::StrCat(" x --pp=", f.pp) : std::string(),
+                        " (the ranks are data ranks x tensor ranks",
+                        f.pp > 1 ? " x pipeline stages)" : ")"));
     }
     if (f.tp > 1) {
       auto slice = scheduler::TensorParallelSlice(job.spec, f.tp);
@@ -1105,7 +1106,7 @@ int Main(int argc, char** argv) {
                 f.pp * f.vpp, f.vpp > 1 ? "virtual " : "",
                 absl::StrJoin(job.stage_layers, ", ").c_str(), f.pp_layers.c_str(),
                 scheduler::PipelineScheduleName(job.policy.pipeline_schedule),
-                static_cast<long long>(job.policy.micro_steps), nranks / f.pp);
+                static_cast<long long>(job.policy.micro_steps), nranks / f.pp / f.tp);
   }
   if (job.tp > 1) {
     std::printf("tensor parallel: %d ranks (per rank %lld of %lld heads, %lld of %lld KV heads, "

@@ -26,8 +26,8 @@ constexpr size_t kStateAlign = 256;
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // Parallel graphs run when they are 1F1B or interleaved pipeline stage
-// graphs or tensor parallelism's (all-reduces, on the layout of tensor
-// slices) without a pipeline; the rest is simulated only.
+// graphs, with or without tensor parallelism (all-reduces, on the layout
+// of tensor slices); the rest is simulated only.
 // Pipeline messages' tags (communicator tags are 0..255): per direction
 // and the receiving virtual stage's chunk, after the step's and trainer's.
 constexpr int kMaxExecutedVirtualStages = 100;
@@ -52,10 +52,6 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
       return absl::UnimplementedError(
           "executor: sequence parallelism and tp_comm_overlap are simulated only; the "
           "executor runs tensor parallelism with all-reduces");
-    }
-    if (p.pipeline_parallel > 1) {
-      return absl::UnimplementedError(
-          "executor: tensor parallelism inside pipeline stages is simulated only");
     }
     if (!graph.tensor_slices) {
       return absl::InvalidArgumentError(

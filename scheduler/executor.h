@@ -53,8 +53,8 @@
 // 1F1B (virtual stages: each rank runs several model chunks; at most 100)
 // run.
 //
-// Tensor parallelism (tensor_parallel > 1 without a pipeline, all-reduces:
-// no sequence parallelism or tp_comm_overlap; the graph built with
+// Tensor parallelism (tensor_parallel > 1, inside pipeline stages or not,
+// all-reduces: no sequence parallelism or tp_comm_overlap; the graph built with
 // BuildParallelStep's tensor_slices, so each rank's buffers hold its tensor
 // slice, sharded over its data ranks): a block's compute nodes each run a
 // part of it (ComputeContext::tensor), the forward's all-reduces are graph
@@ -64,8 +64,8 @@
 // compute nodes, run by the trainer on ctx.tensor.comm. Gradients are
 // summed over the data ranks only (grad_scale), each tensor rank keeping
 // its slice's. Refused (Unimplemented) until they run: context
-// parallelism, sequence parallelism, tp_comm_overlap, tensor parallelism
-// inside pipeline stages, the zero-bubble schedule, adamw8bit on any
+// parallelism, sequence parallelism, tp_comm_overlap, the zero-bubble
+// schedule, adamw8bit on any
 // parallel graph (its stage graphs keep fp32 moments); InvalidArgument
 // with check_schedule or an optimizer driver, or a tensor-parallel graph
 // on the simulator's whole-model layout.//
@@ -139,10 +139,12 @@ struct ComputeContext {
   // collectives sit: `segments` (a bit per BlockSegment; 0: the whole unit)
   // says which part of the block this node computes. Forward, a node that
   // ends in a row-parallel GEMM writes its partial output (s x b x h in the
-  // parameter dtype, without the residual) to `output`, which the graph's
+  // parameter dtype; LlamaRank adds the residual on tensor rank 0 only, so
+  // the sum is the part's whole output) to `output`, which the graph's
   // all-reduce node (AR-TP, on the tensor stream, ordered by events both
   // ways) sums over the tensor group into the buffer the next node gets as
-  // `input` (the next block part's, or the final norm's). Backward, the
+  // `input` (the next block part's or the final norm's; a pipeline stage's
+  // last block part's goes to the next stage). Backward, the
   // input gradients' all-reduces are fused into the node (Node::fused,
   // beside its weight-gradient GEMMs as Megatron runs them): the trainer
   // runs them on ctx.stream over `comm`, the tensor group's communicator,

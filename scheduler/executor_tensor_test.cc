@@ -48,11 +48,9 @@ TEST(ExecutorTensorTest, RefusesWhatDoesNotRunYet) {
   EXPECT_NE(e.status().message().find("tensor slices"), std::string::npos) << e.status();
   Policy sp = TensorPolicy(2, 1);
   sp.sequence_parallel = true;
-  Policy pp = TensorPolicy(2, 2);
-  pp.pipeline_parallel = 2;
   Policy w8 = TensorPolicy(2, 1);  // its graphs keep fp32 moments
   w8.optimizer = OptimizerKind::kAdamW8bit;
-  for (const Policy& p : {sp, pp, w8}) {
+  for (const Policy& p : {sp, w8}) {
     auto step = Build(p, 4);
     ASSERT_TRUE(step.ok()) << step.status();
     auto exec = Executor::Create(step->stages[0], *group->device, *group->comms[0]);

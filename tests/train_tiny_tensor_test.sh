@@ -2,7 +2,8 @@
 # train_tiny --tp: tensor parallelism executed against the unsharded one-rank
 # run (losses and final parameters within 1e-5 relative, f32): TP 2 and 4
 # (4 with --kv-heads=4), alone and with FSDP2 sharding of each tensor rank's
-# slice over the data ranks, with selective recompute, and on ucx processes;
+# slice over the data ranks, with selective recompute, inside 1F1B pipeline
+# stages (3D), and on ucx processes;
 # bad input is one line on stderr, exit code 2.
 # --lr=1e-3: AdamW's first updates g / (|g| + eps) amplify the all-reduces'
 # summation-order rounding where |g| ~ eps (at 3e-3 the parameters differ
@@ -55,6 +56,17 @@ equal tp4 1
 run tp4-fsdp2 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=8 --policy=fsdp2 --check-reference \
   --json
 equal tp4-fsdp2 1
+# 3D: TP inside 1F1B pipeline stages, with fsdp2 inside each (tensor, stage).
+run tp2-pp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
+  --check-reference --json
+has tp2-pp2 '^pipeline: 2 stages of 1, 1 blocks .*, 1 data ranks per stage$'
+equal tp2-pp2 1
+run tp2-pp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=8 --micro-steps=3 \
+  --policy=fsdp2 --check-reference --json
+equal tp2-pp2-fsdp2 1
+run tp2-pp2-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
+  --backend=ucx --check-reference --json
+equal tp2-pp2-ucx 0
 run tp2-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --batch=1 --policy=fsdp2 \
   --backend=ucx --check-reference --json
 equal tp2-ucx 0
@@ -68,7 +80,8 @@ bad more-than-ranks "--tp=4 is more than the 2 ranks" "${model[@]}" --tp=4 --nra
 bad not-dividing "--nranks=3 is not a multiple of --tp=2" "${model[@]}" --tp=2 --nranks=3
 bad sp-alone "--sp (sequence parallelism) needs --tp > 1" "${model[@]}" --sp
 bad sp "--sp is simulated only" "${model[@]}" --tp=2 --nranks=2 --sp
-bad with-pp "--tp with --pp (3D) is not run yet" "${model[@]}" --tp=2 --pp=2 --nranks=4
+bad not-dividing-3d "--nranks=6 is not a multiple of --tp=2 x --pp=2" "${model[@]}" --tp=2 \
+  --pp=2 --nranks=6
 bad adamw8bit "--optimizer=adamw8bit is not run with --tp or --pp yet" "${model[@]}" --tp=2 \
   --nranks=2 --optimizer=adamw8bit
 bad checkpoints "checkpoints of tensor-parallel slices" "${model[@]}" --tp=2 --nranks=2 \
