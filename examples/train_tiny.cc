@@ -1195,6 +1195,7 @@ int Main(int argc, char** argv) {
     j["policy"] = job.policy.name;
     j["backend"] = f.backend;
     j["nranks"] = nranks;
+    j["tensor_parallel"] = job.tp;
     j["device"] = f.device;
     j["dtype"] = f.dtype;
     j["optimizer"] = scheduler::OptimizerName(job.policy.optimizer);

@@ -21,6 +21,7 @@ if sys.argv[1] == "1":
     p = j["max_param_rel_diff_vs_reference"]
     assert p <= 1e-5, ("parameters", p)
 assert len(losses) == 20 and losses[-1] < 0.85 * losses[0], losses
+assert j["tensor_parallel"] in (2, 4), j["tensor_parallel"]
 print("  losses %.6f -> %.6f, loss diff %.3g, parameter diff %s" % (
     losses[0], losses[-1], d, j.get("max_param_rel_diff_vs_reference")))' "$2" ||
     { echo "FAIL $1"; tail -n 3 "$t/out"; fail=1; }
