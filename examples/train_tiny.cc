@@ -78,6 +78,7 @@
 #include "baton/comm/bootstrap/launcher.h"
 #include "baton/comm/bootstrap/store.h"
 #include "baton/cli/flags.h"
+#include "baton/examples/final_params.h"
 #include "baton/examples/llama_trainer.h"
 #include "baton/examples/technique_flags.h"
 #include "baton/optim/zenflow_driver.h"
@@ -443,16 +444,10 @@ struct RunResult {
   size_t host_bytes = 0;  // offload: master and moments in host memory
   std::string plan_strategy;
   std::string trace_json;  // --trace: the step trace (scheduler/step_trace.h)
-  // Job::final_params: the final fp32 master values by parameter name (this
-  // rank's shards; RunInproc merges every rank's into whole parameters).
-  struct ParamPiece {
-    std::string name;
-    int64_t numel = 0;  // the whole parameter's
-    int64_t offset = 0;  // of values[0] in it
-    std::vector<float> values;
-  };
-  std::vector<ParamPiece> params;
-  std::map<std::string, std::vector<float>> whole_params;  // RunInproc: merged
+  // Job::final_params: this rank's final master values
+  // (examples/final_params.h); RunInproc merges every rank's.
+  std::vector<examples::ParamPiece> params;
+  examples::WholeParams whole_params;  // RunInproc: merged
   // --pp --trace on inproc: per stage, the last step's compute idle time in
   // the pipeline's span (StepTrace::ComputeIdleFraction), mean over the
   // stage's ranks.
@@ -530,96 +525,6 @@ void CheckPolicyRoutes(const Flags& f, const Job& job) {
   if (Status s = scheduler::CheckPolicyForModel(job.policy, job.spec, file); !s.ok()) {
     Fail(std::string(s.message()));
   }
-}
-
-// This rank's part of the final master values (its stage's buckets, its
-// shard of each) into out->params.
-Status FinalParams(const scheduler::StepGraph& graph, scheduler::Executor& executor,
-                   int tp, int tp_rank, RunResult* out) {
-  const scheduler::ModelLayout& layout = graph.layout;
-  for (int b = 0; b < static_cast<int>(layout.buckets.size()); ++b) {
-    StatusOr<std::vector<float>> master = executor.ReadMaster(b);
-    if (absl::IsOutOfRange(master.status())) continue;  // another stage's bucket
-    BATON_RETURN_IF_ERROR(master.status());
-    const scheduler::Bucket& bk = layout.buckets[b];
-    const int64_t begin = layout.sharding.shard ? executor.shard_rank() * bk.shard_numel : 0;
-    const int64_t end = begin + static_cast<int64_t>(master->size());
-    for (const scheduler::ParamSlot& slot : bk.params) {
-      const int64_t lo = std::max(begin, slot.offset);
-      const int64_t hi = std::min(end, slot.offset + slot.numel);
-      if (lo >= hi) continue;
-      // Runs of consecutive elements of the whole parameter (a tensor
-      // rank's slice of a row-parallel weight is one run per row).
-      const scheduler::TensorSplit split = scheduler::TensorSplitOf(slot.name);
-      const int64_t whole = split == scheduler::TensorSplit::kReplicated ? slot.numel
-                                                                         : slot.numel * tp;
-      for (int64_t i = lo; i < hi;) {
-        const int64_t w0 = scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank,
-                                                       i - slot.offset);
-        int64_t j = i + 1;
-        while (j < hi && scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank,
-                                                     j - slot.offset) == w0 + (j - i)) {
-          ++j;
-        }
-        RunResult::ParamPiece piece{slot.name, whole, w0, {}};
-        piece.values.assign(master->begin() + (i - begin), master->begin() + (j - begin));
-        out->params.push_back(std::move(piece));
-        i = j;
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Whole parameters from every rank's pieces; InternalError naming a
-// parameter some element of which no rank holds.
-StatusOr<std::map<std::string, std::vector<float>>> MergeParams(
-    const std::vector<RunResult>& results) {
-  std::map<std::string, std::vector<float>> whole;
-  std::map<std::string, std::vector<bool>> have;
-  for (const RunResult& r : results) {
-    for (const RunResult::ParamPiece& p : r.params) {
-      std::vector<float>& w = whole[p.name];
-      std::vector<bool>& h = have[p.name];
-      w.resize(p.numel);
-      h.resize(p.numel, false);
-      for (size_t i = 0; i < p.values.size(); ++i) {
-        w[p.offset + i] = p.values[i];
-        h[p.offset + i] = true;
-      }
-    }
-  }
-  for (const auto& [name, h] : have) {
-    if (std::find(h.begin(), h.end(), false) != h.end()) {
-      return absl::InternalError(absl::StrCat("final parameters: no rank holds all of ", name));
-    }
-  }
-  return whole;
-}
-
-// The largest relative difference of a parameter from the reference's,
-// ||run - ref|| / ||ref|| (L2 over its elements), over every parameter.
-StatusOr<double> MaxParamDifference(const std::map<std::string, std::vector<float>>& run,
-                                    const std::map<std::string, std::vector<float>>& ref) {
-  if (run.size() != ref.size()) {
-    return absl::InternalError(absl::StrCat("final parameters: ", run.size(),
-                                            " parameters against the reference's ", ref.size()));
-  }
-  double worst = 0;
-  for (const auto& [name, values] : ref) {
-    auto it = run.find(name);
-    if (it == run.end() || it->second.size() != values.size()) {
-      return absl::InternalError(absl::StrCat("final parameters: ", name, " differs in shape"));
-    }
-    double norm = 0, diff = 0;
-    for (size_t i = 0; i < values.size(); ++i) {
-      const double d = double{it->second[i]} - values[i];
-      norm += double{values[i]} * values[i];
-      diff += d * d;
-    }
-    worst = std::max(worst, norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff));
-  }
-  return worst;
 }
 
 // Trains on one rank through the executor; every rank calls it. `observer`
@@ -746,7 +651,8 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   out->host_bytes = graph->host_bytes;
   out->plan_strategy = graph->plan.strategy;
   if (job.final_params) {
-    BATON_RETURN_IF_ERROR(FinalParams(*graph, *executor, job.tp, tp_rank, out));
+    BATON_ASSIGN_OR_RETURN(out->params, examples::FinalParamPieces(graph->layout, *executor,
+                                                                   job.tp, tp_rank));
   }
   return absl::OkStatus();
 }
@@ -818,6 +724,13 @@ StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
   return g;
 }
 
+// " (pipeline stage s of p)" for rank r of a pipeline, else "".
+std::string StageOf(const Graphs& graphs, int r) {
+  if (graphs.stages.size() < 2) return "";
+  return absl::StrCat(" (pipeline stage ", graphs.mesh.coord(r, scheduler::MeshDim::kPipeline),
+                      " of ", graphs.stages.size(), ")");
+}
+
 StatusOr<std::unique_ptr<Device>> MakeDevice(const std::string& kind, int ordinal) {
   if (kind != "cuda") return CreateHostDevice();
   auto device = CreateCudaDevice(ordinal);  // Unavailable says why not
@@ -866,7 +779,8 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   }
   for (auto& t : threads) t.join();
   if (const int r = first_failed.load(); r >= 0) {
-    return Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
+    return Status(status[r].code(), absl::StrCat("rank ", r, StageOf(graphs, r), ": ",
+                                                 status[r].message()));
   }
   if (trace) results[0].trace_json = step_trace.Json();  // streams synced
   if (trace && graphs.stages.size() > 1 && !results[0].losses.empty()) {
@@ -884,7 +798,9 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
     }
   }
   if (job.final_params) {
-    BATON_ASSIGN_OR_RETURN(results[0].whole_params, MergeParams(results));
+    std::vector<std::vector<examples::ParamPiece>> pieces;
+    for (RunResult& r : results) pieces.push_back(std::move(r.params));
+    BATON_ASSIGN_OR_RETURN(results[0].whole_params, examples::MergeParamPieces(pieces));
   }
   return results[0];
 }
@@ -1042,7 +958,17 @@ int Main(int argc, char** argv) {
                        !f.trace.empty());
   }
   if (!result.ok()) {
-    std::fprintf(stderr, "train_tiny: rank %d: %s\n", rank, result.status().ToString().c_str());
+    // Under --pp the rank's stage too (its peers' stage is their rank in
+    // the pipeline group, which the communicator's messages name).
+    std::string stage;
+    if (f.pp > 1) {
+      if (auto mesh = scheduler::ResolveMesh(job.policy, nranks); mesh.ok()) {
+        stage = absl::StrCat(" (pipeline stage ", mesh->coord(rank, scheduler::MeshDim::kPipeline),
+                             " of ", f.pp, ")");
+      }
+    }
+    std::fprintf(stderr, "train_tiny: rank %d%s: %s\n", rank, stage.c_str(),
+                 result.status().ToString().c_str());
     return 1;
   }
   if (rank != 0) return 0;
@@ -1075,7 +1001,7 @@ int Main(int argc, char** argv) {
     }
     ref_losses = r->losses;
     if (job.final_params) {
-      auto d = MaxParamDifference(result->whole_params, r->whole_params);
+      auto d = examples::MaxParamDifference(result->whole_params, r->whole_params);
       if (!d.ok()) {
         std::fprintf(stderr, "train_tiny: %s\n", std::string(d.status().message()).c_str());
         return 1;
