@@ -460,8 +460,8 @@ struct RunResult {
 struct Job {
   scheduler::ModelSpec spec;
   // --tp: tensor ranks, and the model one of them computes (its slice:
-  // scheduler/tensor_parallel.h); the step graph is built for the slice on
-  // the data ranks.
+  // scheduler/tensor_parallel.h, which BuildParallelStep's tensor_slices
+  // lays out).
   int tp = 1;
   scheduler::ModelSpec slice;
   std::vector<int> stage_layers;  // --pp: blocks per stage (empty: none)
@@ -1041,7 +1041,7 @@ int Main(int argc, char** argv) {
                 static_cast<long long>(job.spec.heads), static_cast<long long>(job.slice.kv_heads),
                 static_cast<long long>(job.spec.kv_heads),
                 static_cast<long long>(job.slice.intermediate),
-                static_cast<long long>(job.spec.intermediate), nranks / job.tp);
+                static_cast<long long>(job.spec.intermediate), nranks / job.tp / f.pp);
   }
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
               res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));
