@@ -452,6 +452,9 @@ struct RunResult {
   // the pipeline's span (StepTrace::ComputeIdleFraction), mean over the
   // stage's ranks.
   std::vector<double> stage_bubble;
+  // --tp --trace on inproc: per rank, the last step's tensor all-reduces
+  // exposed on the compute stream (StepTrace::ExposedWaitMs), ms.
+  std::vector<double> tp_exposed_ms;
   // --arrivals: means over the steps after the first.
   double straggler_ms = 0;  // the mean rank's wait for later ranks per step
   double max_skew_ms = 0;   // the step's largest arrival skew
@@ -797,6 +800,12 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
       results[0].stage_bubble.push_back(count[s] > 0 ? sum[s] / count[s] : -1);
     }
   }
+  if (trace && job.tp > 1 && !results[0].losses.empty()) {
+    const int64_t last = results[0].first_step + results[0].losses.size() - 1;
+    for (const auto& [r, ms] : step_trace.ExposedWaitMs(last, scheduler::StreamClass::kTensor)) {
+      results[0].tp_exposed_ms.push_back(ms);
+    }
+  }
   if (job.final_params) {
     std::vector<std::vector<examples::ParamPiece>> pieces;
     for (RunResult& r : results) pieces.push_back(std::move(r.params));
@@ -1080,6 +1089,16 @@ int Main(int argc, char** argv) {
                 "span): stages %s; 1F1B with equal stages (p-1)/(m+p-1) = %.1f%%\n",
                 static_cast<long long>(f.steps), stages.c_str(), 100 * (p - 1) / (m + p - 1));
   }
+  if (!res.tp_exposed_ms.empty()) {
+    const auto& ms = res.tp_exposed_ms;
+    double sum = 0;
+    for (double x : ms) sum += x;
+    std::printf("tensor all-reduces exposed (step %lld, from the trace: compute waiting on "
+                "AR-TP): mean %.2f ms, largest %.2f ms per rank; the backward's run inside "
+                "its compute nodes\n",
+                static_cast<long long>(f.steps), sum / ms.size(),
+                *std::max_element(ms.begin(), ms.end()));
+  }
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
@@ -1135,6 +1154,7 @@ int Main(int argc, char** argv) {
     if (f.check_reference) j["reference_losses"] = ref_losses;
     if (param_rel) j["max_param_rel_diff_vs_reference"] = *param_rel;
     if (!res.stage_bubble.empty()) j["stage_bubble"] = res.stage_bubble;
+    if (!res.tp_exposed_ms.empty()) j["tp_exposed_ms"] = res.tp_exposed_ms;
     j["arena_bytes"] = res.arena_bytes;
     j["lower_bound_bytes"] = res.lower_bound_bytes;
     j["persistent_bytes"] = res.persistent_bytes;

@@ -6,7 +6,11 @@
 // parameters are the tensor slices, and that the backward gets the tensor
 // group's communicator for its fused all-reduces.
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -167,6 +171,54 @@ TEST(ExecutorTensorTest, BlockPartsMeetTheirAllReducesOnTheTensorStream) {
   const std::string json = trace.Json();
   EXPECT_NE(json.find("\"tensor"), std::string::npos);
   EXPECT_NE(json.find("AR-TP block0.attn m0"), std::string::npos);
+}
+
+TEST(ExecutorTensorTest, TheTraceMeasuresTheExposedTensorWaits) {
+  // 2 tensor ranks; tensor rank 1's attention parts take 20 ms, the rest
+  // is instant: rank 0's MLP parts wait on their all-reduce (which waits
+  // for rank 1) about 20 ms per block, and the trace says so.
+  constexpr int kRanks = 2;
+  auto step = Build(TensorPolicy(kRanks, 1), kRanks);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const StepGraph& g = step->stages[0];
+  auto group = CreateInprocGroup(kRanks);
+  ASSERT_TRUE(group.ok()) << group.status();
+  StepTrace trace;
+  std::vector<NodeObserver*> observers;
+  for (int r = 0; r < kRanks; ++r) observers.push_back(trace.ForRank(r, g));
+  std::vector<Status> status(kRanks);
+  RunRanks(kRanks, [&](int r) {
+    ExecutorOptions o;
+    o.observer = observers[r];
+    auto exec = Executor::Create(g, *group->device, *group->comms[r], o);
+    if (!exec.ok()) {
+      status[r] = exec.status();
+      return;
+    }
+    StepCallbacks cb;
+    cb.compute = [](const ComputeContext& ctx) -> Status {
+      const bool slow = ctx.kind == NodeKind::kForward && ctx.tensor.rank == 1 &&
+                        (ctx.tensor.segments & SegmentBit(BlockSegment::kAttention));
+      if (!slow) return absl::OkStatus();
+      return ctx.stream->Enqueue([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return absl::OkStatus();
+      });
+    };
+    cb.optimizer = [](const OptimizerContext&) { return absl::OkStatus(); };
+    Status st;
+    for (int k = 0; k < 2 && st.ok(); ++k) st = (*exec)->Step(cb);
+    if (st.ok()) st = (*exec)->Synchronize();
+    status[r] = st;
+  });
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+  const std::map<int, double> exposed = trace.ExposedWaitMs(1, StreamClass::kTensor);
+  ASSERT_EQ(exposed.size(), 2u);
+  const double blocks = static_cast<double>(ModelPreset("micro")->layers);
+  std::printf("exposed tensor waits: rank 0 %.1f ms, rank 1 %.1f ms\n", exposed.at(0),
+              exposed.at(1));
+  EXPECT_GE(exposed.at(0), 15 * blocks);
+  EXPECT_LT(exposed.at(1), exposed.at(0));
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ run tp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --check-reference --json 
   --trace="$t/tp.json"
 has tp2 '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; .*\), 1 data ranks$'
 has tp2 '^final parameters: largest relative difference '
+has tp2 '^tensor all-reduces exposed \(step 20, from the trace: compute waiting on AR-TP\): mean [0-9.]+ ms, largest [0-9.]+ ms per rank'
 equal tp2 1
 python3 - "$t/tp.json" <<'PY' || { echo "FAIL trace"; fail=1; }
 import json, sys
