@@ -42,7 +42,8 @@ esac
 # Inputs are in the runfiles tree, rooted at the current directory.
 for f in libbaton.so libbaton_ucx.so libbaton_nccl.so bazel/baton.pc.in \
          bazel/batonConfig.cmake.in LICENSE runtime/version.h \
-         python/baton/__init__.py python/baton/_baton.so; do
+         python/baton/__init__.py python/baton/launch.py python/baton/torch.py \
+         python/baton/_baton.so; do
   [ -f "$f" ] || { echo "install: $f is missing from the runfiles" >&2; exit 1; }
 done
 
@@ -97,5 +98,7 @@ install -m 0644 LICENSE "$prefix/share/doc/baton/LICENSE"
 py="$prefix/lib/python3/dist-packages/baton"
 mkdir -p "$py"
 install -m 0644 python/baton/__init__.py "$py/__init__.py"
+install -m 0644 python/baton/torch.py "$py/torch.py"
+install -m 0644 python/baton/launch.py "$py/launch.py"
 install -m 0755 python/baton/_baton.so "$py/_baton.so"
 echo "installed baton $version into $prefix ($n headers)"

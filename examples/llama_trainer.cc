@@ -11,11 +11,14 @@
 #include "baton/ops/cross_entropy.h"
 #include "baton/ops/embedding.h"
 #include "baton/ops/linear.h"
+#include "baton/ops/lora.h"
+#include "baton/ops/nf4.h"
 #include "baton/ops/rmsnorm.h"
 #include "baton/ops/rotary.h"
 #include "baton/ops/swiglu.h"
 #include "baton/optim/adamw_hook.h"
 #include "baton/runtime/input_file.h"
+#include "baton/scheduler/nf4_layout.h"
 
 namespace baton::examples {
 namespace {
@@ -89,11 +92,38 @@ Status Corpus::Sequence(int64_t n, int64_t seq, int32_t* out) const {
 
 float InitialParameter(const std::string& name, int64_t i, uint64_t seed) {
   if (name.find("norm") != std::string::npos) return 1.0f;
+  // LoRA: b starts at zero, so the adapted model starts as its base.
+  const size_t n = name.size();
+  if (n > 7 && name.compare(n - 7, 7, ".lora_b") == 0) return 0.0f;
   uint64_t h = seed * 0x100000001b3ull;
   for (char c : name) h = Mix(h ^ static_cast<uint8_t>(c));
   h = Mix(h ^ static_cast<uint64_t>(i));
   const double u1 = Uniform(h), u2 = Uniform(Mix(h));
   return static_cast<float>(0.02 * std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+namespace {
+
+// Internal unless ops/nf4.h's packing of n elements is scheduler/
+// nf4_layout.h's (ops/ may not include scheduler/, so each has its own).
+Status CheckNf4Layouts(int64_t n) {
+  const ops::Nf4Layout o = ops::Nf4LayoutFor(n);
+  const scheduler::Nf4Packing p = scheduler::Nf4PackingFor(n);
+  if (o.codes != p.codes || o.absmax != p.absmax || o.scales != p.scales || o.bytes != p.bytes ||
+      ops::kNf4Block != scheduler::kNf4BlockNumel || ops::kNf4Group != scheduler::kNf4GroupBlocks) {
+    return absl::InternalError(absl::StrCat(
+        "the NF4 packing of ops/nf4.h and scheduler/nf4_layout.h differ for ", n, " elements"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+scheduler::Nf4Packer Nf4Packer() {
+  return [](const float* values, int64_t n, void* packed) {
+    BATON_RETURN_IF_ERROR(CheckNf4Layouts(n));
+    return ops::Nf4PackHost(values, n, packed);
+  };
 }
 
 LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
@@ -227,6 +257,17 @@ Status LlamaRank::Allocate() {
   ds_ = Buf(T * F * e);
   dg_ = Buf(T * F * e);
   du_ = Buf(T * F * e);
+  frozen_dw_ = Buf(H * 4);
+  const scheduler::LayoutOptions& lo = graph_.policy.layout;
+  if (lo.lora_rank > 0) {
+    lora_xa_.assign(spec_.layers, std::vector<void*>(scheduler::kNumLoraTargets, nullptr));
+    for (auto& block : lora_xa_) {
+      for (int t = 0; t < scheduler::kNumLoraTargets; ++t) {
+        if (lo.lora_targets & (1u << t)) block[t] = Buf(T * lo.lora_rank * e);
+      }
+    }
+    lora_u_ = Buf(T * lo.lora_rank * e);
+  }
   BATON_RETURN_IF_ERROR(alloc_status_);
   staging_.resize(2 * micro_steps_ * T);
   return absl::OkStatus();
@@ -269,6 +310,7 @@ scheduler::StepCallbacks LlamaRank::Callbacks() {
   scheduler::StepCallbacks cb;
   cb.compute = [this](const scheduler::ComputeContext& ctx) { return Compute(ctx); };
   cb.optimizer = [this](const scheduler::OptimizerContext& ctx) { return Optimizer(ctx); };
+  cb.dequantize = [this](const scheduler::DequantizeContext& ctx) { return Dequantize(ctx); };
   // AdamW writes the updated master straight into the next gather's input.
   cb.optimizer_writes_shard = true;
   return cb;
@@ -321,6 +363,7 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
       if (!backward) {
         return ops::EmbeddingForward(st, s, ids_[m], ctx.params[0].data, acts.h[0]);
       }
+      if (ctx.grads[0].data == nullptr) return absl::OkStatus();  // frozen
       return ops::EmbeddingBackward(st, s, ids_[m], gres_[cur_], ctx.grads[0].data,
                                     ctx.grads[0].dtype, ctx.grad_accumulate[0]);
     }
@@ -353,9 +396,11 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
       }
       // gres_[cur_] holds d(nf); the input's gradient goes to the other one.
       const int next = 1 - cur_;
+      const bool frozen = ctx.grads[0].data == nullptr;
       BATON_RETURN_IF_ERROR(ops::RmsNormBackward(
-          st, norm, gres_[cur_], acts.h[spec_.layers], ctx.params[0].data, acts.rstdf, gres_[next],
-          false, ctx.grads[0].data, ctx.grads[0].dtype, ctx.grad_accumulate[0]));
+          st, norm, gres_[cur_], acts.h[spec_.layers], ctx.params[0].data, acts.rstdf,
+          gres_[next], false, frozen ? frozen_dw_ : ctx.grads[0].data,
+          frozen ? DataType::kF32 : ctx.grads[0].dtype, !frozen && ctx.grad_accumulate[0]));
       cur_ = next;
       return absl::OkStatus();
     }
@@ -385,19 +430,19 @@ Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
   const ops::RmsNormShape& norm = d_.norm;
   void* x = acts.h[b];
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, x, p("attn_norm.weight"), a.n1, a.rstd1));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, Q, dtype_}, a.n1, p("wq"), a.q));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wk"), a.k));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wv"), a.v));
+  BATON_RETURN_IF_ERROR(Project(ctx, "wq", {T, H, Q, dtype_}, a.n1, a.q, false));
+  BATON_RETURN_IF_ERROR(Project(ctx, "wk", {T, H, KV, dtype_}, a.n1, a.k, false));
+  BATON_RETURN_IF_ERROR(Project(ctx, "wv", {T, H, KV, dtype_}, a.n1, a.v, false));
   BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
   BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
   BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
   // x1 = x + o wo^T (row-parallel: the partial products all-reduced).
-  BATON_RETURN_IF_ERROR(RowParallelResidual(ctx, {T, Q, H, dtype_}, x, a.o, p("wo"), a.x1));
+  BATON_RETURN_IF_ERROR(RowParallelResidual(ctx, "wo", {T, Q, H, dtype_}, x, a.o, a.x1));
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
+  BATON_RETURN_IF_ERROR(Project(ctx, "w_gate", {T, H, F, dtype_}, a.n2, a.g, false));
+  BATON_RETURN_IF_ERROR(Project(ctx, "w_up", {T, H, F, dtype_}, a.n2, a.u, false));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
-  return RowParallelResidual(ctx, {T, F, H, dtype_}, a.x1, a.s, p("w_down"), acts.h[b + 1]);
+  return RowParallelResidual(ctx, "w_down", {T, F, H, dtype_}, a.x1, a.s, acts.h[b + 1]);
 }
 
 Status LlamaRank::BlockForwardPart(const scheduler::ComputeContext& ctx) {
@@ -422,14 +467,13 @@ Status LlamaRank::BlockForwardPart(const scheduler::ComputeContext& ctx) {
     }
     BATON_RETURN_IF_ERROR(
         ops::RmsNormForward(st, norm, acts.h[b], p("attn_norm.weight"), a.n1, a.rstd1));
-    BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, Q, dtype_}, a.n1, p("wq"), a.q));
-    BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wk"), a.k));
-    BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, KV, dtype_}, a.n1, p("wv"), a.v));
+    BATON_RETURN_IF_ERROR(Project(ctx, "wq", {T, H, Q, dtype_}, a.n1, a.q, false));
+    BATON_RETURN_IF_ERROR(Project(ctx, "wk", {T, H, KV, dtype_}, a.n1, a.k, false));
+    BATON_RETURN_IF_ERROR(Project(ctx, "wv", {T, H, KV, dtype_}, a.n1, a.v, false));
     BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
     BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
     BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
-    return RowParallelPartial(ctx, {T, Q, H, dtype_}, acts.h[b], a.o, p("wo"),
-                              ctx.tensor.output);
+    return RowParallelPartial(ctx, "wo", {T, Q, H, dtype_}, acts.h[b], a.o, ctx.tensor.output);
   }
   if (ctx.tensor.input == nullptr) {
     return absl::InternalError(absl::StrCat(ctx.spec->name, ": the MLP part has no attention "
@@ -437,10 +481,10 @@ Status LlamaRank::BlockForwardPart(const scheduler::ComputeContext& ctx) {
   }
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, ctx.tensor.input, d_.act_bytes));
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_gate"), a.g));
-  BATON_RETURN_IF_ERROR(ops::LinearForward(st, {T, H, F, dtype_}, a.n2, p("w_up"), a.u));
+  BATON_RETURN_IF_ERROR(Project(ctx, "w_gate", {T, H, F, dtype_}, a.n2, a.g, false));
+  BATON_RETURN_IF_ERROR(Project(ctx, "w_up", {T, H, F, dtype_}, a.n2, a.u, false));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
-  return RowParallelPartial(ctx, {T, F, H, dtype_}, a.x1, a.s, p("w_down"), ctx.tensor.output);
+  return RowParallelPartial(ctx, "w_down", {T, F, H, dtype_}, a.x1, a.s, ctx.tensor.output);
 }
 
 Status LlamaRank::TensorAllReduce(const scheduler::ComputeContext& ctx, void* x) {
@@ -451,21 +495,74 @@ Status LlamaRank::TensorAllReduce(const scheduler::ComputeContext& ctx, void* x)
                                     ReduceOp::kSum, *ctx.stream, opts);
 }
 
-Status LlamaRank::RowParallelPartial(const scheduler::ComputeContext& ctx,
+Status LlamaRank::RowParallelPartial(const scheduler::ComputeContext& ctx, const char* w,
                                      const ops::LinearShape& shape, const void* res,
-                                     const void* x, const void* w, void* out) {
-  Stream& stream = *ctx.stream;
-  if (ctx.tensor.rank != 0) return ops::LinearForward(stream, shape, x, w, out);
+                                     const void* x, void* out) {
+  if (ctx.tensor.rank != 0) return Project(ctx, w, shape, x, out, false);
   // The residual is copied and the projection added onto it.
-  BATON_RETURN_IF_ERROR(stream.MemcpyAsync(out, res, d_.act_bytes));
-  return ops::LinearForward(stream, shape, x, w, out, true);
+  BATON_RETURN_IF_ERROR(ctx.stream->MemcpyAsync(out, res, d_.act_bytes));
+  return Project(ctx, w, shape, x, out, true);
 }
 
-Status LlamaRank::RowParallelResidual(const scheduler::ComputeContext& ctx,
+Status LlamaRank::RowParallelResidual(const scheduler::ComputeContext& ctx, const char* w,
                                       const ops::LinearShape& shape, const void* res,
-                                      const void* x, const void* w, void* out) {
-  BATON_RETURN_IF_ERROR(RowParallelPartial(ctx, shape, res, x, w, out));
+                                      const void* x, void* out) {
+  BATON_RETURN_IF_ERROR(RowParallelPartial(ctx, w, shape, res, x, out));
   return TensorAllReduce(ctx, out);  // as the graph's all-reduce nodes do
+}
+
+namespace {
+
+// The LoRA target of block matrix `w` ("wq", ...), or -1.
+int TargetOf(const char* w) {
+  for (int t = 0; t < scheduler::kNumLoraTargets; ++t) {
+    if (std::strcmp(scheduler::LoraTargetParam(static_cast<scheduler::LoraTarget>(t)), w) == 0) {
+      return t;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+Status LlamaRank::Project(const scheduler::ComputeContext& ctx, const char* w,
+                          const ops::LinearShape& s, const void* x, void* y, bool acc) {
+  const int iw = Find(ctx, w);
+  const int ia = Find(ctx, absl::StrCat(w, ".lora_a").c_str());
+  if (ia < 0) return ops::LinearForward(*ctx.stream, s, x, ctx.params[iw].data, y, acc);
+  const int ib = Find(ctx, absl::StrCat(w, ".lora_b").c_str());
+  const scheduler::LayoutOptions& lo = graph_.policy.layout;
+  const ops::LoraShape ls{s.rows, s.in, s.out, lo.lora_rank,
+                          static_cast<float>(lo.lora_alpha / lo.lora_rank), s.dtype};
+  void* xa = lora_xa_[ctx.spec->block][TargetOf(w)];
+  return ops::LoraForward(*ctx.stream, ls, x, ctx.params[iw].data, ctx.params[ia].data,
+                          ctx.params[ib].data, xa, y, acc);
+}
+
+Status LlamaRank::ProjectBackward(const scheduler::ComputeContext& ctx, const char* w,
+                                  const ops::LinearShape& s, const void* dy, const void* x,
+                                  void* dx, bool acc_dx) {
+  const int iw = Find(ctx, w);
+  const int ia = Find(ctx, absl::StrCat(w, ".lora_a").c_str());
+  const scheduler::TensorView& gw = ctx.grads[iw];
+  if (ia < 0) {  // gw.data is null for a frozen w: dx alone
+    return ops::LinearBackward(*ctx.stream, s, dy, x, ctx.params[iw].data, dx, acc_dx, gw.data,
+                               gw.dtype, gw.data != nullptr && ctx.grad_accumulate[iw]);
+  }
+  const int ib = Find(ctx, absl::StrCat(w, ".lora_b").c_str());
+  const scheduler::TensorView &ga = ctx.grads[ia], &gb = ctx.grads[ib];
+  if (ga.dtype != gb.dtype) {
+    return absl::InternalError(absl::StrCat("the gradients of ", w, "'s adapters differ in dtype"));
+  }
+  const scheduler::LayoutOptions& lo = graph_.policy.layout;
+  const ops::LoraShape ls{s.rows, s.in, s.out, lo.lora_rank,
+                          static_cast<float>(lo.lora_alpha / lo.lora_rank), s.dtype};
+  ops::LoraGrads g{dx, acc_dx, ga.data, gb.data, ga.dtype,
+                   static_cast<bool>(ctx.grad_accumulate[ia]),
+                   static_cast<bool>(ctx.grad_accumulate[ib])};
+  return ops::LoraBackward(*ctx.stream, ls, dy, x, ctx.params[iw].data, ctx.params[ia].data,
+                           ctx.params[ib].data, lora_xa_[ctx.spec->block][TargetOf(w)],
+                           lora_u_, g);
 }
 
 bool LlamaRank::SelectiveRecompute(int64_t block) const {
@@ -484,18 +581,13 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
   return AttentionBackward(ctx);
 }
 
-namespace {
-// Gradient slot of a parameter: pointer, dtype, = or +=.
-struct G {
-  void* data;
-  DataType dtype;
-  bool acc;
-};
-G GradOf(const scheduler::ComputeContext& ctx, const char* name) {
+LlamaRank::NormGrad LlamaRank::NormGradOf(const scheduler::ComputeContext& ctx,
+                                          const char* name) {
   const int i = Find(ctx, name);
-  return G{ctx.grads[i].data, ctx.grads[i].dtype, static_cast<bool>(ctx.grad_accumulate[i])};
+  if (ctx.grads[i].data == nullptr) return NormGrad{frozen_dw_, DataType::kF32, false};
+  return NormGrad{ctx.grads[i].data, ctx.grads[i].dtype,
+                  static_cast<bool>(ctx.grad_accumulate[i])};
 }
-}  // namespace
 
 // gres_[cur_] holds d(block output) = d(x2); on return gres_[cur_] (the
 // other buffer) holds d(x1). x2 = x1 + s wd^T, so d(x1) = d(x2) + its path
@@ -504,22 +596,18 @@ Status LlamaRank::MlpBackward(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
   BlockActs& a = ActsOf(ctx.micro_step).blocks[ctx.spec->block];
   const int64_t T = d_.T, H = d_.H, F = d_.F;
-  auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
   void* A = gres_[cur_];
   void* B = gres_[1 - cur_];
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(B, A, d_.act_bytes));
-  G gd = GradOf(ctx, "w_down"), gg = GradOf(ctx, "w_gate"), gu = GradOf(ctx, "w_up"),
-    gm = GradOf(ctx, "mlp_norm.weight");
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, F, H, dtype_}, A, a.s, p("w_down"), ds_,
-                                            false, gd.data, gd.dtype, gd.acc));
+  const NormGrad gm = NormGradOf(ctx, "mlp_norm.weight");
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_down", {T, F, H, dtype_}, A, a.s, ds_, false));
   BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg_, du_));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, F, dtype_}, dg_, a.n2, p("w_gate"), dn_,
-                                            false, gg.data, gg.dtype, gg.acc));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, F, dtype_}, du_, a.n2, p("w_up"), dn_,
-                                            true, gu.data, gu.dtype, gu.acc));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_gate", {T, H, F, dtype_}, dg_, a.n2, dn_, false));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_up", {T, H, F, dtype_}, du_, a.n2, dn_, true));
   // Column-parallel: each tensor rank's input gradient is a partial sum.
   BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn_));
-  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, a.x1, p("mlp_norm.weight"),
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, a.x1,
+                                             ctx.params[Find(ctx, "mlp_norm.weight")].data,
                                              a.rstd2, B, true, gm.data, gm.dtype, gm.acc));
   cur_ = 1 - cur_;
   return absl::OkStatus();
@@ -533,28 +621,35 @@ Status LlamaRank::AttentionBackward(const scheduler::ComputeContext& ctx) {
   Acts& acts = ActsOf(ctx.micro_step);
   BlockActs& a = acts.blocks[b];
   const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV;
-  auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
   void* B = gres_[cur_];      // d(x1)
   void* A = gres_[1 - cur_];  // becomes d(block input)
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(A, B, d_.act_bytes));
-  G go = GradOf(ctx, "wo"), gq = GradOf(ctx, "wq"), gk = GradOf(ctx, "wk"),
-    gv = GradOf(ctx, "wv"), ga = GradOf(ctx, "attn_norm.weight");
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, Q, H, dtype_}, B, a.o, p("wo"), do_, false,
-                                            go.data, go.dtype, go.acc));
+  const NormGrad ga = NormGradOf(ctx, "attn_norm.weight");
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wo", {T, Q, H, dtype_}, B, a.o, do_, false));
   BATON_RETURN_IF_ERROR(
       ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq_, dk_, dv_));
   BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq_));
   BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk_));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, Q, dtype_}, dq_, a.n1, p("wq"), dn_,
-                                            false, gq.data, gq.dtype, gq.acc));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dk_, a.n1, p("wk"), dn_,
-                                            true, gk.data, gk.dtype, gk.acc));
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {T, H, KV, dtype_}, dv_, a.n1, p("wv"), dn_,
-                                            true, gv.data, gv.dtype, gv.acc));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wq", {T, H, Q, dtype_}, dq_, a.n1, dn_, false));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wk", {T, H, KV, dtype_}, dk_, a.n1, dn_, true));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wv", {T, H, KV, dtype_}, dv_, a.n1, dn_, true));
   BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn_));
-  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, acts.h[b], p("attn_norm.weight"),
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, acts.h[b],
+                                             ctx.params[Find(ctx, "attn_norm.weight")].data,
                                              a.rstd1, A, true, ga.data, ga.dtype, ga.acc));
   cur_ = 1 - cur_;
+  return absl::OkStatus();
+}
+
+Status LlamaRank::Dequantize(const scheduler::DequantizeContext& ctx) {
+  BATON_RETURN_IF_ERROR(CheckNf4Layouts(ctx.segment_numel));
+  const size_t stride = static_cast<size_t>(scheduler::Nf4PackedWords(ctx.segment_numel)) * 4;
+  const size_t out_bytes = static_cast<size_t>(ctx.segment_numel) * DataTypeSize(ctx.out_dtype);
+  for (int64_t i = 0; i < ctx.segments; ++i) {
+    BATON_RETURN_IF_ERROR(ops::Nf4Dequantize(
+        *ctx.stream, static_cast<const char*>(ctx.packed) + i * stride, ctx.segment_numel,
+        static_cast<char*>(ctx.out) + i * out_bytes, ctx.out_dtype));
+  }
   return absl::OkStatus();
 }
 

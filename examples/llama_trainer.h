@@ -17,6 +17,16 @@
 // global batch over ranks and micro-steps sees the same sequences; a
 // one-rank run with ranks * batch sequences is the unsharded reference.
 //
+// LoRA (Policy::layout.lora_rank > 0; scheduler/layout.h): each targeted
+// matrix w of a block runs as ops/lora.h's adapted linear with its unit's
+// "<w>.lora_a" / "<w>.lora_b" and scale lora_alpha / lora_rank; frozen
+// parameters get no gradient (the executor passes null: the embedding's
+// backward is skipped, a frozen norm weight's gradient goes to a scratch
+// that is never read). The rank keeps each adapted linear's x a^T of the
+// micro-step for the backward. NF4 base weights (base_dtype nf4): the
+// dequantize callback runs ops/nf4.h's kernel on each gathered packing;
+// Nf4Packer() packs the initial values.
+//
 // Loss: each rank's cross-entropy gradient is scaled by 1 / (its tokens);
 // the executor sums gradients over ranks and micro-steps and the optimizer
 // applies 1 / (ranks * micro_steps), which is the gradient of the mean loss
@@ -78,8 +88,15 @@ struct TrainConfig {
 };
 
 // Deterministic initial value of element i of a parameter (the same on
-// every rank and in every layout): norm weights 1, others N(0, 0.02).
+// every rank and in every layout): norm weights 1, LoRA's "*.lora_b" 0
+// (the adapted model starts as its base), others (LoRA's a too)
+// N(0, 0.02).
 float InitialParameter(const std::string& name, int64_t i, uint64_t seed);
+
+// The executor's NF4 packer (Executor::InitParameters): ops/nf4.h's host
+// packing, after checking that its layout is scheduler/nf4_layout.h's
+// (Internal otherwise).
+scheduler::Nf4Packer Nf4Packer();
 
 class LlamaRank {
  public:
@@ -131,17 +148,25 @@ class LlamaRank {
   // Tensor parallelism: one [T, H] activation summed over the tensor group
   // in place (ctx.tensor.comm, on ctx.stream); nothing without it.
   Status TensorAllReduce(const scheduler::ComputeContext& ctx, void* x);
-  // A row-parallel GEMM's partial output, the residual added on tensor
-  // rank 0 only (so the sum over the tensor group is res + x w^T): out =
-  // res + x w^T on rank 0 (and without tensor parallelism), x w^T on the
-  // others.
-  Status RowParallelPartial(const scheduler::ComputeContext& ctx,
+  // A row-parallel projection's partial output through matrix `w`
+  // (Project), the residual added on tensor rank 0 only (so the sum over
+  // the tensor group is res + x w^T): out = res + x w^T on rank 0 (and
+  // without tensor parallelism), x w^T on the others.
+  Status RowParallelPartial(const scheduler::ComputeContext& ctx, const char* w,
                             const ops::LinearShape& shape, const void* res, const void* x,
-                            const void* w, void* out);
+                            void* out);
   // The same, all-reduced over the tensor group: out = res + x w^T.
-  Status RowParallelResidual(const scheduler::ComputeContext& ctx,
+  Status RowParallelResidual(const scheduler::ComputeContext& ctx, const char* w,
                              const ops::LinearShape& shape, const void* res, const void* x,
-                             const void* w, void* out);
+                             void* out);
+  // A norm weight's gradient slot: pointer, dtype, = or += (a frozen one's
+  // goes to the scratch frozen_dw_).
+  struct NormGrad {
+    void* data;
+    DataType dtype;
+    bool acc;
+  };
+  NormGrad NormGradOf(const scheduler::ComputeContext& ctx, const char* name);
   // Tensor parallelism: the block part a compute node runs (forward), its
   // partial output to ctx.tensor.output.
   Status BlockForwardPart(const scheduler::ComputeContext& ctx);
@@ -165,6 +190,14 @@ class LlamaRank {
   // shared by all such blocks, which the recompute refills.
   bool SelectiveRecompute(int64_t block) const;
   Status BlockBackward(const scheduler::ComputeContext& ctx);
+  Status Dequantize(const scheduler::DequantizeContext& ctx);
+  // The block's linear through matrix `w` ("wq", ...): ops/linear.h, or
+  // ops/lora.h when the unit has w's adapters.
+  Status Project(const scheduler::ComputeContext& ctx, const char* w,
+                 const ops::LinearShape& s, const void* x, void* y, bool accumulate_y);
+  Status ProjectBackward(const scheduler::ComputeContext& ctx, const char* w,
+                         const ops::LinearShape& s, const void* dy, const void* x, void* dx,
+                         bool accumulate_dx);
 
   const scheduler::StepGraph& graph_;
   const scheduler::ModelSpec& spec_;
@@ -226,6 +259,12 @@ class LlamaRank {
   void* gres_[2] = {nullptr, nullptr};
   int cur_ = 0;  // which gres_ holds the current gradient
   void *dn_, *dq_, *dk_, *dv_, *do_, *ds_, *dg_, *du_;
+  // A frozen norm weight's gradient (computed, never read).
+  void* frozen_dw_ = nullptr;
+  // LoRA: per block and target (scheduler::LoraTarget), the forward's
+  // s (x a^T) [T, rank]; and one [T, rank] scratch for the backward.
+  std::vector<std::vector<void*>> lora_xa_;
+  void* lora_u_ = nullptr;
 };
 
 }  // namespace baton::examples

@@ -57,6 +57,7 @@ struct Flags {
   // Policy files and the tuner.
   std::string policy_file, policy_out;
   bool tune = false;
+  std::vector<std::string> allow;  // --allow: techniques --tune may choose
   bool memory = false;  // --memory: the W / A / G / O split per policy
   bool policies_given = false;  // --policy, --compare or --policy-file
   examples::TechniqueFlags tech{"simulate", /*adapters=*/true};
@@ -104,7 +105,10 @@ const char kUsage[] =
     "  [--tune [--policy-out=PATH]] (search bucket bytes, prefetch depths,\n"
     "   micro-batch, reduce dtype, shard and hpZ groups, with the fewest\n"
     "   recomputed layers that fit; print the best 5 and write the best as\n"
-    "   a policy file that --policy-file runs)\n"
+    "   a policy file that --policy-file runs)  [--allow=adamw8bit,lora,nf4]\n"
+    "   (techniques --tune may also choose, since they change the training:\n"
+    "   8-bit AdamW, LoRA adapters (--lora-rank, else rank 16), an NF4 base;\n"
+    "   the techniques' flags given apply to every candidate)\n"
     "  [--memory] (per GPU: weights, activations, gradients, optimizer state,\n"
     "   communication buffers, reserve, and host memory; also in --json)\n"
     "%s"
@@ -243,6 +247,15 @@ StatusOr<Flags> Parse(const std::vector<std::string>& args, bool* help, bool* ve
     else if (key == "--recompute-layers") { f.recompute = v; f.recompute_given = true; }
     else if (key == "--policy-file") f.policy_file = v;
     else if (key == "--policy-out") f.policy_out = v;
+    else if (key == "--allow") {
+      BATON_ASSIGN_OR_RETURN(f.allow, cli::ParseList(key, v));
+      for (const std::string& t : f.allow) {
+        if (t != "adamw8bit" && t != "lora" && t != "nf4") {
+          return Bad(absl::StrCat("--allow: unknown technique \"", t,
+                                  "\" (--tune may choose adamw8bit, lora, nf4)"));
+        }
+      }
+    }
     else if (key == "--policy" || key == "--compare") {
       if (!f.policies.empty()) return Bad("--policy and --compare both choose the policies; give one");
       if (key == "--policy") {
@@ -278,6 +291,12 @@ StatusOr<Flags> Parse(const std::vector<std::string>& args, bool* help, bool* ve
          "drop --recompute-layers, --shard-group, --hpz-group, --trace and --svg");
   }
   if (!f.policy_out.empty() && !f.tune) return Bad("--policy-out needs --tune");
+  if (!f.allow.empty() && !f.tune) {
+    return Bad("--allow names techniques --tune may choose; it needs --tune");
+  }
+  if (f.tune && f.tech.offload) {
+    return Bad("--tune chooses the offload (none or optimizer); drop --offload");
+  }
   f.policies_given = !f.policies.empty() || !f.policy_file.empty();
   BATON_RETURN_IF_ERROR(ParseParallel(f));
   if (f.parallel && (f.memory || f.tech.any())) {
@@ -391,6 +410,16 @@ Status TuneMain(const Flags& f, const scheduler::ModelSpec& model,
   o.sim.attention = attention;
   o.sim.stack = stack;
   o.max_step_units = scheduler::kMaxStepUnits;
+  sim::TuneTechniques& tt = o.techniques;
+  if (f.tech.optimizer) tt.optimizer = *f.tech.optimizer;
+  if (f.tech.recompute) tt.recompute = *f.tech.recompute;
+  if (f.tech.lora_rank) tt.lora_rank = *f.tech.lora_rank;
+  if (f.tech.lora_alpha) tt.lora_alpha = *f.tech.lora_alpha;
+  if (f.tech.lora_targets) tt.lora_targets = *f.tech.lora_targets;
+  if (f.tech.base_dtype) tt.base_dtype = *f.tech.base_dtype;
+  for (const std::string& a : f.allow) {
+    (a == "adamw8bit" ? tt.allow_adamw8bit : a == "lora" ? tt.allow_lora : tt.allow_nf4) = true;
+  }
   const auto start = std::chrono::steady_clock::now();
   auto t = sim::Tune(model, cluster, w, o);
   const double elapsed =

@@ -16,9 +16,9 @@
 // TryCheck return the one-line message as InvalidArgument (simulate's
 // RunSimulate, which exits nowhere); Parse / Check print it after
 // "<program>: " and exit 2, as the programs' other flags do (train_tiny). A program whose model has no
-// adapter or NF4 kernels (train_tiny today) constructs it with
-// adapters = false: the LoRA and --base-dtype flags are then refused with
-// that reason, and Usage leaves them out.
+// adapter or NF4 kernels constructs it with adapters = false (simulate and
+// train_tiny both have them): the LoRA and --base-dtype flags are then
+// refused with that reason, and Usage leaves them out.
 #ifndef BATON_EXAMPLES_TECHNIQUE_FLAGS_H_
 #define BATON_EXAMPLES_TECHNIQUE_FLAGS_H_
 

@@ -10,8 +10,7 @@
 //     [--check-reference] [--json] [--timeout=SECONDS] [--trace=PATH]
 //     [--recompute-layers=N|all] and the techniques'
 //     flags (examples/technique_flags.h: --optimizer, --recompute,
-//     --offload; the tiny Llama has no LoRA or NF4 kernels, so --lora-*,
-//     --base-dtype and policy files with adapters are refused)
+//     --offload, --lora-rank / --lora-alpha / --lora-targets, --base-dtype)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
 //     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...]
 //     [--tp=T]
@@ -123,7 +122,7 @@ struct Flags {
   std::optional<scheduler::Policy> file_policy;
   bool policy_given = false, dtype_given = false;
   std::string trace;  // --trace=PATH
-  examples::TechniqueFlags tech{"train_tiny", /*adapters=*/false};  // --optimizer, ...
+  examples::TechniqueFlags tech{"train_tiny", /*adapters=*/true};  // --optimizer, ...
   int64_t recompute_layers = -2;  // --recompute-layers: -1 all, -2 the policy's
   bool check_schedule = false;  // --check-schedule
   bool arrivals = false;        // --arrivals (or --arrivals-out)
@@ -396,13 +395,19 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     p.pipeline_parallel = f.pp;
     p.pipeline_schedule = f.pp_schedule;
     p.virtual_stages = f.vpp;
+    if (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
+      // The stage graphs keep no frozen buckets apart (scheduler/parallel_graph.h).
+      Fail("--pp with LoRA adapters or NF4 base weights does not run yet");
+    }
   }
   p.tensor_parallel = f.tp;
-  if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
-  if (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
-    Fail("the policy has LoRA adapters or NF4 base weights, and the tiny Llama has no "
-         "LoRA or NF4 kernels (simulate prices them)");
+  if (f.tp > 1 &&
+      (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4)) {
+    // The stage graphs keep no frozen buckets apart, and the adapters have
+    // no tensor split (scheduler/tensor_parallel.h).
+    Fail("--tp with LoRA adapters or NF4 base weights does not run yet");
   }
+  if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
 }
 
 scheduler::Policy PolicyFromFlags(const Flags& f) {
@@ -479,6 +484,12 @@ struct Job {
   int64_t save_every = 0;
 };
 
+// The parameters the job trains (LoRA: its adapters only).
+int64_t TrainableParams(const Job& job) {
+  auto layout = scheduler::BuildLayout(job.spec, job.policy.layout, scheduler::Sharding{});
+  return layout.ok() ? layout->trainable_params() : -1;
+}
+
 // Fills the executor's state: from the checkpoint (returns the step it
 // holds) or from the initial values (0). The data position saved is the
 // sequences consumed, so a global batch other than this run's is refused.
@@ -497,7 +508,7 @@ StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
         values[i] = examples::InitialParameter(
             slot.name, scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank, i), seed);
       }
-    }));
+    }, examples::Nf4Packer()));
     return 0;
   }
   BATON_ASSIGN_OR_RETURN(const scheduler::CheckpointInfo info, executor.Load(job.resume));
@@ -528,6 +539,10 @@ void CheckPolicyRoutes(const Flags& f, const Job& job) {
   if (Status s = scheduler::CheckPolicyForModel(job.policy, job.spec, file); !s.ok()) {
     Fail(std::string(s.message()));
   }
+  // What the layout refuses for this model (a LoRA rank above a targeted
+  // matrix's), before any rank starts.
+  auto layout = scheduler::BuildLayout(job.spec, job.policy.layout, scheduler::Sharding{});
+  if (!layout.ok()) Fail(std::string(layout.status().message()));
 }
 
 // Trains on one rank through the executor; every rank calls it. `observer`
@@ -1035,6 +1050,15 @@ int Main(int argc, char** argv) {
               static_cast<long long>(job.policy.micro_steps), static_cast<long long>(f.batch),
               static_cast<long long>(f.seq));
   std::printf("optimizer %s\n", scheduler::OptimizerName(job.policy.optimizer));
+  const scheduler::LayoutOptions& lo = job.policy.layout;
+  const int64_t trainable = TrainableParams(job);
+  if (lo.lora_rank > 0) {
+    std::printf("lora: rank %d, alpha %g, targets %s, base %s: %lld of %lld parameters trained\n",
+                lo.lora_rank, lo.lora_alpha, scheduler::LoraTargetsName(lo.lora_targets).c_str(),
+                lo.base_dtype == scheduler::BaseDtype::kNf4 ? "nf4" : f.dtype.c_str(),
+                static_cast<long long>(trainable),
+                static_cast<long long>(scheduler::ParameterCount(job.spec)));
+  }
   if (f.pp > 1) {
     std::printf("pipeline: %d %sstages of %s blocks (--pp-layers=%s), %s, %lld micro-batches, "
                 "%d data ranks per stage\n",
@@ -1146,6 +1170,9 @@ int Main(int argc, char** argv) {
     j["optimizer"] = scheduler::OptimizerName(job.policy.optimizer);
     j["recompute"] = scheduler::RecomputeName(job.policy.recompute);
     j["recompute_blocks"] = job.policy.recompute_blocks;
+    j["lora_rank"] = lo.lora_rank;
+    j["base_dtype"] = scheduler::BaseDtypeName(lo.base_dtype);
+    j["trainable_parameters"] = trainable;
     j["steps"] = f.steps;
     j["losses"] = res.losses;
     j["loss_first"] = res.losses.front();

@@ -72,6 +72,19 @@ int LaunchAdamW8bit(float* master, const void* grad, int grad_dtype,
                     const AdamW8bitHyper& h, const float* code1,
                     const float* code2, void* stream);
 
+// ops/nf4.h: the packing's absmax and scales byte offsets and size
+// (Nf4LayoutFor); code4 / code8 the 16 NF4 and 256 unsigned dynamic-code
+// host values (copied into the launch's arguments).
+int LaunchNf4Pack(const float* values, int64_t n, void* packed, int64_t absmax_at,
+                  int64_t scales_at, int64_t bytes, const float* code4,
+                  const float* code8, void* stream);
+int LaunchNf4Dequantize(const void* packed, int64_t n, int64_t absmax_at,
+                        int64_t scales_at, void* out, int out_dtype,
+                        const float* code4, const float* code8, void* stream);
+
+// ops/lora.h's ScaleInPlace: p[i] *= s (dtype f32 or bf16).
+int LaunchScale(void* p, int64_t n, int dtype, float s, void* stream);
+
 }  // namespace baton::ops_internal
 
 #endif  // BATON_OPS_KERNELS_H_

@@ -167,7 +167,10 @@ Status LinearBackward(Stream& stream, const LinearShape& s, const void* dy,
   constexpr const char* kOp = "LinearBackward";
   BATON_RETURN_IF_ERROR(Check(kOp, s));
   BATON_RETURN_IF_ERROR(
-      CheckNotNull(kOp, {{"dy", dy}, {"x", x}, {"w", w}, {"dw", dw}}));
+      CheckNotNull(kOp, {{"dy", dy}, {"x", x}, {"w", w}}));
+  if (dx == nullptr && dw == nullptr) {
+    return absl::InvalidArgumentError("LinearBackward: dx and dw are both null: nothing to do");
+  }
   BATON_RETURN_IF_ERROR(CheckFloatType(kOp, "dw dtype", dw_dtype));
   if (dw_dtype == DataType::kBF16 && s.dtype != DataType::kBF16) {
     return absl::InvalidArgumentError(
@@ -182,6 +185,7 @@ Status LinearBackward(Stream& stream, const LinearShape& s, const void* dy,
           const float* wf = AsFloats(w, s.dtype, s.out * s.in, ws);
           GemmInto(s.rows, s.in, s.out, dyf, wf, dx, s.dtype, accumulate_dx);
         }
+        if (dw == nullptr) return absl::OkStatus();
         const std::vector<float> dyt = TransposeToFloat(dy, s.dtype, s.rows, s.out);
         const float* xf = AsFloats(x, s.dtype, s.rows * s.in, xs);
         GemmInto(s.out, s.in, s.rows, dyt.data(), xf, dw, dw_dtype, accumulate_dw);
@@ -194,6 +198,7 @@ Status LinearBackward(Stream& stream, const LinearShape& s, const void* dy,
                               s.in, dy, s.out, dx, s.dtype, s.in, accumulate_dx);
           if (rc != 0) return rc;
         }
+        if (dw == nullptr) return 0;
         // dw^T [in, out] = x^T dy: column-major x is x^T, dy^T transposed.
         return Gemm(st, false, true, s.in, s.out, s.rows, x, s.dtype, s.in, dy,
                     s.out, dw, dw_dtype, s.in, accumulate_dw);

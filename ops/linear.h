@@ -17,7 +17,8 @@
 // handle per thread and device, bound to the launch stream.
 //
 // Launchers follow ops/op_util.h. dx may be null (the gradient is not
-// needed, e.g. for the first layer's input).
+// needed, e.g. for the first layer's input); dw may be null (a frozen
+// weight: LoRA's base, ops/lora.h), but not both.
 #ifndef BATON_OPS_LINEAR_H_
 #define BATON_OPS_LINEAR_H_
 

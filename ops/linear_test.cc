@@ -134,7 +134,8 @@ TEST(LinearTest, BadArgumentsAreRefused) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code(LinearForward(*stream, {2, 2, 2, DataType::kI32}, buf, buf, buf)),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(LinearBackward(*stream, s, buf, buf, buf, buf, false, nullptr,
+  // dx and dw both null: nothing to compute.
+  EXPECT_EQ(code(LinearBackward(*stream, s, buf, buf, buf, nullptr, false, nullptr,
                                 DataType::kF32, false)),
             absl::StatusCode::kInvalidArgument);
   // A bfloat16 gradient of fp32 inputs is refused, not silently rounded.
@@ -145,7 +146,12 @@ TEST(LinearTest, BadArgumentsAreRefused) {
   // dx may be null: only dw is computed.
   EXPECT_TRUE(LinearBackward(*stream, s, buf, buf, buf, nullptr, false, buf + 8,
                              DataType::kF32, false).ok());
+  // dw may be null (a frozen weight): only dx, equal to dy w.
+  float dy[4] = {1, 2, 3, 4}, w[4] = {1, 0, 0, 2}, dx[4] = {};
+  EXPECT_TRUE(LinearBackward(*stream, s, dy, buf, w, dx, false, nullptr, DataType::kF32,
+                             false).ok());
   EXPECT_TRUE(stream->Synchronize().ok());
+  EXPECT_EQ(std::vector<float>(dx, dx + 4), (std::vector<float>{1, 4, 3, 8}));
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "baton/examples/simulate_run.h"
+#include "baton/python/session.h"
+#include "baton/python/tensor.h"
 #include "baton/runtime/status.h"
 #include "baton/runtime/version.h"
 #include "baton/scheduler/model.h"
@@ -67,6 +69,8 @@ PYBIND11_MODULE(_baton, m) {
   using namespace baton;
   m.doc() = "baton's C++ core; use the package `baton` (python/baton/__init__.py).";
   m.attr("__version__") = BATON_VERSION;
+  python::BindTensor(m);
+  python::BindSession(m);
   m.def("simulate_args", &Simulate, py::arg("args"),
         "Runs `simulate ARGS`; returns (printed text, JSON text).");
   m.def(

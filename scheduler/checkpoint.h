@@ -107,8 +107,9 @@ struct SaveStats {
 
 // OK when checkpoints capture all the state `policy` keeps; otherwise
 // FailedPrecondition naming what they do not capture yet (ZenFlow's driver
-// state, 8-bit AdamW moments). Executor::Save / Load refuse such a run, and a
-// trainer can ask before training.
+// state, 8-bit AdamW moments, LoRA's frozen and NF4 base buckets).
+// Executor::Save / Load refuse such a run, and a trainer can ask before
+// training.
 [[nodiscard]] Status CheckCheckpointable(const Policy& policy);
 
 }  // namespace baton::scheduler

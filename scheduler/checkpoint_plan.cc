@@ -53,6 +53,12 @@ Status CheckCheckpointable(const Policy& policy) {
         "checkpoints do not capture ", OptimizerName(policy.optimizer),
         " state yet (block-wise 8-bit moments); use optimizer adamw"));
   }
+  if (policy.layout.lora_rank > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoints do not capture LoRA runs yet (policy ", policy.name, ", lora_rank ",
+        policy.layout.lora_rank, ": frozen base buckets have no master, NF4 ones are packed); "
+        "checkpoint a run without adapters"));
+  }
   return absl::OkStatus();
 }
 

@@ -614,6 +614,18 @@ TEST(CheckpointTest, RefusedInsideAStepAndWithAnOptimizerDriver) {
   const Status st = (*driven)->Save(so);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(st.message(), "ZenFlow")) << st;
+  // A LoRA run (frozen base buckets without a master): refused by the
+  // check trainers call before training, and by Save.
+  Policy lora = Preset("baton");
+  lora.layout.lora_rank = 2;
+  const Status why = CheckCheckpointable(lora);
+  EXPECT_EQ(why.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(why.message(), "LoRA")) << why;
+  auto lora_graph = BuildStepGraph(Micro(), lora, 1);
+  ASSERT_TRUE(lora_graph.ok()) << lora_graph.status();
+  auto lora_exec = Executor::Create(*lora_graph, *group->device, *group->comms[0]);
+  ASSERT_TRUE(lora_exec.ok()) << lora_exec.status();
+  EXPECT_EQ((*lora_exec)->Save(so).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // The session saves and loads between steps and refuses inside one,

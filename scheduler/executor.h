@@ -216,7 +216,8 @@ using Nf4Packer = std::function<Status(const float* values, int64_t n, void* pac
 struct StepCallbacks {
   std::function<Status(const ComputeContext&)> compute;
   // Required by a graph with NF4 buckets (base_dtype nf4): runs its
-  // dequantize nodes (the caller's NF4 kernel; baton ships none yet).
+  // dequantize nodes (the caller's NF4 kernel: ops/nf4.h's Nf4Dequantize,
+  // as examples/llama_trainer calls it).
   std::function<Status(const DequantizeContext&)> dequantize;
   std::function<Status(const OptimizerContext&)> optimizer;
   // The optimizer also casts the updated master into the shard

@@ -2,7 +2,9 @@
 // base_dtype = nf4; QLoRA, Dettmers et al. 2023), as sizes and offsets:
 // the step graph plans the shard and the gathered buffers with them, the
 // executor hands them to the dequantize callback, whose NF4 kernels (the
-// caller's: baton ships none yet) read and write them.
+// caller's: ops/nf4.h, which computes the same offsets since scheduler/
+// may not include ops/; examples/llama_trainer checks that they agree)
+// read and write them.
 //
 // n elements (a multiple of kNf4AlignNumel: every parameter and shard of
 // an NF4 layout is, Sharding::block) are stored as

@@ -109,8 +109,8 @@ class Session {
   const StepGraph& graph() const { return executor_->graph(); }
 
   // A graph with NF4 buckets (base_dtype nf4): the dequantize the hooks
-  // issue before compute (StepCallbacks::dequantize; the caller's kernel:
-  // baton ships no NF4 kernels yet).
+  // issue before compute (StepCallbacks::dequantize; the caller's kernel,
+  // e.g. ops/nf4.h's Nf4Dequantize).
   void set_dequantize(std::function<Status(const DequantizeContext&)> dequantize) {
     callbacks_.dequantize = std::move(dequantize);
   }

@@ -15,6 +15,9 @@ namespace {
 
 using scheduler::Policy;
 
+// The adapters' rank when --allow=lora is given without --lora-rank.
+constexpr int kDefaultTuneLoraRank = 16;
+
 constexpr DataType kReduceDtypes[] = {DataType::kF32, DataType::kBF16};
 // Offload values searched. ZenFlow is left out: it changes the update itself
 // (two optimizers over the columns, bounded staleness), and the tuner only
@@ -31,6 +34,8 @@ struct Knobs {
   int64_t merge = 0;  // 0: a bucket per unit
   int fwd = 1, bwd = 1;
   int offload = 0;  // index into kOffloads
+  int opt = 0;      // 0 adamw, 1 adamw8bit
+  int lora = 0;     // 0 none, 1 LoRA, 2 LoRA over an NF4 base
   // The mesh: tensor (with sequence parallelism), context and pipeline
   // sizes, and the schedule: 0 1f1b, 1 zb-h1, v >= 2 interleaved with v
   // virtual stages.
@@ -38,7 +43,7 @@ struct Knobs {
   bool parallel() const { return tp > 1 || cp > 1 || pp > 1; }
   auto Tie() const {
     return std::tie(tp, cp, pp, sched, micro_batch, reduce, shard, hpz, merge, fwd, bwd,
-                    offload);
+                    offload, opt, lora);
   }
   bool operator<(const Knobs& o) const { return Tie() < o.Tie(); }
   bool operator==(const Knobs& o) const { return Tie() == o.Tie(); }
@@ -67,6 +72,19 @@ bool Better(const Entry& a, const Knobs& ka, const Entry& b, const Knobs& kb) {
   return ka < kb;
 }
 
+// The techniques on a candidate: optimizer index `opt`, adapters `lora`
+// (Knobs), and the given recompute kind.
+void ApplyTechniques(const TuneTechniques& t, int opt, int lora, Policy& p) {
+  p.optimizer = opt == 1 ? scheduler::OptimizerKind::kAdamW8bit : scheduler::OptimizerKind::kAdamW;
+  p.recompute = t.recompute;
+  if (lora > 0) {
+    p.layout.lora_rank = t.lora_rank > 0 ? t.lora_rank : kDefaultTuneLoraRank;
+    p.layout.lora_alpha = t.lora_alpha;
+    p.layout.lora_targets = t.lora_targets;
+  }
+  if (lora == 2) p.layout.base_dtype = scheduler::BaseDtype::kNf4;
+}
+
 class Tuner {
  public:
   Tuner(const scheduler::ModelSpec& m, const ClusterSpec& c, const Workload& w,
@@ -78,6 +96,8 @@ class Tuner {
     // Starting points: the presets the knobs can express.
     const int gpn = c_.gpus_per_node;
     Knobs base;
+    base.opt = opts_.front();
+    base.lora = loras_.front();
     base.micro_batch = std::find(mbs_.begin(), mbs_.end(), w_.micro_batch) != mbs_.end()
                            ? w_.micro_batch
                            : mbs_.back();
@@ -86,7 +106,7 @@ class Tuner {
     zeropp.hpz = gpn < w_.gpus && w_.gpus % gpn == 0 ? gpn : 0;
     Knobs cur = base;
     std::vector<Knobs> starts = {base, hsdp, zeropp};
-    if (o_.search_mesh) {
+    if (mesh_) {
       // A mesh start and the data-parallel offload one: coordinate descent
       // does not walk from one to the other (a mesh takes no offload).
       Knobs offload = base;
@@ -102,7 +122,7 @@ class Tuner {
     // Coordinate descent.
     using Setter = std::function<void(Knobs&, size_t)>;
     std::vector<std::pair<size_t, Setter>> dims;
-    if (o_.search_mesh) {
+    if (mesh_) {
       dims = {
           {tps_.size(), [&](Knobs& k, size_t i) { k.tp = tps_[i]; }},
           {pps_.size(), [&](Knobs& k, size_t i) { k.pp = pps_[i]; }},
@@ -123,6 +143,8 @@ class Tuner {
          [](Knobs& k, size_t i) { k.reduce = static_cast<int>(i); }},
         {std::size(kOffloads),
          [](Knobs& k, size_t i) { k.offload = static_cast<int>(i); }},
+        {opts_.size(), [&](Knobs& k, size_t i) { k.opt = opts_[i]; }},
+        {loras_.size(), [&](Knobs& k, size_t i) { k.lora = loras_[i]; }},
     };
     dims.insert(dims.end(), dp_dims.begin(), dp_dims.end());
     for (int pass = 0; pass < o_.max_passes; ++pass) {
@@ -164,8 +186,18 @@ class Tuner {
 
  private:
   Status SetUpValues() {
+    const TuneTechniques& t = o_.techniques;
+    opts_ = {t.optimizer == scheduler::OptimizerKind::kAdamW8bit ? 1 : 0};
+    if (opts_[0] == 0 && t.allow_adamw8bit) opts_.push_back(1);
+    if (t.base_dtype == scheduler::BaseDtype::kNf4) {
+      loras_ = {2};
+    } else {
+      loras_ = {t.lora_rank > 0 ? 1 : 0};
+      if (loras_[0] == 0 && t.allow_lora) loras_.push_back(1);
+      if (t.allow_nf4 && loras_.back() == 1) loras_.push_back(2);
+    }
     const int64_t local = w_.global_batch / w_.gpus;
-    if (o_.search_mesh) {
+    if (mesh_) {
       // Per data rank under a mesh: small micro-batches of the global batch.
       for (int64_t mb = 1; mb <= 8 && mb <= w_.global_batch; mb *= 2) {
         if (w_.global_batch % mb == 0 && mb > local) mbs_.push_back(mb);
@@ -196,7 +228,7 @@ class Tuner {
     for (const auto& u : units) {
       if (u.kind == scheduler::UnitKind::kBlock) block = std::max(block, u.numel());
     }
-    if (o_.search_mesh) MeshValues();
+    if (mesh_) MeshValues();
     merges_ = {0};
     const Policy baton = *scheduler::PolicyPreset("baton");
     for (int64_t k : {2, 4, 8}) {
@@ -233,6 +265,7 @@ class Tuner {
     p.forward_prefetch = k.fwd;
     p.backward_prefetch = k.bwd;
     p.offload = kOffloads[k.offload];
+    ApplyTechniques(o_.techniques, k.opt, k.lora, p);
     return p;
   }
 
@@ -271,7 +304,12 @@ class Tuner {
     // block recomputed.
     const double gib = 1073741824.0;
     const MemoryBreakdown least = ActivationMemory(m_, w, -1);
-    const double state = p.offload == scheduler::Offload::kNone ? 12.0 : 0.0;
+    // (8-bit AdamW: 4 + 2 bytes; LoRA: the base has none, and the
+    // adapters are left out of the bound.)
+    const double state = p.offload != scheduler::Offload::kNone ? 0.0
+                         : k.lora > 0                            ? 0.0
+                         : k.opt == 1                            ? 6.0
+                                                                 : 12.0;
     const double bound = state * static_cast<double>(scheduler::ParameterCount(m_)) /
                              mesh->size(scheduler::kDataShardGroup) +
                          c_.reserved_gib * gib + least.activations + least.logits;
@@ -375,6 +413,8 @@ class Tuner {
   const ClusterSpec& c_;
   const Workload& w_;
   const TuneOptions& o_;
+  const bool mesh_ = o_.search_mesh && !o_.techniques.any();
+  std::vector<int> opts_, loras_;
   std::vector<int64_t> mbs_, merges_;
   std::vector<int> shards_, hpzs_;
   std::vector<int> tps_{1}, pps_{1}, cps_{1}, scheds_{0};
@@ -383,7 +423,31 @@ class Tuner {
   int simulated_ = 0;
 };
 
+// The techniques every candidate may get, refused up front (naming what)
+// rather than as "nothing fits".
+Status CheckTechniques(const scheduler::ModelSpec& m, const TuneTechniques& t) {
+  if (t.allow_nf4 && t.lora_rank == 0 && !t.allow_lora) {
+    return absl::InvalidArgumentError(
+        "tune: nf4 freezes the base weights, so it needs LoRA: give --lora-rank=N or allow lora "
+        "too (--allow=lora,nf4)");
+  }
+  Policy p = *scheduler::PolicyPreset("baton");
+  const bool lora = t.lora_rank > 0 || t.allow_lora;
+  ApplyTechniques(t, t.allow_adamw8bit ? 1 : (t.optimizer == scheduler::OptimizerKind::kAdamW8bit),
+                  !lora ? 0 : (t.allow_nf4 || t.base_dtype == scheduler::BaseDtype::kNf4) ? 2 : 1,
+                  p);
+  BATON_RETURN_IF_ERROR(scheduler::ValidatePolicy(p));
+  return scheduler::BuildLayout(m, p.layout, scheduler::Sharding{}).status();
+}
+
 }  // namespace
+
+bool TuneTechniques::any() const {
+  return optimizer != scheduler::OptimizerKind::kAdamW ||
+         recompute != scheduler::Recompute::kFull || lora_rank > 0 ||
+         base_dtype != scheduler::BaseDtype::kParam || allow_adamw8bit || allow_lora ||
+         allow_nf4;
+}
 
 StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
                           const ClusterSpec& cluster, const Workload& workload,
@@ -413,6 +477,7 @@ StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
         options.max_prefetch, ", max_passes ", options.max_passes,
         ", max_step_units ", options.max_step_units, ")"));
   }
+  BATON_RETURN_IF_ERROR(CheckTechniques(model, options.techniques));
   return Tuner(model, cluster, workload, options).Run();
 }
 
@@ -437,7 +502,11 @@ std::string DescribeKnobs(const TuneCandidate& c) {
           : std::string("per_unit"),
       " prefetch=", p.forward_prefetch, "/", p.backward_prefetch,
       " offload=", scheduler::OffloadName(p.offload), " recompute=",
-      p.recompute_blocks < 0 ? std::string("all") : absl::StrCat(p.recompute_blocks));
+      p.recompute_blocks < 0 ? std::string("all") : absl::StrCat(p.recompute_blocks),
+      p.optimizer == scheduler::OptimizerKind::kAdamW8bit ? " optimizer=adamw8bit" : "",
+      p.layout.lora_rank > 0 ? absl::StrCat(" lora=", p.layout.lora_rank) : std::string(),
+      p.layout.base_dtype == scheduler::BaseDtype::kNf4 ? " base=nf4" : "",
+      p.recompute == scheduler::Recompute::kSelective ? " recompute_kind=selective" : "");
 }
 
 }  // namespace baton::sim

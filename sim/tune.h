@@ -29,6 +29,18 @@
 //                      knobs other than reduce_dtype do not apply to a
 //                      parallel mesh (its optimizer shards over every data
 //                      rank, sim/parallel_sim.h).
+//   optimizer          adamw, and adamw8bit when allowed (TuneTechniques)
+//   adapters           none, LoRA (lora_rank, 16 when not given) when
+//                      allowed, LoRA over an NF4 base when allowed: these
+//                      change the training (what is trained, or the
+//                      update's arithmetic), so the tuner tries them only
+//                      when the user allows them (simulate --allow=adamw8bit,
+//                      lora,nf4); techniques the user gives (--optimizer,
+//                      --lora-rank, --base-dtype, --recompute) apply to
+//                      every candidate. With any of them the mesh is not
+//                      searched (the parallel simulation does not price
+//                      them) and the lower bound counts 6 bytes of state
+//                      a parameter under adamw8bit and none under LoRA.
 //   recompute_blocks   not searched: for the other knobs fixed, more
 //                      recompute only adds compute, so each candidate gets
 //                      the fewest recomputed blocks with which it fits
@@ -65,6 +77,22 @@
 
 namespace baton::sim {
 
+// The memory techniques of a search (scheduler/policy.h): the given ones
+// apply to every candidate; the allowed ones are searched.
+struct TuneTechniques {
+  scheduler::OptimizerKind optimizer = scheduler::OptimizerKind::kAdamW;
+  scheduler::Recompute recompute = scheduler::Recompute::kFull;
+  int lora_rank = 0;  // > 0: every candidate has these adapters
+  double lora_alpha = 16;
+  uint32_t lora_targets = scheduler::kAllLoraTargets;
+  scheduler::BaseDtype base_dtype = scheduler::BaseDtype::kParam;
+  bool allow_adamw8bit = false;
+  bool allow_lora = false;  // adapters of lora_rank (16 when it is 0)
+  bool allow_nf4 = false;   // needs LoRA given or allowed
+  // Whether any differs from plain training (the mesh is then not searched).
+  bool any() const;
+};
+
 struct TuneOptions {
   int keep = 5;            // candidates returned
   int max_prefetch = 3;    // deepest prefetch tried, each way
@@ -73,6 +101,7 @@ struct TuneOptions {
   // Micro-steps x (layers + 3) of one step at most (simulate's limit).
   int64_t max_step_units = scheduler::kMaxStepUnits;
   SimOptions sim;          // calibration and kernel tables
+  TuneTechniques techniques;
 };
 
 struct TuneCandidate {
@@ -94,7 +123,9 @@ struct TuneReport {
 // searched: only its sizes, each mesh's batch split is its own), a model or
 // cluster that fails validation, a head dim options.sim.attention cannot
 // run (compute_model.h KernelHeadDim), or options out of range (keep < 1,
-// max_prefetch < 0, max_passes < 1), and when no configuration could be
+// max_prefetch < 0, max_passes < 1), allow_nf4 without LoRA given or
+// allowed, techniques ValidatePolicy refuses (an out-of-range LoRA rank or
+// alpha, no targets, adamw8bit with an f16 parameter dtype), and when no configuration could be
 // simulated (every one cannot fit by the lower bound, or was refused).
 // Candidates that were simulated but do not fit even with every block
 // recomputed come after all that fit (result.fits says).
@@ -104,7 +135,9 @@ StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
 
 // One line of knob values: "mb=1 reduce=bfloat16 shard=8 hpz=0
 // buckets=per_unit prefetch=1/2 offload=none recompute=12" (recompute=all for every
-// block).
+// block), then the techniques that differ from plain training:
+// " optimizer=adamw8bit", " lora=16" (the rank), " base=nf4",
+// " recompute_kind=selective".
 std::string DescribeKnobs(const TuneCandidate& c);
 
 }  // namespace baton::sim

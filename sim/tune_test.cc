@@ -164,6 +164,64 @@ TEST(TuneTest, OffloadWhereNothingElseFitsNotWhereItCostsTime) {
   EXPECT_EQ(again->step_s, parallel->result.step_s) << DescribeKnobs(*parallel);
 }
 
+// The memory techniques change the training, so the tuner uses them only
+// when allowed (simulate --allow); given ones apply to every candidate.
+// llama3-8b on 2 GPUs of 24 GiB: without them only offload and recompute
+// fit; allowed LoRA over an NF4 base fits faster (no weight gradients,
+// 4-bit gathers), and the winner runs again from its policy file.
+TEST(TuneTest, TechniquesOnlyWhenAllowed) {
+  const auto& plain = Tuned();
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (const TuneCandidate& c : plain->best) {
+    EXPECT_EQ(c.policy.optimizer, scheduler::OptimizerKind::kAdamW) << DescribeKnobs(c);
+    EXPECT_EQ(c.policy.layout.lora_rank, 0) << DescribeKnobs(c);
+  }
+  Case c;
+  c.cluster.memory_gib = 24;
+  c.w.gpus = 2;
+  c.w.seq = 2048;
+  c.w.global_batch = 8;
+  auto base = Tune(c.model, c.cluster, c.w, c.o);
+  ASSERT_TRUE(base.ok()) << base.status();
+  ASSERT_TRUE(base->best[0].result.fits);
+  TuneOptions allowed = c.o;
+  allowed.techniques.allow_adamw8bit = allowed.techniques.allow_lora =
+      allowed.techniques.allow_nf4 = true;
+  auto t = Tune(c.model, c.cluster, c.w, allowed);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const TuneCandidate& best = t->best[0];
+  EXPECT_TRUE(best.result.fits);
+  EXPECT_EQ(best.policy.layout.lora_rank, 16) << DescribeKnobs(best);
+  EXPECT_LT(best.result.step_s, base->best[0].result.step_s) << DescribeKnobs(best);
+  EXPECT_NE(DescribeKnobs(best).find(" lora=16"), std::string::npos) << DescribeKnobs(best);
+  auto p = scheduler::PolicyFromJson(scheduler::PolicyToJson(best.policy));
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto again = SimulatePolicy(c.model, c.cluster, best.workload, *p, p->recompute_blocks);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->step_s, best.result.step_s);
+  // Given (not allowed): every candidate has them.
+  TuneOptions given = c.o;
+  given.techniques.optimizer = scheduler::OptimizerKind::kAdamW8bit;
+  given.techniques.lora_rank = 8;
+  auto g = Tune(c.model, c.cluster, c.w, given);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const TuneCandidate& k : g->best) {
+    EXPECT_EQ(k.policy.optimizer, scheduler::OptimizerKind::kAdamW8bit) << DescribeKnobs(k);
+    EXPECT_EQ(k.policy.layout.lora_rank, 8) << DescribeKnobs(k);
+    EXPECT_EQ(k.policy.layout.base_dtype, scheduler::BaseDtype::kParam) << DescribeKnobs(k);
+  }
+  // NF4 alone has nothing to train; a rank above a matrix is named.
+  TuneOptions nf4 = c.o;
+  nf4.techniques.allow_nf4 = true;
+  auto r = Tune(c.model, c.cluster, c.w, nf4);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("needs LoRA"), std::string::npos) << r.status();
+  nf4.techniques.lora_rank = 5000;
+  r = Tune(c.model, c.cluster, c.w, nf4);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("larger than the matrix"), std::string::npos) << r.status();
+}
+
 TEST(TuneTest, BadOptionsAreRefused) {
   Case c;
   TuneOptions o;

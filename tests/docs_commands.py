@@ -373,8 +373,10 @@ class Runner:
         every /tmp and /opt path, a relative script read from the source tree."""
         pythonpath = redirect(words[0][len("PYTHONPATH="):], self.tmp)
         args = [redirect(a, self.tmp) for a in words[2:]]
-        if args and args[0].endswith(".py") and not os.path.isabs(args[0]):
-            args[0] = os.path.join(self.root, args[0])
+        # A relative script (python3 script.py, python3 -m baton.launch ...
+        # script.py) is read from the source tree.
+        args = [os.path.join(self.root, a) if a.endswith(".py") and not os.path.isabs(a)
+                and os.path.isfile(os.path.join(self.root, a)) else a for a in args]
         env = dict(os.environ, PYTHONPATH=pythonpath)
         t0 = time.monotonic()
         try:

@@ -1,5 +1,6 @@
-# Shared by the simulate command-line tests (sourced): `bin` (simulate, the
-# test's first argument), `t` (scratch), `fail`, and the checks run, bad, has.
+# Shared by the command-line tests of simulate and train_tiny (sourced):
+# `bin` (the program, the test's first argument), `t` (scratch), `fail`,
+# and the checks run, bad, has.
 # A check prints "ok NAME" or "FAIL NAME ..." and sets fail=1.
 set -u
 bin="$1"

@@ -32,6 +32,32 @@ PY
 run tune-70b 0 --model=llama3-70b --cluster=h100 --gpus=1024 --global-batch=1024 --tune
 grep '^# tune:' "$t/out"
 
+# Issue 34: the memory techniques only when allowed. llama3-8b on 2 GPUs
+# of 24 GiB: plain, then --allow=adamw8bit,lora,nf4 (the best has LoRA
+# rank 16 and is faster); its policy file runs as tuned.
+small=(--model=llama3-8b --gpus=2 --seq=2048 --global-batch=8 --cluster-file="$t/gpu24.json")
+echo '{"memory_gib": 24}' >"$t/gpu24.json"
+run tune-plain 0 "${small[@]}" --tune --json
+grep -q 'lora=\|optimizer=adamw8bit\|base=nf4' "$t/out" && { echo "FAIL tune-plain: a technique not allowed"; fail=1; }
+tail -n 1 "$t/out" >"$t/plain.json"
+run tune-allow 0 "${small[@]}" --tune --allow=adamw8bit,lora,nf4 --policy-out="$t/lora.json" --json
+has tune-allow '^1 .* lora=16'
+tail -n 1 "$t/out" >"$t/allow.json"
+run tune-allow-file 0 "${small[@]}" --policy-file="$t/lora.json" --json
+tail -n 1 "$t/out" >"$t/allow_file.json"
+python3 - "$t/plain.json" "$t/allow.json" "$t/allow_file.json" <<'PY' || { echo "FAIL tune-allow"; fail=1; }
+import json, sys
+plain, allow = (json.load(open(p))["best"][0] for p in sys.argv[1:3])
+ran = json.load(open(sys.argv[3]))["policies"][0]
+assert allow["fits"] and allow["step_time_s"] < plain["step_time_s"], (plain, allow)
+assert ran["step_time_s"] == allow["step_time_s"], (allow, ran)
+print("allowed LoRA: %.3f s a step against %.3f s" % (allow["step_time_s"], plain["step_time_s"]))
+PY
+bad allow-unknown '--allow: unknown technique "fp8"' "${small[@]}" --tune --allow=lora,fp8
+bad allow-alone '--allow names techniques --tune may choose; it needs --tune' "${small[@]}" --allow=lora
+bad allow-nf4-alone 'nf4 freezes the base weights, so it needs LoRA' "${small[@]}" --tune --allow=nf4
+bad tune-offload '--tune chooses the offload' "${small[@]}" --tune --offload=params
+
 # Bad input.
 bad tune-and-policy '--tune' "${job[@]}" --tune --policy=baton
 bad tune-and-recompute '--tune' "${job[@]}" --tune --recompute-layers=3

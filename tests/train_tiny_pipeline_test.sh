@@ -99,6 +99,8 @@ bad interleaved-layers "blocks to be a multiple of --pp x --vpp = 4" \
 bad vpp-alone "--vpp=V > 1 and --pp-schedule=interleaved go together" "${model[@]}" --pp=2 \
   --vpp=2 --nranks=2
 bad schedule "pipeline schedule must be" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=gpipe
+bad lora "--pp with LoRA adapters or NF4 base weights" "${model[@]}" --pp=2 --nranks=2 \
+  --lora-rank=4
 bad checkpoints "checkpoints of pipeline stages" "${model[@]}" --pp=2 --nranks=2 \
   --save-dir="$t/ck" --save-every=1
 bad layers-count "want --pp=2 stages summing to the model's 2 blocks" "${model[@]}" --pp=2 \

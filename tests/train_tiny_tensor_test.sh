@@ -86,6 +86,8 @@ bad not-dividing-3d "--nranks=6 is not a multiple of --tp=2 x --pp=2" "${model[@
   --pp=2 --nranks=6
 bad adamw8bit "--optimizer=adamw8bit is not run with --tp or --pp yet" "${model[@]}" --tp=2 \
   --nranks=2 --optimizer=adamw8bit
+bad lora "--tp with LoRA adapters or NF4 base weights does not run yet" "${model[@]}" --tp=2 \
+  --nranks=2 --lora-rank=4
 bad checkpoints "checkpoints of tensor-parallel slices" "${model[@]}" --tp=2 --nranks=2 \
   --save-dir="$t/ck" --save-every=1
 exit $fail

@@ -496,8 +496,8 @@ TEST(TrainTinyTest, BadInputIsRefusedWithAClearMessage) {
       {"--optimizer=adam", "--optimizer: optimizer must be adamw or adamw8bit, got \"adam\""},
       {"--recompute=attention", "--recompute: recompute must be full or selective"},
       {"--recompute-layers=-3", "--recompute-layers"},
-      {"--lora-rank=8", "--lora-rank: this program's model has no LoRA or NF4 kernels"},
-      {"--base-dtype=nf4", "--base-dtype: this program's model has no LoRA or NF4 kernels"},
+      {"--lora-targets=bogus --lora-rank=8", "--lora-targets: unknown LoRA target \"bogus\""},
+      {"--base-dtype=nf4", "--base-dtype=nf4 freezes the base weights in 4 bits"},
       {"--policy=zenflow --optimizer=adamw8bit",
        "optimizer = adamw8bit does not combine with zenflow"},
   };

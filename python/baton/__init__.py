@@ -1,4 +1,6 @@
-"""baton from Python: the simulator, the tuner, models and policies.
+"""baton from Python: the simulator, the tuner, models and policies, and
+the session API (Session: baton's schedule under a trainer's own loop, every
+view a DLPack tensor; baton.torch builds on it).
 
 Every function here runs the same C++ code as the `simulate` program and
 refuses the same inputs with the same one-line message, raised as
@@ -17,7 +19,9 @@ __version__ = _baton.__version__
 _SWITCHES = ("sp", "tp_overlap", "tp_across_nodes", "memory")
 
 __all__ = ["simulate", "tune", "model_from_hf_config", "model", "policy",
-           "read_policy", "write_policy"]
+           "read_policy", "write_policy", "Session", "AdamW", "Tensor"]
+
+Tensor = _baton.Tensor
 
 
 def _flags(knobs):
@@ -56,7 +60,8 @@ def simulate(**knobs):
 def tune(**knobs):
     """simulate --tune: the best configurations found, as `--tune --json`
     prints them ({"best": [{"step_time_s", "knobs", ...}, ...], ...});
-    policy_out=PATH writes the best as a policy file."""
+    policy_out=PATH writes the best as a policy file; allow=["adamw8bit",
+    "lora", "nf4"] lets it choose those techniques."""
     _, text = _baton.simulate_args(_flags(knobs) + ["--tune", "--json"])
     return _json.loads(text)
 
@@ -101,3 +106,179 @@ def write_policy(path, policy_or_name):
         raise ValueError("write_policy needs a policy dict or a preset name, got "
                          f"{type(policy_or_name).__name__}")
     _baton.write_policy_file(str(path), text)
+
+
+class AdamW:
+    """baton's fused AdamW (ops/adamw.h: PyTorch's AdamW, decoupled weight
+    decay) on the fp32 master shards, for Session.finish_step."""
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"baton.AdamW: betas must be a pair, got {betas!r}")
+        self.lr, self.betas, self.eps = float(lr), tuple(float(b) for b in betas), float(eps)
+        self.weight_decay = float(weight_decay)
+
+    def __repr__(self):
+        return (f"baton.AdamW(lr={self.lr}, betas={self.betas}, eps={self.eps}, "
+                f"weight_decay={self.weight_decay})")
+
+
+def _model_config(model):
+    """(name, Hugging Face config.json text) of a preset name, a dict as
+    model() returns, or a Hugging Face config dict."""
+    if isinstance(model, str):
+        model = _baton.model_preset(model)
+    if not isinstance(model, dict):
+        raise ValueError("baton.Session: model must be a preset name or a dict (baton.model(), "
+                         f"or a Hugging Face config), got {type(model).__name__}")
+    if "hidden_size" in model:
+        return "hf", _json.dumps(model)
+    keys = ("hidden", "intermediate", "layers", "heads", "vocab")
+    missing = [k for k in keys if k not in model]
+    if missing:
+        raise ValueError(f"baton.Session: the model dict lacks {', '.join(missing)}")
+    hf = {"architectures": ["LlamaForCausalLM"], "hidden_size": model["hidden"],
+          "intermediate_size": model["intermediate"], "num_hidden_layers": model["layers"],
+          "num_attention_heads": model["heads"],
+          "num_key_value_heads": model.get("kv_heads", model["heads"]),
+          "vocab_size": model["vocab"],
+          "tie_word_embeddings": model.get("tie_embeddings", False)}
+    if "head_dim" in model:
+        hf["head_dim"] = model["head_dim"]
+    return str(model.get("name", "model")), _json.dumps(hf)
+
+
+def _policy_json(policy_or_name, dtype):
+    if isinstance(policy_or_name, str):
+        if policy_or_name.endswith(".json"):
+            pol = read_policy(policy_or_name)
+        else:
+            pol = policy(policy_or_name)
+    elif isinstance(policy_or_name, dict):
+        pol = dict(policy_or_name)
+    else:
+        raise ValueError("baton.Session: policy must be a preset name, a policy file (.json) or "
+                         f"a dict, got {type(policy_or_name).__name__}")
+    if dtype is not None:
+        if dtype not in ("f32", "bf16"):
+            raise ValueError(f"baton.Session: dtype must be 'f32' or 'bf16', got {dtype!r}")
+        pol["param_dtype"] = dtype
+        pol["reduce_dtype"] = dtype
+    return _json.dumps(pol)
+
+
+class Session:
+    """scheduler/session.h from Python: baton's gathers, reduces and
+    optimizer under a trainer's own loop (docs/python.md).
+
+    model: a preset name, a dict as model() returns, or a Hugging Face
+    config dict. policy: a preset name, a policy file path (.json) or a
+    policy dict; dtype ('f32' or 'bf16') overrides its parameter and reduce
+    dtypes. Ranks come from the launch environment (RANK, WORLD_SIZE, ...:
+    one process per rank over ucx); without one the session is one rank.
+
+    Per step: begin_step(); per unit in forward order pre_forward(u) (its
+    UnitViews: params, baton.Tensor views valid until post_forward(u)),
+    post_forward(u); per unit in reverse pre_backward(u) (params, grads,
+    grad_accumulate: write each gradient with = or += as it says),
+    post_backward(u); finish_step(baton.AdamW(...) or None). Units are
+    indices or names ("embedding", "block0", ..., "final_norm", "lm_head").
+    A call out of plan order raises RuntimeError naming the expected call.
+    """
+
+    def __init__(self, model, policy="baton", dtype=None, backend="auto", timeout_s=300.0,
+                 _made=None):
+        if _made is not None:
+            self._s = _made
+        else:
+            name, text = _model_config(model)
+            if not isinstance(backend, str):
+                raise ValueError(f"baton.Session: backend must be a string, got {backend!r}")
+            self._s = _baton._Session(name, text, _policy_json(policy, dtype), backend,
+                                      float(timeout_s))
+        self.rank = self._s.rank
+        self.world_size = self._s.world_size
+        self.backend = self._s.backend
+
+    @staticmethod
+    def inproc(n, model, policy="baton", dtype=None, timeout_s=300.0):
+        """n ranks as threads of this process (inproc backend): a list of n
+        sessions, rank r at index r, made together (creation is
+        collective). Drive each from its own Python thread; the hooks
+        release the GIL while baton waits, and collectives (all_reduce,
+        full_master) need every rank's thread to call them."""
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ValueError(f"baton.Session.inproc: n must be an int, got {type(n).__name__}")
+        name, text = _model_config(model)
+        made = _baton._Session.inproc(n, name, text, _policy_json(policy, dtype),
+                                      float(timeout_s))
+        return [Session(None, _made=s) for s in made]
+
+    def layout(self):
+        """{"units": [{"name", "kind", "params": [{"name", "shape"}]}],
+        "buckets": [{"name", "resident", "shard_numel", "padded_numel",
+        "params": [{"name", "shape", "offset", "unit"}]}], "shard_ranks",
+        "shard_rank"}."""
+        return self._s.layout()
+
+    def init_parameters(self, init):
+        """Fills this rank's shards: init(name, shape) returns the whole
+        parameter's float32 values (a NumPy array or any buffer)."""
+        if not callable(init):
+            raise ValueError("baton.Session.init_parameters needs a callable "
+                             f"init(name, shape), got {type(init).__name__}")
+        self._s.init_parameters(init)
+
+    def begin_step(self):
+        self._s.begin_step()
+
+    def pre_forward(self, unit):
+        return self._s.pre_forward(unit)
+
+    def post_forward(self, unit):
+        self._s.post_forward(unit)
+
+    def pre_backward(self, unit):
+        return self._s.pre_backward(unit)
+
+    def post_backward(self, unit):
+        self._s.post_backward(unit)
+
+    def finish_step(self, optimizer=None):
+        """The rest of the step: reduces, then the optimizer on this rank's
+        shards: baton's AdamW (a baton.AdamW), no update (None), or a
+        callable optimizer(shard) run once per bucket with a
+        baton.OptimizerShard (bucket, step, grad_scale, shard_offset, and
+        the views master, grad, moment1, moment2; wrap them with
+        torch.from_dlpack): it updates shard.master in place (using
+        grad * grad_scale, the mean over ranks and micro-steps); baton casts
+        the master into the next gathers. Not under offload."""
+        if callable(optimizer) and not isinstance(optimizer, AdamW):
+            self._s.finish_step_with(optimizer)
+        elif optimizer is None:
+            self._s.finish_step("none")
+        elif isinstance(optimizer, AdamW):
+            self._s.finish_step("adamw", optimizer.lr, optimizer.betas[0], optimizer.betas[1],
+                                optimizer.eps, optimizer.weight_decay)
+        else:
+            raise ValueError("baton.Session.finish_step: optimizer must be a baton.AdamW, a "
+                             f"callable or None, got {type(optimizer).__name__}")
+
+    def synchronize(self):
+        """Waits for baton's streams; raises the first error of any."""
+        self._s.synchronize()
+
+    def read_master(self, bucket):
+        """A copy of this rank's fp32 master shard of bucket `bucket` (a
+        baton.Tensor that owns its memory)."""
+        return self._s.read_master(bucket)
+
+    def full_master(self, bucket):
+        """Bucket `bucket`'s whole fp32 master (padded_numel values, every
+        parameter at its "offset" of layout()), from every rank's shard.
+        Collective: every rank calls it, in the same order, between steps."""
+        return self._s.full_master(bucket)
+
+    def all_reduce(self, values):
+        """The sums over ranks of a list of floats (collective, in fp32)."""
+        return self._s.all_reduce([float(v) for v in values])
