@@ -454,7 +454,10 @@ Status LlamaRank::BlockForwardPart(const scheduler::ComputeContext& ctx) {
   BlockActs& a = acts.blocks[b];
   const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
   auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
-  if (ctx.tensor.output == nullptr) {
+  // tp_comm_overlap: no all-reduce node; the part all-reduces its own
+  // output in chunks (RowParallelOverlapped) into the model's buffers.
+  const bool own = ctx.tensor.output == nullptr;
+  if (own && ctx.tensor.chunks == 0) {
     return absl::InternalError(absl::StrCat(ctx.spec->name, ": a tensor-parallel block part "
                                             "with no output for its all-reduce"));
   }
@@ -473,18 +476,59 @@ Status LlamaRank::BlockForwardPart(const scheduler::ComputeContext& ctx) {
     BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
     BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
     BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
+    if (own) return RowParallelOverlapped(ctx, "wo", {T, Q, H, dtype_}, acts.h[b], a.o, a.x1);
     return RowParallelPartial(ctx, "wo", {T, Q, H, dtype_}, acts.h[b], a.o, ctx.tensor.output);
   }
-  if (ctx.tensor.input == nullptr) {
-    return absl::InternalError(absl::StrCat(ctx.spec->name, ": the MLP part has no attention "
-                                            "output"));
+  if (!own) {
+    if (ctx.tensor.input == nullptr) {
+      return absl::InternalError(absl::StrCat(ctx.spec->name, ": the MLP part has no attention "
+                                              "output"));
+    }
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, ctx.tensor.input, d_.act_bytes));
   }
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, ctx.tensor.input, d_.act_bytes));
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
   BATON_RETURN_IF_ERROR(Project(ctx, "w_gate", {T, H, F, dtype_}, a.n2, a.g, false));
   BATON_RETURN_IF_ERROR(Project(ctx, "w_up", {T, H, F, dtype_}, a.n2, a.u, false));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
+  if (own) return RowParallelOverlapped(ctx, "w_down", {T, F, H, dtype_}, a.x1, a.s, acts.h[b + 1]);
   return RowParallelPartial(ctx, "w_down", {T, F, H, dtype_}, a.x1, a.s, ctx.tensor.output);
+}
+
+Status LlamaRank::RowParallelOverlapped(const scheduler::ComputeContext& ctx, const char* w,
+                                        const ops::LinearShape& shape, const void* res,
+                                        const void* x, void* out) {
+  const int k = ctx.tensor.chunks;
+  const bool adapters = Find(ctx, absl::StrCat(w, ".lora_a").c_str()) >= 0;
+  if (k < 2 || shape.rows % k != 0 || adapters || ctx.tensor.stream == nullptr) {
+    return RowParallelResidual(ctx, w, shape, res, x, out);  // one all-reduce
+  }
+  while (static_cast<int>(chunk_events_.size()) < k + 1) {
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<Event> ev, device_.CreateEvent());
+    chunk_events_.push_back(std::move(ev));
+  }
+  Stream& cs = *ctx.stream;
+  Stream& ts = *ctx.tensor.stream;
+  const int64_t rows = shape.rows / k;
+  const size_t e = DataTypeSize(dtype_);
+  ops::LinearShape part = shape;
+  part.rows = rows;
+  CollectiveOptions opts;
+  opts.tag = scheduler::kFirstTrainerTag + 1;  // the tensor stream's own
+  for (int c = 0; c < k; ++c) {
+    // Chunk c's rows: its GEMM on the compute stream, then its all-reduce
+    // on the tensor stream while the next chunk's GEMM runs.
+    const size_t in_off = static_cast<size_t>(c * rows * shape.in) * e;
+    const size_t out_off = static_cast<size_t>(c * rows * shape.out) * e;
+    char* o = static_cast<char*>(out) + out_off;
+    BATON_RETURN_IF_ERROR(RowParallelPartial(ctx, w, part, static_cast<const char*>(res) + out_off,
+                                             static_cast<const char*>(x) + in_off, o));
+    BATON_RETURN_IF_ERROR(chunk_events_[c]->Record(cs));
+    BATON_RETURN_IF_ERROR(ts.Wait(*chunk_events_[c]));
+    BATON_RETURN_IF_ERROR(ctx.tensor.comm->AllReduce(o, o, static_cast<size_t>(rows * shape.out),
+                                                     dtype_, ReduceOp::kSum, ts, opts));
+  }
+  BATON_RETURN_IF_ERROR(chunk_events_[k]->Record(ts));
+  return cs.Wait(*chunk_events_[k]);
 }
 
 Status LlamaRank::TensorAllReduce(const scheduler::ComputeContext& ctx, void* x) {
@@ -500,7 +544,8 @@ Status LlamaRank::RowParallelPartial(const scheduler::ComputeContext& ctx, const
                                      const void* x, void* out) {
   if (ctx.tensor.rank != 0) return Project(ctx, w, shape, x, out, false);
   // The residual is copied and the projection added onto it.
-  BATON_RETURN_IF_ERROR(ctx.stream->MemcpyAsync(out, res, d_.act_bytes));
+  const size_t bytes = static_cast<size_t>(shape.rows * shape.out) * DataTypeSize(dtype_);
+  BATON_RETURN_IF_ERROR(ctx.stream->MemcpyAsync(out, res, bytes));
   return Project(ctx, w, shape, x, out, true);
 }
 

@@ -156,6 +156,13 @@ class LlamaRank {
                             const ops::LinearShape& shape, const void* res, const void* x,
                             void* out);
   // The same, all-reduced over the tensor group: out = res + x w^T.
+  // RowParallelOverlapped decomposes it (ComputeContext::Tensor::chunks,
+  // tp_comm_overlap): per chunk of rows the GEMM on ctx.stream, then its
+  // all-reduce on ctx.tensor.stream while the next chunk's GEMM runs;
+  // ctx.stream waits for the last. The same sums as RowParallelResidual.
+  Status RowParallelOverlapped(const scheduler::ComputeContext& ctx, const char* w,
+                               const ops::LinearShape& shape, const void* res, const void* x,
+                               void* out);
   Status RowParallelResidual(const scheduler::ComputeContext& ctx, const char* w,
                              const ops::LinearShape& shape, const void* res, const void* x,
                              void* out);
@@ -207,6 +214,8 @@ class LlamaRank {
   int ranks_ = 1;
   int rank_ = 0;
   int tensor_rank_ = 0;  // position in the tensor group (0 without one)
+  // tp_comm_overlap: one event per chunk and one for the last all-reduce.
+  std::vector<std::unique_ptr<Event>> chunk_events_;
   int micro_steps_ = 1;
   DataType dtype_ = DataType::kF32;
   // Sizes and op shapes of one micro-step, derived once from the spec and

@@ -13,7 +13,7 @@
 //     --offload, --lora-rank / --lora-alpha / --lora-targets, --base-dtype)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
 //     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...]
-//     [--tp=T]
+//     [--tp=T [--tp-overlap]]
 //
 // --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
 // column-parallel QKV and gate / up, row-parallel output and down
@@ -23,7 +23,10 @@
 // The step graph is BuildParallelStep's with the layout of tensor slices: a
 // block runs as two compute nodes each way, the forward's all-reduces are
 // nodes on the tensor stream (--trace shows its track), the backward's run
-// inside the compute nodes (scheduler/executor.h).
+// inside the compute nodes (scheduler/executor.h). --tp-overlap
+// (Policy::tp_comm_overlap) drops the all-reduce nodes: each block part
+// all-reduces its row-parallel output in T row chunks on the tensor
+// stream, each beside the next chunk's GEMM (the same sums).
 //
 // --pp=P splits the model into P pipeline stages (scheduler/parallel_graph.h:
 // the embedding and the first blocks on the first, the last blocks, final
@@ -134,6 +137,7 @@ struct Flags {
   int vpp = 1;  // --vpp: model chunks per stage (interleaved)
   int tp = 1;  // --tp: tensor ranks
   bool sp = false;  // --sp: sequence parallelism (refused: not run yet)
+  bool tp_overlap = false;  // --tp-overlap: the forward's all-reduces decomposed
   std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
   scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
 };
@@ -166,7 +170,8 @@ const char kUsage[] =
     "  [--pp-layers=even|flops|N,N,...] (blocks per stage: even, balancing each\n"
     "   unit's training FLOPs, or given)\n"
     "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
-    "   heads, KV heads and FFN width)\n"
+    "   heads, KV heads and FFN width) [--tp-overlap] (the forward's all-reduces\n"
+    "   in T row chunks, each beside the next chunk's GEMM)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -209,6 +214,7 @@ Flags Parse(int argc, char** argv) {
     if (a == "--check-schedule") { flags.Switch(a); f.check_schedule = true; continue; }
     if (a == "--arrivals") { flags.Switch(a); f.arrivals = true; continue; }
     if (a == "--sp") { flags.Switch(a); f.sp = true; continue; }
+    if (a == "--tp-overlap") { flags.Switch(a); f.tp_overlap = true; continue; }
     const auto [key, v] = flags.Split(a);
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
@@ -337,6 +343,7 @@ Flags Parse(int argc, char** argv) {
     }
   }
   if (f.sp && f.tp == 1) Fail("--sp (sequence parallelism) needs --tp > 1");
+  if (f.tp_overlap && f.tp == 1) Fail("--tp-overlap needs --tp > 1");
   if (f.tp > 1) {
     // What tensor parallelism does not run with yet, one line each.
     if (f.sp) {
@@ -401,6 +408,7 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     }
   }
   p.tensor_parallel = f.tp;
+  p.tp_comm_overlap = f.tp_overlap;
   if (f.tp > 1 &&
       (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4)) {
     // The stage graphs keep no frozen buckets apart, and the adapters have
@@ -815,7 +823,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
       results[0].stage_bubble.push_back(count[s] > 0 ? sum[s] / count[s] : -1);
     }
   }
-  if (trace && job.tp > 1 && !results[0].losses.empty()) {
+  if (trace && job.tp > 1 && !job.policy.tp_comm_overlap && !results[0].losses.empty()) {
     const int64_t last = results[0].first_step + results[0].losses.size() - 1;
     for (const auto& [r, ms] : step_trace.ExposedWaitMs(last, scheduler::StreamClass::kTensor)) {
       results[0].tp_exposed_ms.push_back(ms);
@@ -1015,6 +1023,7 @@ int Main(int argc, char** argv) {
     ref.policy.pipeline_schedule = scheduler::PipelineSchedule::k1F1B;
     ref.tp = 1;
     ref.policy.tensor_parallel = 1;
+    ref.policy.tp_comm_overlap = false;
     ref.config.batch = job.config.batch * (nranks / f.pp / f.tp);
     ref.progress = false;
     auto r = RunInproc(ref, *corpus, f.device, 1, "train_tiny_reference",

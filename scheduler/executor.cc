@@ -48,10 +48,10 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
         "1F1B pipeline stages and tensor parallelism");
   }
   if (p.tensor_parallel > 1) {
-    if (p.sequence_parallel || p.tp_comm_overlap) {
+    if (p.sequence_parallel) {
       return absl::UnimplementedError(
-          "executor: sequence parallelism and tp_comm_overlap are simulated only; the "
-          "executor runs tensor parallelism with all-reduces");
+          "executor: sequence parallelism is simulated only; the executor runs tensor "
+          "parallelism with all-reduces");
     }
     if (!graph.tensor_slices) {
       return absl::InvalidArgumentError(
@@ -176,7 +176,11 @@ Status Executor::BindGroups() {
   // The groups the graph's collectives run over, and the data-shard group
   // (shard_rank()), in one order on every rank: Split is collective.
   std::vector<MeshGroup> needed = {kDataShardGroup};
-  for (const Node& n : graph_.nodes) needed.push_back(n.group);
+  for (const Node& n : graph_.nodes) {
+    needed.push_back(n.group);
+    // Collectives run inside compute nodes (tp_comm_overlap's all-reduces).
+    for (const FusedComm& f : n.fused) needed.push_back(f.group);
+  }
   std::sort(needed.begin(), needed.end());
   needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
   for (const GroupComm& given : options_.group_comms) {
@@ -640,6 +644,12 @@ ComputeContext Executor::MakeComputeContext(int i) {
     ctx.tensor.comm = &tp;
     ctx.tensor.rank = tp.rank();
     ctx.tensor.size = tp.size();
+    ctx.tensor.stream = &stream(graph_.stream_for(StreamClass::kTensor));
+    for (const FusedComm& f : n.fused) {
+      if (f.kind == FusedComm::Kind::kAllReduce && f.group == kTensorGroup) {
+        ctx.tensor.chunks = f.chunks;
+      }
+    }
     for (int r : n.reads) {
       if (tensor_written_[r]) ctx.tensor.input = BufferData(r);
     }

@@ -54,17 +54,19 @@
 // run.
 //
 // Tensor parallelism (tensor_parallel > 1, inside pipeline stages or not,
-// all-reduces: no sequence parallelism or tp_comm_overlap; the graph built with
+// all-reduces: no sequence parallelism; the graph built with
 // BuildParallelStep's tensor_slices, so each rank's buffers hold its tensor
 // slice, sharded over its data ranks): a block's compute nodes each run a
 // part of it (ComputeContext::tensor), the forward's all-reduces are graph
 // nodes on the tensor stream over the tensor group's communicator (Split
 // like the other groups), on planned activation buffers, ordered against
 // the compute by events both ways; the backward's are fused into the
-// compute nodes, run by the trainer on ctx.tensor.comm. Gradients are
+// compute nodes, run by the trainer on ctx.tensor.comm (under
+// tp_comm_overlap the forward's too, decomposed: ComputeContext::Tensor).
+// Gradients are
 // summed over the data ranks only (grad_scale), each tensor rank keeping
 // its slice's. Refused (Unimplemented) until they run: context
-// parallelism, sequence parallelism, tp_comm_overlap, the zero-bubble
+// parallelism, sequence parallelism, the zero-bubble
 // schedule, adamw8bit on any
 // parallel graph (its stage graphs keep fp32 moments); InvalidArgument
 // with check_schedule or an optimizer driver, or a tensor-parallel graph
@@ -151,6 +153,13 @@ struct ComputeContext {
   // with tags from kFirstTrainerTag; a whole-unit recompute runs its
   // forward's all-reduces the same way. `rank` / `size`: this rank's
   // position in the tensor group and its size (1 without it).
+  // Under tp_comm_overlap (no AR-TP nodes: Node::fused) every all-reduce
+  // is the node's own: `chunks` (the policy's tensor_parallel) says to
+  // decompose it, the row-parallel GEMM in row chunks each all-reduced on
+  // `stream` (the tensor stream, idle otherwise: the trainer orders it
+  // against ctx.stream with events both ways and ends the node with
+  // ctx.stream waiting on it) while the next chunk's GEMM runs; 0: one
+  // all-reduce after the GEMM.
   struct Tensor {
     uint8_t segments = 0;
     const void* input = nullptr;
@@ -158,6 +167,8 @@ struct ComputeContext {
     Communicator* comm = nullptr;
     int rank = 0;
     int size = 1;
+    Stream* stream = nullptr;
+    int chunks = 0;
   } tensor;
 };
 

@@ -221,5 +221,46 @@ TEST(ExecutorTensorTest, TheTraceMeasuresTheExposedTensorWaits) {
   EXPECT_LT(exposed.at(1), exposed.at(0));
 }
 
+TEST(ExecutorTensorTest, OverlapLeavesTheAllReducesToTheBlockParts) {
+  // tp_comm_overlap: no AR-TP nodes; every block part gets the tensor
+  // stream, the chunk count and the communicator, and no all-reduce buffer.
+  constexpr int kRanks = 2;
+  Policy p = TensorPolicy(kRanks, 1);
+  p.tp_comm_overlap = true;
+  auto step = Build(p, kRanks);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const StepGraph& g = step->stages[0];
+  for (const Node& n : g.nodes) EXPECT_NE(n.stream, g.stream_for(StreamClass::kTensor)) << n.name;
+  auto group = CreateInprocGroup(kRanks);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::atomic<int> parts{0}, bad{0};
+  std::vector<Status> status(kRanks);
+  RunRanks(kRanks, [&](int r) {
+    auto exec = Executor::Create(g, *group->device, *group->comms[r]);
+    if (!exec.ok()) {
+      status[r] = exec.status();
+      return;
+    }
+    StepCallbacks cb;
+    cb.compute = [&](const ComputeContext& ctx) -> Status {
+      const ComputeContext::Tensor t = ctx.tensor;
+      if (t.segments == 0) return absl::OkStatus();
+      ++parts;
+      if (t.chunks != kRanks || t.stream == nullptr || t.comm == nullptr || t.input != nullptr ||
+          t.output != nullptr || t.stream == ctx.stream) {
+        ++bad;
+      }
+      return absl::OkStatus();
+    };
+    cb.optimizer = [](const OptimizerContext&) { return absl::OkStatus(); };
+    Status st = (*exec)->Step(cb);
+    if (st.ok()) st = (*exec)->Synchronize();
+    status[r] = st;
+  });
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+  EXPECT_EQ(parts.load(), kRanks * 4 * static_cast<int>(ModelPreset("micro")->layers));
+  EXPECT_EQ(bad.load(), 0);
+}
+
 }  // namespace
 }  // namespace baton::scheduler

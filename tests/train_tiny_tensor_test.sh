@@ -1,7 +1,8 @@
 #!/bin/bash
 # train_tiny --tp: tensor parallelism executed against the unsharded one-rank
 # run (losses and final parameters within 1e-5 relative, f32): TP 2 and 4
-# (4 with --kv-heads=4), alone and with FSDP2 sharding of each tensor rank's
+# (4 with --kv-heads=4), with and without --tp-overlap (bit for bit the
+# same), alone and with FSDP2 sharding of each tensor rank's
 # slice over the data ranks, with selective recompute, inside 1F1B pipeline
 # stages (3D), and on ucx processes;
 # bad input is one line on stderr, exit code 2.
@@ -11,6 +12,15 @@
 source tests/simulate_cli_lib.sh  # bin (train_tiny), t, fail; run, bad, has
 model=(--layers=2 --hidden=64 --heads=4 --ffn=128 --vocab=128 --seq=32 --lr=1e-3
        --steps=20 --dtype=f32)
+same() {  # same NAME FILE: the --json line's losses and parameter difference are FILE's
+  python3 - "$2" "$t/out" <<'PY' || { echo "FAIL $1 differs"; fail=1; }
+import json, sys
+a, b = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:])
+assert a["losses"] == b["losses"], (a["losses"], b["losses"])
+assert a["max_param_rel_diff_vs_reference"] == b["max_param_rel_diff_vs_reference"]
+print("  bit for bit the losses and parameters of the run with all-reduce nodes")
+PY
+}
 equal() {  # equal NAME PARAMS: the --json line's differences <= 1e-5, loss falls 15%
   tail -n 1 "$t/out" | python3 -c '
 import json, sys
@@ -47,6 +57,12 @@ for e in events:
 assert on.get("AR-TP") == {"tensor"}, on.get("AR-TP")
 print("  trace: the tensor track on both ranks, AR-TP slices on it only")
 PY
+# --tp-overlap: the same sums, bit for bit.
+cp "$t/out" "$t/tp2.out"
+run tp2-overlap 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --tp-overlap --check-reference \
+  --json
+equal tp2-overlap 1
+same tp2-overlap "$t/tp2.out"
 run tp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --policy=fsdp2 --check-reference \
   --json
 equal tp2-fsdp2 1
@@ -58,6 +74,7 @@ equal tp4 1
 run tp4-fsdp2 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=8 --policy=fsdp2 --check-reference \
   --json
 equal tp4-fsdp2 1
+cp "$t/out" "$t/tp4.out"
 # 3D: TP inside 1F1B pipeline stages, with fsdp2 inside each (tensor, stage).
 run tp2-pp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
   --check-reference --json
@@ -66,6 +83,10 @@ equal tp2-pp2 1
 run tp2-pp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=8 --micro-steps=3 \
   --policy=fsdp2 --check-reference --json
 equal tp2-pp2-fsdp2 1
+run tp4-fsdp2-overlap 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=8 --policy=fsdp2 \
+  --tp-overlap --check-reference --json
+equal tp4-fsdp2-overlap 1
+same tp4-fsdp2-overlap "$t/tp4.out"
 run tp2-pp2-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
   --backend=ucx --check-reference --json
 equal tp2-pp2-ucx 0
@@ -80,6 +101,7 @@ bad ffn "--tp=4 does not divide the model's 126 FFN width" "${model[@]/--ffn=128
   --kv-heads=4 --tp=4 --nranks=4
 bad more-than-ranks "--tp=4 is more than the 2 ranks" "${model[@]}" --tp=4 --nranks=2
 bad not-dividing "--nranks=3 is not a multiple of --tp=2" "${model[@]}" --tp=2 --nranks=3
+bad overlap-alone "--tp-overlap needs --tp > 1" "${model[@]}" --tp-overlap
 bad sp-alone "--sp (sequence parallelism) needs --tp > 1" "${model[@]}" --sp
 bad sp "--sp is simulated only" "${model[@]}" --tp=2 --nranks=2 --sp
 bad not-dividing-3d "--nranks=6 is not a multiple of --tp=2 x --pp=2" "${model[@]}" --tp=2 \
