@@ -71,10 +71,14 @@ run tp2-recompute 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --micro-steps=2
 equal tp2-recompute 1
 run tp4 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=4 --check-reference --json
 equal tp4 1
+cp "$t/out" "$t/tp4.out"
+run tp4-overlap 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=4 --tp-overlap --check-reference \
+  --json
+equal tp4-overlap 1
+same tp4-overlap "$t/tp4.out"
 run tp4-fsdp2 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=8 --policy=fsdp2 --check-reference \
   --json
 equal tp4-fsdp2 1
-cp "$t/out" "$t/tp4.out"
 # 3D: TP inside 1F1B pipeline stages, with fsdp2 inside each (tensor, stage).
 run tp2-pp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
   --check-reference --json
@@ -83,10 +87,6 @@ equal tp2-pp2 1
 run tp2-pp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=8 --micro-steps=3 \
   --policy=fsdp2 --check-reference --json
 equal tp2-pp2-fsdp2 1
-run tp4-fsdp2-overlap 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=8 --policy=fsdp2 \
-  --tp-overlap --check-reference --json
-equal tp4-fsdp2-overlap 1
-same tp4-fsdp2-overlap "$t/tp4.out"
 run tp2-pp2-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
   --backend=ucx --check-reference --json
 equal tp2-pp2-ucx 0
