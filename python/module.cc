@@ -21,6 +21,7 @@
 #include "baton/scheduler/model.h"
 #include "baton/scheduler/policy.h"
 #include "baton/scheduler/policy_file.h"
+#include "baton/scheduler/step_graph.h"
 
 namespace py = pybind11;
 
@@ -62,6 +63,38 @@ py::dict ModelDict(const scheduler::ModelSpec& m) {
   return d;
 }
 
+// The static memory plan of one step of `model` (Hugging Face config.json
+// text) under `policy` (policy-file JSON) on `ranks` ranks, as JSON:
+// {"ranks", "buffers", "persistent_bytes", "host_bytes", "build_ms",
+//  "plan": MemoryPlan::ToJson()}. ValueError "baton.plan_memory: ..." for a
+// bad model, policy or rank count, or a policy the model cannot run.
+std::string PlanMemoryJson(const std::string& model_name, const std::string& model,
+                           const std::string& policy, int64_t ranks) {
+  const std::string prefix = "baton.plan_memory: ";
+  if (ranks < 1 || ranks > scheduler::kMaxWorldSize) {
+    throw py::value_error(absl::StrCat(prefix, "ranks must be in [1, ",
+                                       scheduler::kMaxWorldSize, "], got ", ranks));
+  }
+  const scheduler::ModelSpec spec =
+      ValueOrRaise(scheduler::ModelFromHfConfig(model, model_name), prefix + "model: ");
+  const scheduler::Policy pol = ValueOrRaise(scheduler::PolicyFromJson(policy, "policy"), prefix);
+  if (scheduler::IsParallel(pol)) {
+    throw py::value_error(prefix + "policy " + pol.name +
+                          " has tensor, context or pipeline parallelism: plan_memory plans "
+                          "data-parallel steps (simulate prices the others)");
+  }
+  StatusOr<scheduler::StepGraph> graph = absl::UnknownError("not built");
+  {
+    py::gil_scoped_release release;
+    graph = scheduler::BuildStepGraph(spec, pol, static_cast<int>(ranks));
+  }
+  const scheduler::StepGraph g = ValueOrRaise(std::move(graph), prefix);
+  return absl::StrCat("{\"ranks\":", ranks, ",\"buffers\":", g.buffers.size(),
+                      ",\"persistent_bytes\":", g.persistent_bytes,
+                      ",\"host_bytes\":", g.host_bytes, ",\"build_ms\":", g.build_ms,
+                      ",\"plan\":", g.plan.ToJson(), "}");
+}
+
 }  // namespace
 }  // namespace baton
 
@@ -73,6 +106,9 @@ PYBIND11_MODULE(_baton, m) {
   python::BindSession(m);
   m.def("simulate_args", &Simulate, py::arg("args"),
         "Runs `simulate ARGS`; returns (printed text, JSON text).");
+  m.def("plan_memory_json", &PlanMemoryJson, py::arg("model_name"), py::arg("model"),
+        py::arg("policy"), py::arg("ranks"),
+        "The static memory plan of one step as JSON (baton.plan_memory).");
   m.def(
       "model_from_hf_config_text",
       [](const std::string& text) {

@@ -180,6 +180,47 @@ class ModuleTest(unittest.TestCase):
         self.assertIn("--tune searches the policy", str(e.exception))
 
 
+    def test_plan_memory(self):
+        plans = {r: baton.plan_memory("tiny", policy="fsdp2", ranks=r) for r in (1, 2, 4)}
+        for r, got in plans.items():
+            plan = got["plan"]
+            self.assertEqual(got["ranks"], r)
+            bufs = plan["buffers"]
+            self.assertGreater(len(bufs), 0)
+            # The lower bound is the most bytes live at one issue position.
+            last = max(b["last"] for b in bufs)
+            live = [0] * (last + 1)
+            for b in bufs:
+                for pos in range(b["first"], b["last"] + 1):
+                    live[pos] += b["bytes"]
+            self.assertEqual(plan["lower_bound_bytes"], max(live))
+            self.assertGreaterEqual(plan["arena_bytes"], plan["lower_bound_bytes"])
+            self.assertAlmostEqual(plan["ratio"],
+                                   plan["arena_bytes"] / plan["lower_bound_bytes"])
+            # Placed, aligned, inside the arena; buffers live at once never share bytes.
+            for b in bufs:
+                self.assertEqual(b["offset"] % b["alignment"], 0, b["name"])
+                self.assertLessEqual(b["offset"] + b["bytes"], plan["arena_bytes"], b["name"])
+            for i, a in enumerate(bufs):
+                for b in bufs[i + 1:]:
+                    if a["first"] <= b["last"] and b["first"] <= a["last"]:
+                        self.assertTrue(a["offset"] + a["bytes"] <= b["offset"] or
+                                        b["offset"] + b["bytes"] <= a["offset"],
+                                        (a["name"], b["name"]))
+        # Sharded state shrinks with the ranks (padding aside).
+        one, two = plans[1]["persistent_bytes"], plans[2]["persistent_bytes"]
+        self.assertLess(abs(two * 2 - one) / one, 0.05)
+        for bad, needle in ((dict(ranks=0), "ranks must be in"),
+                            (dict(ranks="2"), "ranks must be an int"),
+                            (dict(policy="nosuch"), "nosuch"),
+                            (dict(policy=dict(baton.policy("fsdp2"), pipeline_parallel=2),
+                                  ranks=2), "pipeline")):
+            with self.assertRaises(ValueError) as e:
+                baton.plan_memory("tiny", **dict(dict(policy="fsdp2"), **bad))
+            self.assertIn(needle, str(e.exception))
+            self.assertTrue(str(e.exception).startswith("baton.plan_memory: "), str(e.exception))
+
+
 def main():
     global ARGS, baton
     parser = argparse.ArgumentParser()

@@ -19,7 +19,7 @@ __version__ = _baton.__version__
 _SWITCHES = ("sp", "tp_overlap", "tp_across_nodes", "memory")
 
 __all__ = ["simulate", "tune", "model_from_hf_config", "model", "policy",
-           "read_policy", "write_policy", "Session", "AdamW", "Tensor"]
+           "read_policy", "write_policy", "plan_memory", "Session", "AdamW", "Tensor"]
 
 Tensor = _baton.Tensor
 
@@ -108,6 +108,25 @@ def write_policy(path, policy_or_name):
     _baton.write_policy_file(str(path), text)
 
 
+def plan_memory(model, policy="baton", ranks=1, dtype=None):
+    """The static memory plan of one data-parallel step (memory/planner.h):
+    every gathered parameter, gradient and staging buffer of the step graph
+    placed in one arena, against the lower bound. model: a preset name, a
+    dict as model() returns, or a Hugging Face config dict; policy: a preset
+    name, a policy file (.json) or a dict; ranks: the world size. Returns a
+    dict: ranks, buffers, persistent_bytes (shards, masters and optimizer
+    state), host_bytes (offload), build_ms and plan (arena_bytes,
+    lower_bound_bytes, ratio, strategy, added_edges, and per buffer its name,
+    bytes, offset, alignment and first / last node). Activations are the
+    trainer's and not in it. ValueError for bad input."""
+    if isinstance(ranks, bool) or not isinstance(ranks, int):
+        raise ValueError(f"baton.plan_memory: ranks must be an int, got {type(ranks).__name__}")
+    who = "baton.plan_memory"
+    name, text = _model_config(model, who)
+    return _json.loads(_baton.plan_memory_json(name, text, _policy_json(policy, dtype, who),
+                                               ranks))
+
+
 class AdamW:
     """baton's fused AdamW (ops/adamw.h: PyTorch's AdamW, decoupled weight
     decay) on the fp32 master shards, for Session.finish_step."""
@@ -123,20 +142,20 @@ class AdamW:
                 f"weight_decay={self.weight_decay})")
 
 
-def _model_config(model):
+def _model_config(model, who="baton.Session"):
     """(name, Hugging Face config.json text) of a preset name, a dict as
     model() returns, or a Hugging Face config dict."""
     if isinstance(model, str):
         model = _baton.model_preset(model)
     if not isinstance(model, dict):
-        raise ValueError("baton.Session: model must be a preset name or a dict (baton.model(), "
+        raise ValueError(f"{who}: model must be a preset name or a dict (baton.model(), "
                          f"or a Hugging Face config), got {type(model).__name__}")
     if "hidden_size" in model:
         return "hf", _json.dumps(model)
     keys = ("hidden", "intermediate", "layers", "heads", "vocab")
     missing = [k for k in keys if k not in model]
     if missing:
-        raise ValueError(f"baton.Session: the model dict lacks {', '.join(missing)}")
+        raise ValueError(f"{who}: the model dict lacks {', '.join(missing)}")
     hf = {"architectures": ["LlamaForCausalLM"], "hidden_size": model["hidden"],
           "intermediate_size": model["intermediate"], "num_hidden_layers": model["layers"],
           "num_attention_heads": model["heads"],
@@ -148,20 +167,23 @@ def _model_config(model):
     return str(model.get("name", "model")), _json.dumps(hf)
 
 
-def _policy_json(policy_or_name, dtype):
+def _policy_json(policy_or_name, dtype, who="baton.Session"):
     if isinstance(policy_or_name, str):
-        if policy_or_name.endswith(".json"):
-            pol = read_policy(policy_or_name)
-        else:
-            pol = policy(policy_or_name)
+        try:
+            if policy_or_name.endswith(".json"):
+                pol = read_policy(policy_or_name)
+            else:
+                pol = policy(policy_or_name)
+        except ValueError as e:
+            raise ValueError(f"{who}: {e}") from None
     elif isinstance(policy_or_name, dict):
         pol = dict(policy_or_name)
     else:
-        raise ValueError("baton.Session: policy must be a preset name, a policy file (.json) or "
+        raise ValueError(f"{who}: policy must be a preset name, a policy file (.json) or "
                          f"a dict, got {type(policy_or_name).__name__}")
     if dtype is not None:
         if dtype not in ("f32", "bf16"):
-            raise ValueError(f"baton.Session: dtype must be 'f32' or 'bf16', got {dtype!r}")
+            raise ValueError(f"{who}: dtype must be 'f32' or 'bf16', got {dtype!r}")
         pol["param_dtype"] = dtype
         pol["reduce_dtype"] = dtype
     return _json.dumps(pol)
