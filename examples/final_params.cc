@@ -4,11 +4,13 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "baton/scheduler/tensor_parallel.h"
 
 namespace baton::examples {
 
 StatusOr<std::vector<ParamPiece>> FinalParamPieces(const scheduler::ModelLayout& layout,
-                                                   scheduler::Executor& executor) {
+                                                   scheduler::Executor& executor, int tp,
+                                                   int tp_rank) {
   std::vector<ParamPiece> out;
   for (int b = 0; b < static_cast<int>(layout.buckets.size()); ++b) {
     StatusOr<std::vector<float>> master = executor.ReadMaster(b);
@@ -21,9 +23,22 @@ StatusOr<std::vector<ParamPiece>> FinalParamPieces(const scheduler::ModelLayout&
       const int64_t lo = std::max(begin, slot.offset);
       const int64_t hi = std::min(end, slot.offset + slot.numel);
       if (lo >= hi) continue;
-      ParamPiece piece{slot.name, slot.numel, lo - slot.offset, {}};
-      piece.values.assign(master->begin() + (lo - begin), master->begin() + (hi - begin));
-      out.push_back(std::move(piece));
+      // Runs of consecutive elements of the whole parameter.
+      const scheduler::TensorSplit split =
+          tp > 1 ? scheduler::TensorSplitOf(slot.name) : scheduler::TensorSplit::kReplicated;
+      const int64_t whole =
+          split == scheduler::TensorSplit::kReplicated ? slot.numel : slot.numel * tp;
+      auto at = [&](int64_t i) {
+        return scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank, i - slot.offset);
+      };
+      for (int64_t i = lo; i < hi;) {
+        int64_t j = i + 1;
+        while (j < hi && at(j) == at(i) + (j - i)) ++j;
+        ParamPiece piece{slot.name, whole, at(i), {}};
+        piece.values.assign(master->begin() + (i - begin), master->begin() + (j - begin));
+        out.push_back(std::move(piece));
+        i = j;
+      }
     }
   }
   return out;

@@ -32,10 +32,14 @@ struct ParamPiece {
 using WholeParams = std::map<std::string, std::vector<float>>;
 
 // This rank's pieces: every bucket of `layout` whose master the executor
-// holds, its shard of each. Errors of Executor::ReadMaster (other than a
-// bucket it does not hold).
+// holds, its shard of each. Under tensor parallelism (`tp` > 1) the layout
+// is of tensor rank `tp_rank`'s slice (scheduler/tensor_parallel.h) and
+// the pieces are placed in the whole parameters (a row-parallel weight's
+// slice is one piece per row). Errors of Executor::ReadMaster (other than
+// a bucket it does not hold).
 StatusOr<std::vector<ParamPiece>> FinalParamPieces(const scheduler::ModelLayout& layout,
-                                                   scheduler::Executor& executor);
+                                                   scheduler::Executor& executor, int tp = 1,
+                                                   int tp_rank = 0);
 
 // Every rank's pieces merged; InternalError naming a parameter some
 // element of which no rank holds.

@@ -127,7 +127,8 @@ scheduler::Nf4Packer Nf4Packer() {
 }
 
 LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
-                     const Corpus& corpus, Device& device, int ranks, int rank)
+                     const Corpus& corpus, Device& device, int ranks, int rank,
+                     int tensor_rank)
     : graph_(graph),
       spec_(graph.layout.spec),
       config_(config),
@@ -135,6 +136,7 @@ LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& confi
       device_(device),
       ranks_(ranks),
       rank_(rank),
+      tensor_rank_(tensor_rank),
       micro_steps_(graph.policy.micro_steps),
       dtype_(graph.policy.param_dtype),
       d_(MakeDims(spec_, config, dtype_)) {}
@@ -160,7 +162,8 @@ LlamaRank::Dims LlamaRank::MakeDims(const scheduler::ModelSpec& spec, const Trai
 StatusOr<std::unique_ptr<LlamaRank>> LlamaRank::Create(const scheduler::StepGraph& graph,
                                                        const TrainConfig& config,
                                                        const Corpus& corpus, Device& device,
-                                                       int ranks, int rank) {
+                                                       int ranks, int rank,
+                                                       int tensor_rank) {
   if (config.seq < 1 || config.batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "seq and batch must be positive, got ", config.seq, " and ", config.batch));
@@ -172,7 +175,8 @@ StatusOr<std::unique_ptr<LlamaRank>> LlamaRank::Create(const scheduler::StepGrap
   if (graph.policy.param_dtype != DataType::kF32 && graph.policy.param_dtype != DataType::kBF16) {
     return absl::InvalidArgumentError("the parameter dtype must be float or bfloat16");
   }
-  std::unique_ptr<LlamaRank> r(new LlamaRank(graph, config, corpus, device, ranks, rank));
+  std::unique_ptr<LlamaRank> r(
+      new LlamaRank(graph, config, corpus, device, ranks, rank, tensor_rank));
   BATON_RETURN_IF_ERROR(r->Allocate());
   return r;
 }
@@ -291,6 +295,7 @@ Status LlamaRank::LoadBatch(Stream& stream, int64_t step) {
 
 StatusOr<double> LlamaRank::LossSum(Stream& stream) {
   if (!has_head_) return 0.0;  // a pipeline stage before the last
+  if (tensor_rank_ != 0) return 0.0;  // tensor rank 0 counts it
   std::vector<float> host(micro_steps_ * d_.T);
   for (int m = 0; m < micro_steps_; ++m) {
     BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data() + m * d_.T, loss_[m], d_.T * 4));
@@ -367,9 +372,25 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
           ctx.recompute == scheduler::Recompute::kSelective) {
         return AttentionCore(ctx);
       }
+      if (ctx.tensor.segments != 0) {
+        if (!backward) return BlockForwardPart(ctx);
+        using scheduler::BlockSegment;
+        using scheduler::SegmentBit;
+        if (ctx.tensor.segments & SegmentBit(BlockSegment::kMlp)) {
+          BATON_RETURN_IF_ERROR(MlpBackward(ctx));
+        }
+        if (ctx.tensor.segments & SegmentBit(BlockSegment::kAttention)) {
+          BATON_RETURN_IF_ERROR(AttentionBackward(ctx));
+        }
+        return absl::OkStatus();
+      }
       return backward ? BlockBackward(ctx) : BlockForward(ctx);
     case scheduler::UnitKind::kFinalNorm: {
       if (!backward) {
+        if (ctx.tensor.input != nullptr) {  // the last block's output, all-reduced
+          BATON_RETURN_IF_ERROR(
+              st.MemcpyAsync(acts.h[spec_.layers], ctx.tensor.input, d_.act_bytes));
+        }
         return ops::RmsNormForward(st, norm, acts.h[spec_.layers], ctx.params[0].data, acts.nf,
                                    acts.rstdf);
       }
@@ -415,16 +436,124 @@ Status LlamaRank::BlockForward(const scheduler::ComputeContext& ctx) {
   BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
   BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
   BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
-  // x1 = x + o wo^T: the residual is copied, the projection added onto it.
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, x, d_.act_bytes));
-  BATON_RETURN_IF_ERROR(Project(ctx, "wo", {T, Q, H, dtype_}, a.o, a.x1, true));
+  // x1 = x + o wo^T (row-parallel: the partial products all-reduced).
+  BATON_RETURN_IF_ERROR(RowParallelResidual(ctx, "wo", {T, Q, H, dtype_}, x, a.o, a.x1));
   BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
   BATON_RETURN_IF_ERROR(Project(ctx, "w_gate", {T, H, F, dtype_}, a.n2, a.g, false));
   BATON_RETURN_IF_ERROR(Project(ctx, "w_up", {T, H, F, dtype_}, a.n2, a.u, false));
   BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
-  void* out = acts.h[b + 1];
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(out, a.x1, d_.act_bytes));
-  return Project(ctx, "w_down", {T, F, H, dtype_}, a.s, out, true);
+  return RowParallelResidual(ctx, "w_down", {T, F, H, dtype_}, a.x1, a.s, acts.h[b + 1]);
+}
+
+Status LlamaRank::BlockForwardPart(const scheduler::ComputeContext& ctx) {
+  using scheduler::BlockSegment;
+  using scheduler::SegmentBit;
+  Stream& st = *ctx.stream;
+  const int b = ctx.spec->block;
+  Acts& acts = ActsOf(ctx.micro_step);
+  BlockActs& a = acts.blocks[b];
+  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
+  auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
+  // tp_comm_overlap: no all-reduce node; the part all-reduces its own
+  // output in chunks (RowParallelOverlapped) into the model's buffers.
+  const bool own = ctx.tensor.output == nullptr;
+  if (own && ctx.tensor.chunks == 0) {
+    return absl::InternalError(absl::StrCat(ctx.spec->name, ": a tensor-parallel block part "
+                                            "with no output for its all-reduce"));
+  }
+  const ops::RmsNormShape& norm = d_.norm;
+  if (ctx.tensor.segments & SegmentBit(BlockSegment::kAttention)) {
+    // The previous block's output (all-reduced); the first block's (or a
+    // pipeline stage's first, ComputeContext::pipeline) is already in h[b].
+    if (ctx.tensor.input != nullptr) {
+      BATON_RETURN_IF_ERROR(st.MemcpyAsync(acts.h[b], ctx.tensor.input, d_.act_bytes));
+    }
+    BATON_RETURN_IF_ERROR(
+        ops::RmsNormForward(st, norm, acts.h[b], p("attn_norm.weight"), a.n1, a.rstd1));
+    BATON_RETURN_IF_ERROR(Project(ctx, "wq", {T, H, Q, dtype_}, a.n1, a.q, false));
+    BATON_RETURN_IF_ERROR(Project(ctx, "wk", {T, H, KV, dtype_}, a.n1, a.k, false));
+    BATON_RETURN_IF_ERROR(Project(ctx, "wv", {T, H, KV, dtype_}, a.n1, a.v, false));
+    BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_q, a.q));
+    BATON_RETURN_IF_ERROR(ops::RotaryForward(st, d_.rope_k, a.k));
+    BATON_RETURN_IF_ERROR(ops::AttentionForward(st, d_.attn, a.q, a.k, a.v, a.o, a.lse));
+    if (own) return RowParallelOverlapped(ctx, "wo", {T, Q, H, dtype_}, acts.h[b], a.o, a.x1);
+    return RowParallelPartial(ctx, "wo", {T, Q, H, dtype_}, acts.h[b], a.o, ctx.tensor.output);
+  }
+  if (!own) {
+    if (ctx.tensor.input == nullptr) {
+      return absl::InternalError(absl::StrCat(ctx.spec->name, ": the MLP part has no attention "
+                                              "output"));
+    }
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(a.x1, ctx.tensor.input, d_.act_bytes));
+  }
+  BATON_RETURN_IF_ERROR(ops::RmsNormForward(st, norm, a.x1, p("mlp_norm.weight"), a.n2, a.rstd2));
+  BATON_RETURN_IF_ERROR(Project(ctx, "w_gate", {T, H, F, dtype_}, a.n2, a.g, false));
+  BATON_RETURN_IF_ERROR(Project(ctx, "w_up", {T, H, F, dtype_}, a.n2, a.u, false));
+  BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
+  if (own) return RowParallelOverlapped(ctx, "w_down", {T, F, H, dtype_}, a.x1, a.s, acts.h[b + 1]);
+  return RowParallelPartial(ctx, "w_down", {T, F, H, dtype_}, a.x1, a.s, ctx.tensor.output);
+}
+
+Status LlamaRank::RowParallelOverlapped(const scheduler::ComputeContext& ctx, const char* w,
+                                        const ops::LinearShape& shape, const void* res,
+                                        const void* x, void* out) {
+  const int k = ctx.tensor.chunks;
+  const bool adapters = Find(ctx, absl::StrCat(w, ".lora_a").c_str()) >= 0;
+  if (k < 2 || shape.rows % k != 0 || adapters || ctx.tensor.stream == nullptr) {
+    return RowParallelResidual(ctx, w, shape, res, x, out);  // one all-reduce
+  }
+  while (static_cast<int>(chunk_events_.size()) < k + 1) {
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<Event> ev, device_.CreateEvent());
+    chunk_events_.push_back(std::move(ev));
+  }
+  Stream& cs = *ctx.stream;
+  Stream& ts = *ctx.tensor.stream;
+  const int64_t rows = shape.rows / k;
+  const size_t e = DataTypeSize(dtype_);
+  ops::LinearShape part = shape;
+  part.rows = rows;
+  CollectiveOptions opts;
+  opts.tag = scheduler::kFirstTrainerTag + 1;  // the tensor stream's own
+  for (int c = 0; c < k; ++c) {
+    // Chunk c's rows: its GEMM on the compute stream, then its all-reduce
+    // on the tensor stream while the next chunk's GEMM runs.
+    const size_t in_off = static_cast<size_t>(c * rows * shape.in) * e;
+    const size_t out_off = static_cast<size_t>(c * rows * shape.out) * e;
+    char* o = static_cast<char*>(out) + out_off;
+    BATON_RETURN_IF_ERROR(RowParallelPartial(ctx, w, part, static_cast<const char*>(res) + out_off,
+                                             static_cast<const char*>(x) + in_off, o));
+    BATON_RETURN_IF_ERROR(chunk_events_[c]->Record(cs));
+    BATON_RETURN_IF_ERROR(ts.Wait(*chunk_events_[c]));
+    BATON_RETURN_IF_ERROR(ctx.tensor.comm->AllReduce(o, o, static_cast<size_t>(rows * shape.out),
+                                                     dtype_, ReduceOp::kSum, ts, opts));
+  }
+  BATON_RETURN_IF_ERROR(chunk_events_[k]->Record(ts));
+  return cs.Wait(*chunk_events_[k]);
+}
+
+Status LlamaRank::TensorAllReduce(const scheduler::ComputeContext& ctx, void* x) {
+  if (ctx.tensor.size < 2) return absl::OkStatus();
+  CollectiveOptions opts;
+  opts.tag = scheduler::kFirstTrainerTag;
+  return ctx.tensor.comm->AllReduce(x, x, static_cast<size_t>(d_.T * d_.H), dtype_,
+                                    ReduceOp::kSum, *ctx.stream, opts);
+}
+
+Status LlamaRank::RowParallelPartial(const scheduler::ComputeContext& ctx, const char* w,
+                                     const ops::LinearShape& shape, const void* res,
+                                     const void* x, void* out) {
+  if (ctx.tensor.rank != 0) return Project(ctx, w, shape, x, out, false);
+  // The residual is copied and the projection added onto it.
+  const size_t bytes = static_cast<size_t>(shape.rows * shape.out) * DataTypeSize(dtype_);
+  BATON_RETURN_IF_ERROR(ctx.stream->MemcpyAsync(out, res, bytes));
+  return Project(ctx, w, shape, x, out, true);
+}
+
+Status LlamaRank::RowParallelResidual(const scheduler::ComputeContext& ctx, const char* w,
+                                      const ops::LinearShape& shape, const void* res,
+                                      const void* x, void* out) {
+  BATON_RETURN_IF_ERROR(RowParallelPartial(ctx, w, shape, res, x, out));
+  return TensorAllReduce(ctx, out);  // as the graph's all-reduce nodes do
 }
 
 namespace {
@@ -493,39 +622,54 @@ Status LlamaRank::AttentionCore(const scheduler::ComputeContext& ctx) {
 }
 
 Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
+  BATON_RETURN_IF_ERROR(MlpBackward(ctx));
+  return AttentionBackward(ctx);
+}
+
+LlamaRank::NormGrad LlamaRank::NormGradOf(const scheduler::ComputeContext& ctx,
+                                          const char* name) {
+  const int i = Find(ctx, name);
+  if (ctx.grads[i].data == nullptr) return NormGrad{frozen_dw_, DataType::kF32, false};
+  return NormGrad{ctx.grads[i].data, ctx.grads[i].dtype,
+                  static_cast<bool>(ctx.grad_accumulate[i])};
+}
+
+// gres_[cur_] holds d(block output) = d(x2); on return gres_[cur_] (the
+// other buffer) holds d(x1). x2 = x1 + s wd^T, so d(x1) = d(x2) + its path
+// through n2.
+Status LlamaRank::MlpBackward(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
-  const int b = ctx.spec->block;
-  Acts& acts = ActsOf(ctx.micro_step);
-  BlockActs& a = acts.blocks[b];
-  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
-  auto p = [&](const char* name) { return ctx.params[Find(ctx, name)].data; };
-  // A norm weight's gradient slot: pointer, dtype, = or += (a frozen one's
-  // goes to the scratch).
-  struct G {
-    void* data;
-    DataType dtype;
-    bool acc;
-  };
-  auto g = [&](const char* name) {
-    const int i = Find(ctx, name);
-    if (ctx.grads[i].data == nullptr) return G{frozen_dw_, DataType::kF32, false};
-    return G{ctx.grads[i].data, ctx.grads[i].dtype, static_cast<bool>(ctx.grad_accumulate[i])};
-  };
-  const ops::RmsNormShape& norm = d_.norm;
-  void* A = gres_[cur_];      // d(block output); becomes d(block input)
-  void* B = gres_[1 - cur_];  // d(x1)
-  // MLP branch: x2 = x1 + s wd^T, so d(x1) = d(x2) + its path through n2.
+  BlockActs& a = ActsOf(ctx.micro_step).blocks[ctx.spec->block];
+  const int64_t T = d_.T, H = d_.H, F = d_.F;
+  void* A = gres_[cur_];
+  void* B = gres_[1 - cur_];
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(B, A, d_.act_bytes));
-  const G gm = g("mlp_norm.weight");
+  const NormGrad gm = NormGradOf(ctx, "mlp_norm.weight");
   BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_down", {T, F, H, dtype_}, A, a.s, ds_, false));
   BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg_, du_));
   BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_gate", {T, H, F, dtype_}, dg_, a.n2, dn_, false));
   BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_up", {T, H, F, dtype_}, du_, a.n2, dn_, true));
-  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, norm, dn_, a.x1, p("mlp_norm.weight"), a.rstd2,
-                                             B, true, gm.data, gm.dtype, gm.acc));
-  // Attention branch: x1 = x + o wo^T.
+  // Column-parallel: each tensor rank's input gradient is a partial sum.
+  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn_));
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, a.x1,
+                                             ctx.params[Find(ctx, "mlp_norm.weight")].data,
+                                             a.rstd2, B, true, gm.data, gm.dtype, gm.acc));
+  cur_ = 1 - cur_;
+  return absl::OkStatus();
+}
+
+// gres_[cur_] holds d(x1); on return gres_[cur_] (the other buffer) holds
+// d(block input). x1 = x + o wo^T.
+Status LlamaRank::AttentionBackward(const scheduler::ComputeContext& ctx) {
+  Stream& st = *ctx.stream;
+  const int b = ctx.spec->block;
+  Acts& acts = ActsOf(ctx.micro_step);
+  BlockActs& a = acts.blocks[b];
+  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV;
+  void* B = gres_[cur_];      // d(x1)
+  void* A = gres_[1 - cur_];  // becomes d(block input)
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(A, B, d_.act_bytes));
-  const G ga = g("attn_norm.weight");
+  const NormGrad ga = NormGradOf(ctx, "attn_norm.weight");
   BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wo", {T, Q, H, dtype_}, B, a.o, do_, false));
   BATON_RETURN_IF_ERROR(
       ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq_, dk_, dv_));
@@ -534,8 +678,12 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
   BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wq", {T, H, Q, dtype_}, dq_, a.n1, dn_, false));
   BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wk", {T, H, KV, dtype_}, dk_, a.n1, dn_, true));
   BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wv", {T, H, KV, dtype_}, dv_, a.n1, dn_, true));
-  return ops::RmsNormBackward(st, norm, dn_, acts.h[b], p("attn_norm.weight"), a.rstd1, A, true,
-                              ga.data, ga.dtype, ga.acc);
+  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn_));
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, acts.h[b],
+                                             ctx.params[Find(ctx, "attn_norm.weight")].data,
+                                             a.rstd1, A, true, ga.data, ga.dtype, ga.acc));
+  cur_ = 1 - cur_;
+  return absl::OkStatus();
 }
 
 Status LlamaRank::Dequantize(const scheduler::DequantizeContext& ctx) {

@@ -107,9 +107,25 @@ class LlamaRank {
   // its output to ComputeContext::pipeline (and their gradients), and
   // LossSum is 0 except on the last stage; `ranks` / `rank` are then the
   // stage's data ranks and this rank's position in them.
+  //
+  // Tensor parallelism (a graph of BuildParallelStep with tensor_slices:
+  // its model is this rank's slice, scheduler/tensor_parallel.h):
+  // `tensor_rank` is this rank's position in its tensor group. The blocks
+  // are Megatron's: column-parallel QKV and gate / up, row-parallel output
+  // and down projections. Forward, each block part ends in its partial
+  // output (ComputeContext::tensor.output; tensor rank 0's holds the
+  // residual too), which the graph's all-reduce node sums into the part's
+  // output, the next part's tensor.input (so a pipeline stage sends whole
+  // block outputs).
+  // Backward, the column-parallel GEMMs' input gradients are all-reduced
+  // on ctx.tensor.comm inside the node (the graph's fused collectives),
+  // and so are a whole-block recompute's forward outputs. Norms, embedding
+  // and head are replicated. LossSum is 0 on tensor ranks other than 0
+  // (every tensor rank computes the same loss).
   static StatusOr<std::unique_ptr<LlamaRank>> Create(
       const scheduler::StepGraph& graph, const TrainConfig& config,
-      const Corpus& corpus, Device& device, int ranks, int rank);
+      const Corpus& corpus, Device& device, int ranks, int rank,
+      int tensor_rank = 0);
 
   // Uploads this rank's tokens of step `step` (enqueued on `stream`, which
   // must be ordered before the step's compute: the executor's compute
@@ -127,7 +143,44 @@ class LlamaRank {
 
  private:
   LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
-            const Corpus& corpus, Device& device, int ranks, int rank);
+            const Corpus& corpus, Device& device, int ranks, int rank,
+            int tensor_rank);
+  // Tensor parallelism: one [T, H] activation summed over the tensor group
+  // in place (ctx.tensor.comm, on ctx.stream); nothing without it.
+  Status TensorAllReduce(const scheduler::ComputeContext& ctx, void* x);
+  // A row-parallel projection's partial output through matrix `w`
+  // (Project), the residual added on tensor rank 0 only (so the sum over
+  // the tensor group is res + x w^T): out = res + x w^T on rank 0 (and
+  // without tensor parallelism), x w^T on the others.
+  Status RowParallelPartial(const scheduler::ComputeContext& ctx, const char* w,
+                            const ops::LinearShape& shape, const void* res, const void* x,
+                            void* out);
+  // The same, all-reduced over the tensor group: out = res + x w^T.
+  // RowParallelOverlapped decomposes it (ComputeContext::Tensor::chunks,
+  // tp_comm_overlap): per chunk of rows the GEMM on ctx.stream, then its
+  // all-reduce on ctx.tensor.stream while the next chunk's GEMM runs;
+  // ctx.stream waits for the last. The same sums as RowParallelResidual.
+  Status RowParallelOverlapped(const scheduler::ComputeContext& ctx, const char* w,
+                               const ops::LinearShape& shape, const void* res, const void* x,
+                               void* out);
+  Status RowParallelResidual(const scheduler::ComputeContext& ctx, const char* w,
+                             const ops::LinearShape& shape, const void* res, const void* x,
+                             void* out);
+  // A norm weight's gradient slot: pointer, dtype, = or += (a frozen one's
+  // goes to the scratch frozen_dw_).
+  struct NormGrad {
+    void* data;
+    DataType dtype;
+    bool acc;
+  };
+  NormGrad NormGradOf(const scheduler::ComputeContext& ctx, const char* name);
+  // Tensor parallelism: the block part a compute node runs (forward), its
+  // partial output to ctx.tensor.output.
+  Status BlockForwardPart(const scheduler::ComputeContext& ctx);
+  // The halves of a block's backward (each ends where a tensor all-reduce
+  // of an input gradient sits).
+  Status MlpBackward(const scheduler::ComputeContext& ctx);
+  Status AttentionBackward(const scheduler::ComputeContext& ctx);
   Status Allocate();
   struct Acts;
   void AllocateActs(Acts& acts);
@@ -160,6 +213,9 @@ class LlamaRank {
   Device& device_;
   int ranks_ = 1;
   int rank_ = 0;
+  int tensor_rank_ = 0;  // position in the tensor group (0 without one)
+  // tp_comm_overlap: one event per chunk and one for the last all-reduce.
+  std::vector<std::unique_ptr<Event>> chunk_events_;
   int micro_steps_ = 1;
   DataType dtype_ = DataType::kF32;
   // Sizes and op shapes of one micro-step, derived once from the spec and

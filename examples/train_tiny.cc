@@ -13,6 +13,20 @@
 //     --offload, --lora-rank / --lora-alpha / --lora-targets, --base-dtype)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
 //     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...]
+//     [--tp=T [--tp-overlap]]
+//
+// --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
+// column-parallel QKV and gate / up, row-parallel output and down
+// projections, heads, KV heads and FFN split T ways, all-reduces in the
+// blocks; norms, embedding and head replicated); --nranks is then data x T
+// ranks, each tensor rank's slice sharded over its data ranks by the policy.
+// The step graph is BuildParallelStep's with the layout of tensor slices: a
+// block runs as two compute nodes each way, the forward's all-reduces are
+// nodes on the tensor stream (--trace shows its track), the backward's run
+// inside the compute nodes (scheduler/executor.h). --tp-overlap
+// (Policy::tp_comm_overlap) drops the all-reduce nodes: each block part
+// all-reduces its row-parallel output in T row chunks on the tensor
+// stream, each beside the next chunk's GEMM (the same sums).
 //
 // --pp=P splits the model into P pipeline stages (scheduler/parallel_graph.h:
 // the embedding and the first blocks on the first, the last blocks, final
@@ -83,6 +97,7 @@
 #include "baton/scheduler/policy_file.h"
 #include "baton/scheduler/step_graph.h"
 #include "baton/scheduler/step_trace.h"
+#include "baton/scheduler/tensor_parallel.h"
 #include "baton/sim/simulator.h"
 #include "nlohmann/json.hpp"
 
@@ -120,6 +135,9 @@ struct Flags {
   int64_t save_every = 0;
   int pp = 1;  // --pp: pipeline stages
   int vpp = 1;  // --vpp: model chunks per stage (interleaved)
+  int tp = 1;  // --tp: tensor ranks
+  bool sp = false;  // --sp: sequence parallelism (refused: not run yet)
+  bool tp_overlap = false;  // --tp-overlap: the forward's all-reduces decomposed
   std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
   scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
 };
@@ -151,6 +169,9 @@ const char kUsage[] =
     "  [--pp-schedule=1f1b|interleaved] [--vpp=V] (interleaved: V model chunks per stage)\n"
     "  [--pp-layers=even|flops|N,N,...] (blocks per stage: even, balancing each\n"
     "   unit's training FLOPs, or given)\n"
+    "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
+    "   heads, KV heads and FFN width) [--tp-overlap] (the forward's all-reduces\n"
+    "   in T row chunks, each beside the next chunk's GEMM)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -192,6 +213,8 @@ Flags Parse(int argc, char** argv) {
     if (a == "--check-reference") { flags.Switch(a); f.check_reference = true; continue; }
     if (a == "--check-schedule") { flags.Switch(a); f.check_schedule = true; continue; }
     if (a == "--arrivals") { flags.Switch(a); f.arrivals = true; continue; }
+    if (a == "--sp") { flags.Switch(a); f.sp = true; continue; }
+    if (a == "--tp-overlap") { flags.Switch(a); f.tp_overlap = true; continue; }
     const auto [key, v] = flags.Split(a);
     if (key == "--model") { f.model = v; f.model_given = true; }
     else if (key == "--hf-config") f.hf_config = v;
@@ -231,6 +254,7 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--save-every") f.save_every = Positive(key, v, kMaxSteps);
     else if (key == "--pp") f.pp = static_cast<int>(Positive(key, v, kMaxRanks));
     else if (key == "--vpp") f.vpp = static_cast<int>(Positive(key, v, kMaxVirtualStages));
+    else if (key == "--tp") f.tp = static_cast<int>(Positive(key, v, kMaxRanks));
     else if (key == "--pp-layers") {
       if (v.empty()) Fail("--pp-layers needs even, flops or blocks per stage (e.g. 3,5)");
       f.pp_layers = v;
@@ -318,6 +342,21 @@ Flags Parse(int argc, char** argv) {
            "with --pp");
     }
   }
+  if (f.sp && f.tp == 1) Fail("--sp (sequence parallelism) needs --tp > 1");
+  if (f.tp_overlap && f.tp == 1) Fail("--tp-overlap needs --tp > 1");
+  if (f.tp > 1) {
+    // What tensor parallelism does not run with yet, one line each.
+    if (f.sp) {
+      Fail("--sp is simulated only (simulate); train_tiny runs --tp with all-reduces");
+    }
+    if (f.backend == "nccl") Fail("--tp runs on --backend=inproc or ucx (nccl not yet)");
+    if (f.check_schedule) Fail("--check-schedule is not run with --tp yet");
+    if (f.arrivals) Fail("--arrivals measures data-parallel collectives; not with --tp");
+    if (!f.save_dir.empty() || !f.resume.empty()) {
+      Fail("checkpoints of tensor-parallel slices are not written yet: no --save-dir / "
+           "--resume with --tp");
+    }
+  }
   return f;
 }
 
@@ -367,6 +406,14 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
       // The stage graphs keep no frozen buckets apart (scheduler/parallel_graph.h).
       Fail("--pp with LoRA adapters or NF4 base weights does not run yet");
     }
+  }
+  p.tensor_parallel = f.tp;
+  p.tp_comm_overlap = f.tp_overlap;
+  if (f.tp > 1 &&
+      (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4)) {
+    // The stage graphs keep no frozen buckets apart, and the adapters have
+    // no tensor split (scheduler/tensor_parallel.h).
+    Fail("--tp with LoRA adapters or NF4 base weights does not run yet");
   }
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
 }
@@ -418,6 +465,9 @@ struct RunResult {
   // the pipeline's span (StepTrace::ComputeIdleFraction), mean over the
   // stage's ranks.
   std::vector<double> stage_bubble;
+  // --tp --trace on inproc: per rank, the last step's tensor all-reduces
+  // exposed on the compute stream (StepTrace::ExposedWaitMs), ms.
+  std::vector<double> tp_exposed_ms;
   // --arrivals: means over the steps after the first.
   double straggler_ms = 0;  // the mean rank's wait for later ranks per step
   double max_skew_ms = 0;   // the step's largest arrival skew
@@ -425,6 +475,11 @@ struct RunResult {
 
 struct Job {
   scheduler::ModelSpec spec;
+  // --tp: tensor ranks, and the model one of them computes (its slice:
+  // scheduler/tensor_parallel.h, which BuildParallelStep's tensor_slices
+  // lays out).
+  int tp = 1;
+  scheduler::ModelSpec slice;
   std::vector<int> stage_layers;  // --pp: blocks per stage (empty: none)
   scheduler::Policy policy;
   TrainConfig config;
@@ -447,13 +502,19 @@ int64_t TrainableParams(const Job& job) {
 // holds) or from the initial values (0). The data position saved is the
 // sequences consumed, so a global batch other than this run's is refused.
 StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
-                             int64_t global_batch) {
+                             int64_t global_batch, int tp_rank) {
   if (job.resume.empty()) {
     const uint64_t seed = job.config.seed;
-    BATON_RETURN_IF_ERROR(executor.InitParameters([seed](const scheduler::ParamSlot& slot,
-                                                         float* values) {
+    const int tp = job.tp;
+    // Each element's value is the whole parameter's (a tensor rank's slice
+    // takes its elements' values), so every layout starts the same.
+    BATON_RETURN_IF_ERROR(executor.InitParameters([seed, tp, tp_rank](
+                                                      const scheduler::ParamSlot& slot,
+                                                      float* values) {
+      const scheduler::TensorSplit split = scheduler::TensorSplitOf(slot.name);
       for (int64_t i = 0; i < slot.numel; ++i) {
-        values[i] = examples::InitialParameter(slot.name, i, seed);
+        values[i] = examples::InitialParameter(
+            slot.name, scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank, i), seed);
       }
     }, examples::Nf4Packer()));
     return 0;
@@ -502,9 +563,13 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   const int rank = comm.rank();
   const scheduler::MeshGroup data{scheduler::MeshDim::kReplicate, scheduler::MeshDim::kShard,
                                   scheduler::MeshDim::kHpz};
+  // --tp: this rank's coordinate along the mesh's tensor dimension (its
+  // slice of the blocks; tensor ranks share their data).
+  const int tp_rank = graph->mesh.coord(rank, scheduler::MeshDim::kTensor);
   const int ranks = graph->mesh.size(data);
-  BATON_ASSIGN_OR_RETURN(auto model, LlamaRank::Create(*graph, job.config, corpus, device,
-                                                       ranks, graph->mesh.position(rank, data)));
+  BATON_ASSIGN_OR_RETURN(auto model,
+                         LlamaRank::Create(*graph, job.config, corpus, device, ranks,
+                                           graph->mesh.position(rank, data), tp_rank));
   scheduler::ExecutorOptions options;
   options.observer = observer;
   options.check_schedule = job.check_schedule;
@@ -518,7 +583,8 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   if (job.arrivals) monitor.emplace(*graph, comm, device);
   double monitor_ms = 0, straggler_ms = 0, skew_ms = 0;
   const int64_t global_batch = job.config.batch * graph->policy.micro_steps * ranks;
-  BATON_ASSIGN_OR_RETURN(const int64_t first, StartState(job, *executor, global_batch));
+  BATON_ASSIGN_OR_RETURN(const int64_t first,
+                         StartState(job, *executor, global_batch, tp_rank));
   out->first_step = first;
   // The loss all-reduce runs on the compute stream after the step: a stream
   // of its own would be one more thread per in-process rank.
@@ -611,7 +677,8 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   out->host_bytes = graph->host_bytes;
   out->plan_strategy = graph->plan.strategy;
   if (job.final_params) {
-    BATON_ASSIGN_OR_RETURN(out->params, examples::FinalParamPieces(graph->layout, *executor));
+    BATON_ASSIGN_OR_RETURN(out->params, examples::FinalParamPieces(graph->layout, *executor,
+                                                                   job.tp, tp_rank));
   }
   return absl::OkStatus();
 }
@@ -650,7 +717,8 @@ std::vector<int> StageLayers(const Flags& f, const Job& job) {
 }
 
 // Every rank's step graph: one shared by all ranks, or with --pp one per
-// pipeline stage (BuildParallelStep, memory planned for the executor).
+// pipeline stage (BuildParallelStep, memory planned for the executor; with
+// --tp on the layout of tensor slices).
 struct Graphs {
   std::vector<std::shared_ptr<const scheduler::StepGraph>> stages;
   scheduler::DeviceMesh mesh;
@@ -673,7 +741,8 @@ StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
                          scheduler::BuildParallelStep(job.spec, job.policy, world,
                                                       job.config.seq, job.config.batch,
                                                       job.stage_layers, {},
-                                                      /*plan_memory=*/true));
+                                                      /*plan_memory=*/true,
+                                                      /*tensor_slices=*/true));
   g.mesh = step.mesh;
   for (scheduler::StepGraph& s : step.stages) {
     g.stages.push_back(std::make_shared<const scheduler::StepGraph>(std::move(s)));
@@ -754,6 +823,12 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
       results[0].stage_bubble.push_back(count[s] > 0 ? sum[s] / count[s] : -1);
     }
   }
+  if (trace && job.tp > 1 && !job.policy.tp_comm_overlap && !results[0].losses.empty()) {
+    const int64_t last = results[0].first_step + results[0].losses.size() - 1;
+    for (const auto& [r, ms] : step_trace.ExposedWaitMs(last, scheduler::StreamClass::kTensor)) {
+      results[0].tp_exposed_ms.push_back(ms);
+    }
+  }
   if (job.final_params) {
     std::vector<std::vector<examples::ParamPiece>> pieces;
     for (RunResult& r : results) pieces.push_back(std::move(r.params));
@@ -824,9 +899,28 @@ int Main(int argc, char** argv) {
       Fail(absl::StrCat("--nranks=", world, " is not a multiple of --pp=", f.pp,
                         " (the ranks are data ranks x pipeline stages)"));
     }
+    if (f.tp > world) {
+      Fail(absl::StrCat("--tp=", f.tp, " is more than the ", world, " ranks (--nranks)"));
+    }
+    if (world % (f.tp * f.pp) != 0) {
+      Fail(absl::StrCat("--nranks=", world, " is not a multiple of --tp=", f.tp,
+                        f.pp > 1 ? absl::StrCat(" x --pp=", f.pp) : std::string(),
+                        " (the ranks are data ranks x tensor ranks",
+                        f.pp > 1 ? " x pipeline stages)" : ")"));
+    }
+    if (f.tp > 1) {
+      auto slice = scheduler::TensorParallelSlice(job.spec, f.tp);
+      if (!slice.ok()) Fail(std::string(slice.status().message()));
+      job.tp = f.tp;
+      job.slice = *slice;
+    }
     const auto groups = scheduler::ResolveMesh(job.policy, world);
     if (!groups.ok()) Fail(std::string(groups.status().message()));
     if (scheduler::IsParallel(job.policy)) {
+      if (job.policy.optimizer == scheduler::OptimizerKind::kAdamW8bit) {
+        // The stage graphs keep fp32 moments: the run would not be adamw8bit.
+        Fail("--optimizer=adamw8bit is not run with --tp or --pp yet");
+      }
       // More stages than blocks, and the schedules' own needs.
       if (Status s = scheduler::ValidateParallel(job.spec, job.policy); !s.ok()) {
         Fail(std::string(s.message()));
@@ -927,7 +1021,10 @@ int Main(int argc, char** argv) {
     ref.policy.pipeline_parallel = 1;  // the whole model on one rank
     ref.policy.virtual_stages = 1;
     ref.policy.pipeline_schedule = scheduler::PipelineSchedule::k1F1B;
-    ref.config.batch = job.config.batch * (nranks / f.pp);
+    ref.tp = 1;
+    ref.policy.tensor_parallel = 1;
+    ref.policy.tp_comm_overlap = false;
+    ref.config.batch = job.config.batch * (nranks / f.pp / f.tp);
     ref.progress = false;
     auto r = RunInproc(ref, *corpus, f.device, 1, "train_tiny_reference",
                        absl::Seconds(f.timeout_s));
@@ -971,13 +1068,22 @@ int Main(int argc, char** argv) {
                 static_cast<long long>(trainable),
                 static_cast<long long>(scheduler::ParameterCount(job.spec)));
   }
-  if (!job.stage_layers.empty()) {
+  if (f.pp > 1) {
     std::printf("pipeline: %d %sstages of %s blocks (--pp-layers=%s), %s, %lld micro-batches, "
                 "%d data ranks per stage\n",
                 f.pp * f.vpp, f.vpp > 1 ? "virtual " : "",
                 absl::StrJoin(job.stage_layers, ", ").c_str(), f.pp_layers.c_str(),
                 scheduler::PipelineScheduleName(job.policy.pipeline_schedule),
-                static_cast<long long>(job.policy.micro_steps), nranks / f.pp);
+                static_cast<long long>(job.policy.micro_steps), nranks / f.pp / f.tp);
+  }
+  if (job.tp > 1) {
+    std::printf("tensor parallel: %d ranks (per rank %lld of %lld heads, %lld of %lld KV heads, "
+                "FFN %lld of %lld; norms, embedding and head replicated), %d data ranks\n",
+                job.tp, static_cast<long long>(job.slice.heads),
+                static_cast<long long>(job.spec.heads), static_cast<long long>(job.slice.kv_heads),
+                static_cast<long long>(job.spec.kv_heads),
+                static_cast<long long>(job.slice.intermediate),
+                static_cast<long long>(job.spec.intermediate), nranks / job.tp / f.pp);
   }
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
               res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));
@@ -1016,10 +1122,20 @@ int Main(int argc, char** argv) {
                 "span): stages %s; 1F1B with equal stages (p-1)/(m+p-1) = %.1f%%\n",
                 static_cast<long long>(f.steps), stages.c_str(), 100 * (p - 1) / (m + p - 1));
   }
+  if (!res.tp_exposed_ms.empty()) {
+    const auto& ms = res.tp_exposed_ms;
+    double sum = 0;
+    for (double x : ms) sum += x;
+    std::printf("tensor all-reduces exposed (step %lld, from the trace: compute waiting on "
+                "AR-TP): mean %.2f ms, largest %.2f ms per rank; the backward's run inside "
+                "its compute nodes\n",
+                static_cast<long long>(f.steps), sum / ms.size(),
+                *std::max_element(ms.begin(), ms.end()));
+  }
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
-    if (param_rel && f.pp > 1) {
+    if (param_rel && (f.pp > 1 || f.tp > 1)) {
       std::printf("final parameters: largest relative difference %.3g (L2, per parameter)\n",
                   *param_rel);
     }
@@ -1057,6 +1173,7 @@ int Main(int argc, char** argv) {
     j["policy"] = job.policy.name;
     j["backend"] = f.backend;
     j["nranks"] = nranks;
+    j["tensor_parallel"] = job.tp;
     j["device"] = f.device;
     j["dtype"] = f.dtype;
     j["optimizer"] = scheduler::OptimizerName(job.policy.optimizer);
@@ -1073,6 +1190,7 @@ int Main(int argc, char** argv) {
     if (f.check_reference) j["reference_losses"] = ref_losses;
     if (param_rel) j["max_param_rel_diff_vs_reference"] = *param_rel;
     if (!res.stage_bubble.empty()) j["stage_bubble"] = res.stage_bubble;
+    if (!res.tp_exposed_ms.empty()) j["tp_exposed_ms"] = res.tp_exposed_ms;
     j["arena_bytes"] = res.arena_bytes;
     j["lower_bound_bytes"] = res.lower_bound_bytes;
     j["persistent_bytes"] = res.persistent_bytes;

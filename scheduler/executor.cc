@@ -25,8 +25,9 @@ constexpr size_t kStateAlign = 256;
 
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-// Parallel graphs run when they are pipeline-only 1F1B stage graphs; the
-// rest is simulated only.
+// Parallel graphs run when they are 1F1B or interleaved pipeline stage
+// graphs, with or without tensor parallelism (all-reduces, on the layout
+// of tensor slices); the rest is simulated only.
 // Pipeline messages' tags (communicator tags are 0..255): per direction
 // and the receiving virtual stage's chunk, after the step's and trainer's.
 constexpr int kMaxExecutedVirtualStages = 100;
@@ -35,11 +36,28 @@ constexpr uint32_t kFirstPipelineTag = 32;
 Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
   if (!graph.parallel()) return absl::OkStatus();
   const Policy& p = graph.policy;
-  if (p.tensor_parallel > 1 || p.context_parallel > 1) {
+  if (p.optimizer == OptimizerKind::kAdamW8bit) {
+    // The parallel graphs keep fp32 moments (parallel_graph.h).
     return absl::UnimplementedError(
-        "executor: graphs of tensor or context parallelism are simulated only "
-        "(scheduler/parallel_graph.h); the executor runs data-parallel graphs and "
-        "1F1B pipeline stages");
+        "executor: adamw8bit is not run on tensor or pipeline parallel graphs yet");
+  }
+  if (p.context_parallel > 1) {
+    return absl::UnimplementedError(
+        "executor: graphs of context parallelism are simulated only "
+        "(scheduler/parallel_graph.h); the executor runs data-parallel graphs, "
+        "1F1B pipeline stages and tensor parallelism");
+  }
+  if (p.tensor_parallel > 1) {
+    if (p.sequence_parallel) {
+      return absl::UnimplementedError(
+          "executor: sequence parallelism is simulated only; the executor runs tensor "
+          "parallelism with all-reduces");
+    }
+    if (!graph.tensor_slices) {
+      return absl::InvalidArgumentError(
+          "executor: a tensor-parallel graph runs on the layout of tensor slices "
+          "(BuildParallelStep's tensor_slices); this one is the simulator's");
+    }
   }
   if (p.pipeline_schedule == PipelineSchedule::kZbH1) {
     return absl::UnimplementedError(
@@ -158,7 +176,11 @@ Status Executor::BindGroups() {
   // The groups the graph's collectives run over, and the data-shard group
   // (shard_rank()), in one order on every rank: Split is collective.
   std::vector<MeshGroup> needed = {kDataShardGroup};
-  for (const Node& n : graph_.nodes) needed.push_back(n.group);
+  for (const Node& n : graph_.nodes) {
+    needed.push_back(n.group);
+    // Collectives run inside compute nodes (tp_comm_overlap's all-reduces).
+    for (const FusedComm& f : n.fused) needed.push_back(f.group);
+  }
   std::sort(needed.begin(), needed.end());
   needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
   for (const GroupComm& given : options_.group_comms) {
@@ -213,8 +235,9 @@ std::vector<Stream*> Executor::streams() {
 
 double Executor::grad_scale() const {
   // Gradients are summed over the data ranks of a stage (the world over
-  // the pipeline stages; tensor and context parallelism are refused).
-  const int data = comm_.size() / graph_.mesh.size(MeshDim::kPipeline);
+  // the pipeline stages and tensor ranks; context parallelism is refused).
+  const int data = comm_.size() / graph_.mesh.size(MeshDim::kPipeline) /
+                   graph_.mesh.size(MeshDim::kTensor);
   return 1.0 / (static_cast<double>(data) * graph_.policy.micro_steps);
 }
 
@@ -270,6 +293,16 @@ Status Executor::Init() {
   for (const Node& n : graph_.nodes) {
     if (n.kind == NodeKind::kRecv) recv_written_[n.writes[0]] = true;
     if (n.kind == NodeKind::kSend) send_read_[n.reads[0]] = true;
+  }
+  // Tensor parallelism: the activations the tensor collectives move
+  // (ComputeContext's tensor views).
+  tensor_written_.assign(graph_.buffers.size(), false);
+  tensor_read_.assign(graph_.buffers.size(), false);
+  const StreamId tensor = graph_.stream_for(StreamClass::kTensor);
+  for (const Node& n : graph_.nodes) {
+    if (!graph_.parallel() || n.stream != tensor) continue;
+    for (int w : n.writes) tensor_written_[w] = true;
+    for (int r : n.reads) tensor_read_[r] = true;
   }
   node_events_.resize(nn);
   for (int i = 0; i < nn; ++i) {
@@ -603,6 +636,27 @@ ComputeContext Executor::MakeComputeContext(int i) {
     const bool grad = graph_.buffers[w].role == BufferRole::kActivationGrad;
     (grad ? ctx.pipeline.input_grad : ctx.pipeline.output) = BufferData(w);
   }
+  // Tensor parallelism: the node's part of the block and the activations
+  // its neighbouring all-reduces move.
+  if (graph_.parallel() && graph_.policy.tensor_parallel > 1) {
+    Communicator& tp = CommFor(kTensorGroup);
+    ctx.tensor.segments = n.segments;
+    ctx.tensor.comm = &tp;
+    ctx.tensor.rank = tp.rank();
+    ctx.tensor.size = tp.size();
+    ctx.tensor.stream = &stream(graph_.stream_for(StreamClass::kTensor));
+    for (const FusedComm& f : n.fused) {
+      if (f.kind == FusedComm::Kind::kAllReduce && f.group == kTensorGroup) {
+        ctx.tensor.chunks = f.chunks;
+      }
+    }
+    for (int r : n.reads) {
+      if (tensor_written_[r]) ctx.tensor.input = BufferData(r);
+    }
+    for (int w : n.writes) {
+      if (tensor_read_[w]) ctx.tensor.output = BufferData(w);
+    }
+  }
   return ctx;
 }
 
@@ -661,12 +715,15 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
           p.reduce_dtype, ReduceOp::kSum, s, co);
     }
     case NodeKind::kAllReduce: {
-      // DDP: the whole bucket; HSDP (replica group): a gradient shard.
+      // DDP: the whole bucket; HSDP (replica group): a gradient shard;
+      // tensor parallelism: a block part's partial output (its dtype).
       co.accumulate_fp32 = accumulate_fp32_;
-      const size_t count = graph_.buffers[n.writes[0]].numel;
+      const GraphBuffer& out = graph_.buffers[n.writes[0]];
+      const size_t count = out.numel;
+      const DataType t = n.group == kTensorGroup ? out.dtype : p.reduce_dtype;
       return CommFor(n.group).AllReduce(BufferData(n.reads[0]),
                                         BufferData(n.writes[0]), count,
-                                        p.reduce_dtype, ReduceOp::kSum, s, co);
+                                        t, ReduceOp::kSum, s, co);
     }
     case NodeKind::kCopy: {
       const size_t bytes = graph_.buffers[n.writes[0]].bytes();

@@ -51,10 +51,26 @@
 // compute callbacks get the received activation, a buffer for the sent one
 // and their gradients in ComputeContext::pipeline. 1F1B and interleaved
 // 1F1B (virtual stages: each rank runs several model chunks; at most 100)
-// run. Refused (Unimplemented) until they run: tensor and context
-// parallelism and the zero-bubble schedule; InvalidArgument with
-// check_schedule or an optimizer driver.
+// run.
 //
+// Tensor parallelism (tensor_parallel > 1, inside pipeline stages or not,
+// all-reduces: no sequence parallelism; the graph built with
+// BuildParallelStep's tensor_slices, so each rank's buffers hold its tensor
+// slice, sharded over its data ranks): a block's compute nodes each run a
+// part of it (ComputeContext::tensor), the forward's all-reduces are graph
+// nodes on the tensor stream over the tensor group's communicator (Split
+// like the other groups), on planned activation buffers, ordered against
+// the compute by events both ways; the backward's are fused into the
+// compute nodes, run by the trainer on ctx.tensor.comm (under
+// tp_comm_overlap the forward's too, decomposed: ComputeContext::Tensor).
+// Gradients are
+// summed over the data ranks only (grad_scale), each tensor rank keeping
+// its slice's. Refused (Unimplemented) until they run: context
+// parallelism, sequence parallelism, the zero-bubble
+// schedule, adamw8bit on any
+// parallel graph (its stage graphs keep fp32 moments); InvalidArgument
+// with check_schedule or an optimizer driver, or a tensor-parallel graph
+// on the simulator's whole-model layout.//
 // Thread safety: one thread drives an Executor (Step, Synchronize, ...).
 #ifndef BATON_SCHEDULER_EXECUTOR_H_
 #define BATON_SCHEDULER_EXECUTOR_H_
@@ -119,6 +135,41 @@ struct ComputeContext {
     const void* output_grad = nullptr;
     void* input_grad = nullptr;
   } pipeline;
+  // Tensor parallelism (a parallel graph with tensor_parallel > 1, whose
+  // layout holds this rank's slice: BuildParallelStep's tensor_slices; all
+  // empty otherwise). A block runs as compute nodes split where its tensor
+  // collectives sit: `segments` (a bit per BlockSegment; 0: the whole unit)
+  // says which part of the block this node computes. Forward, a node that
+  // ends in a row-parallel GEMM writes its partial output (s x b x h in the
+  // parameter dtype; LlamaRank adds the residual on tensor rank 0 only, so
+  // the sum is the part's whole output) to `output`, which the graph's
+  // all-reduce node (AR-TP, on the tensor stream, ordered by events both
+  // ways) sums over the tensor group into the buffer the next node gets as
+  // `input` (the next block part's or the final norm's; a pipeline stage's
+  // last block part's goes to the next stage). Backward, the
+  // input gradients' all-reduces are fused into the node (Node::fused,
+  // beside its weight-gradient GEMMs as Megatron runs them): the trainer
+  // runs them on ctx.stream over `comm`, the tensor group's communicator,
+  // with tags from kFirstTrainerTag; a whole-unit recompute runs its
+  // forward's all-reduces the same way. `rank` / `size`: this rank's
+  // position in the tensor group and its size (1 without it).
+  // Under tp_comm_overlap (no AR-TP nodes: Node::fused) every all-reduce
+  // is the node's own: `chunks` (the policy's tensor_parallel) says to
+  // decompose it, the row-parallel GEMM in row chunks each all-reduced on
+  // `stream` (the tensor stream, idle otherwise: the trainer orders it
+  // against ctx.stream with events both ways and ends the node with
+  // ctx.stream waiting on it) while the next chunk's GEMM runs; 0: one
+  // all-reduce after the GEMM.
+  struct Tensor {
+    uint8_t segments = 0;
+    const void* input = nullptr;
+    void* output = nullptr;
+    Communicator* comm = nullptr;
+    int rank = 0;
+    int size = 1;
+    Stream* stream = nullptr;
+    int chunks = 0;
+  } tensor;
 };
 
 struct OptimizerContext {
@@ -421,6 +472,8 @@ class Executor final : private ExecutorParts {
   std::vector<bool> writes_saved_;
   // Per buffer: written by a pipeline receive / read by a pipeline send.
   std::vector<bool> recv_written_, send_read_;
+  // Tensor parallelism: per buffer, written / read by a tensor-stream node.
+  std::vector<bool> tensor_written_, tensor_read_;
 };
 
 }  // namespace baton::scheduler

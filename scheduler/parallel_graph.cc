@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/scheduler/graph_edges.h"
+#include "baton/scheduler/tensor_parallel.h"
 
 namespace baton::scheduler {
 namespace {
@@ -295,9 +296,10 @@ class StageBuilder {
  public:
   StageBuilder(const ModelLayout& layout, const Policy& p, const DeviceMesh& mesh,
                int stage, const std::vector<std::vector<int>>& vs_units,
-               const std::vector<Pass>& order, int64_t act_numel, bool plan_memory)
+               const std::vector<Pass>& order, int64_t act_numel, bool plan_memory,
+               bool sliced)
       : layout_(layout), p_(p), stage_(stage), vs_units_(vs_units), order_(order),
-        act_numel_(act_numel), plan_memory_(plan_memory) {
+        act_numel_(act_numel), plan_memory_(plan_memory), sliced_(sliced) {
     g_.mesh = mesh;
   }
 
@@ -364,6 +366,7 @@ class StageBuilder {
   const std::vector<Pass>& order_;
   const int64_t act_numel_;
   const bool plan_memory_;
+  const bool sliced_;  // the layout is of one tensor rank's slice
   StepGraph g_;
   // The received input activation of each (micro-batch, chunk): m x v
   // entries, -1 where the chunk has no previous stage. The backward of the
@@ -408,7 +411,9 @@ void StageBuilder::Persistent() {
   const int data = g_.mesh.size(ParallelDataGroup(p_));
   for (int b : buckets_) {
     const Bucket& bk = layout_.buckets[b];
-    const int64_t whole = (bk.padded_numel + tp - 1) / tp;  // this rank's TP slice
+    // This rank's TP slice: the slice layout's bucket, or 1 / tp of the
+    // whole model's.
+    const int64_t whole = sliced_ ? bk.padded_numel : (bk.padded_numel + tp - 1) / tp;
     const int64_t shard = p_.all_reduce ? whole : (whole + data - 1) / data;
     shard_[b] = Buffer(absl::StrCat("shard.", bk.name), BufferRole::kShard, b, shard,
                        p_.param_dtype, true);
@@ -453,12 +458,32 @@ std::vector<FusedComm> StageBuilder::TensorFused(bool backward) const {
   return f;
 }
 
+// The block segment a parameter of a block belongs to, by its name
+// ("<unit>.<param>", LoRA adapters "<unit>.<param>.lora_*"): the norms'
+// weights to their norm, gate / up / down to the MLP, the rest (q, k, v,
+// o) to the attention.
+BlockSegment ParamSegment(const std::string& name) {
+  const size_t dot = name.find('.');
+  const std::string p = dot == std::string::npos ? name : name.substr(dot + 1);
+  auto starts = [&p](const char* s) { return p.rfind(s, 0) == 0; };
+  if (starts("attn_norm")) return BlockSegment::kAttnNorm;
+  if (starts("mlp_norm")) return BlockSegment::kMlpNorm;
+  if (starts("w_gate") || starts("w_up") || starts("w_down")) return BlockSegment::kMlp;
+  return BlockSegment::kAttention;
+}
+
 void StageBuilder::Compute(NodeKind kind, int u, int m, int c, uint8_t segments,
                            std::vector<int> reads, std::vector<int> writes, bool grads,
                            const std::string& name) {
   std::vector<bool> acc;
   if (grads) {
     for (const ParamRef& r : layout_.unit_params[u]) {
+      // A block part writes the gradients of its segments' parameters only.
+      const ParamSlot& slot = layout_.buckets[r.bucket].params[r.slot];
+      if (segments != 0 && !(segments & SegmentBit(ParamSegment(slot.name)))) {
+        acc.push_back(false);
+        continue;
+      }
       acc.push_back(grad_written_[r.bucket][r.slot]);
       grad_written_[r.bucket][r.slot] = true;
       if (std::find(writes.begin(), writes.end(), grad_[r.bucket]) == writes.end()) {
@@ -694,6 +719,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
   g_.layout = layout_;
   g_.policy = p_;
   g_.stage = stage_;
+  g_.tensor_slices = sliced_;
   g_.num_streams = NumStreams(p_.shared_comm_stream, false, true);
   for (int c = 0; c < p_.virtual_stages; ++c) g_.chunk_units.push_back(vs_units_[VStage(c)]);
   position_.assign(layout_.units.size(), 0);
@@ -760,7 +786,8 @@ StatusOr<StepGraph> StageBuilder::Build() {
 StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& policy_in,
                                          int world_size, int64_t seq, int64_t micro_batch,
                                          std::vector<int> virtual_layers,
-                                         const PassCosts& costs, bool plan_memory) {
+                                         const PassCosts& costs, bool plan_memory,
+                                         bool tensor_slices) {
   const auto t0 = std::chrono::steady_clock::now();
   Policy policy = policy_in;
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
@@ -800,7 +827,14 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
   policy.layout.bucket_policy = BucketPolicy::kPerUnit;
   policy.layout.resident_small_params = false;
   Sharding sharding = ShardingFor(policy, mesh);
-  BATON_ASSIGN_OR_RETURN(ModelLayout layout, BuildLayout(spec, policy.layout, sharding));
+  // Executed tensor parallelism: the layout of this rank's slice (whose
+  // buffers the builder does not divide again).
+  const bool sliced = tensor_slices && policy.tensor_parallel > 1;
+  ModelSpec laid_out = spec;
+  if (sliced) {
+    BATON_ASSIGN_OR_RETURN(laid_out, TensorParallelSlice(spec, policy.tensor_parallel));
+  }
+  BATON_ASSIGN_OR_RETURN(ModelLayout layout, BuildLayout(laid_out, policy.layout, sharding));
   std::vector<std::vector<int>> vs_units(nv);
   int block = 1;  // unit index of the next block
   const int nunits = static_cast<int>(layout.units.size());
@@ -818,7 +852,8 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
   step.virtual_layers = virtual_layers;
   for (int s = 0; s < p; ++s) {
     BATON_ASSIGN_OR_RETURN(
-        StepGraph g, StageBuilder(layout, policy, mesh, s, vs_units, order[s], act, plan_memory).Build());
+        StepGraph g, StageBuilder(layout, policy, mesh, s, vs_units, order[s], act, plan_memory,
+                                  sliced).Build());
     step.stages.push_back(std::move(g));
   }
   step.layout = std::move(layout);

@@ -166,6 +166,12 @@ struct ParallelStep {
 // each stage's transient buffers (StepGraph::plan), as the executor
 // requires. The layout has a bucket per unit and no resident
 // bucket (a bucket never spans two stages), whatever policy.layout says.
+// `tensor_slices` (tensor_parallel > 1): the layout is of one tensor rank's
+// slice (TensorParallelSlice, scheduler/tensor_parallel.h: heads, KV heads
+// and FFN / tp, norms, embedding and head whole) and each rank's buffers
+// hold its slice, as the executor runs it; otherwise (the simulator) the
+// layout is the whole model's and each rank holds 1 / tp of every bucket
+// (the vocabulary-parallel embedding and head included).
 // InvalidArgument for a policy that is not parallel or is invalid
 // (ValidatePolicy, ResolveMesh, ValidateParallel), a seq that does not
 // split into 2 x context_parallel chunks, sequence parallelism with tokens
@@ -175,7 +181,8 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
                                          int world_size, int64_t seq, int64_t micro_batch,
                                          std::vector<int> virtual_layers = {},
                                          const PassCosts& costs = {},
-                                         bool plan_memory = false);
+                                         bool plan_memory = false,
+                                         bool tensor_slices = false);
 
 // The group the data-parallel collectives of a parallel graph run over:
 // the data-shard group, with the context dimension when context_parallel > 1.

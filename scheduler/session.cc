@@ -100,6 +100,7 @@ UnitViews Session::Views(int node, bool recompute, Recompute part) {
   v.grads = std::move(ctx.grads);
   v.grad_accumulate = std::move(ctx.grad_accumulate);
   v.pipeline = ctx.pipeline;
+  v.tensor = ctx.tensor;
   return v;
 }
 

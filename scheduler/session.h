@@ -22,6 +22,15 @@
 // reverse); the views carry the received input and the buffer for the
 // output (and their gradients) in UnitViews::pipeline.
 //
+// With tensor parallelism (a graph of BuildParallelStep with
+// tensor_slices) a block runs in parts split at its tensor collectives:
+// the trainer calls a block's PreForward / PostForward (PreBackward /
+// PostBackward) once per part, in order, each part's UnitViews::tensor
+// naming its segments, the all-reduce buffers and the tensor group's
+// communicator (ComputeContext::Tensor); between the parts the hooks issue
+// the graph's all-reduce nodes. Without it UnitViews::tensor is empty and
+// a unit is one call each way.
+//
 // Each hook issues, before returning, every collective, copy and wait that
 // the plan places before that point (gathers for later units are
 // prefetched as the policy says), so the trainer never issues a collective
@@ -68,6 +77,9 @@ struct UnitViews {
   // stage, the buffer for the one sent to the next, and their gradients
   // (ComputeContext::Pipeline); all null without a pipeline.
   ComputeContext::Pipeline pipeline;
+  // Tensor parallelism: this call's part of the block and its all-reduce
+  // buffers (ComputeContext::Tensor); empty without it.
+  ComputeContext::Tensor tensor;
 };
 
 class Session {

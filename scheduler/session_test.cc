@@ -351,5 +351,78 @@ TEST(SessionTest, DrivesAPipelineStageInScheduleOrder) {
   EXPECT_EQ(checked[1], 6);
 }
 
+TEST(SessionTest, DrivesTensorParallelBlocksPartByPart) {
+  // 2 tensor ranks: a block's hooks are called once per part; each part
+  // writes its partial output (rank + 1) and the next part (or the final
+  // norm) reads their sum, 3, which the hooks' all-reduce node made.
+  ModelSpec spec = *ModelPreset("micro");
+  Policy p = *PolicyPreset("fsdp2");
+  p.param_dtype = DataType::kF32;
+  p.reduce_dtype = DataType::kF32;
+  p.tensor_parallel = 2;
+  constexpr int64_t kSeq = 4;
+  auto step = BuildParallelStep(spec, p, 2, kSeq, 1, {}, {}, true, /*tensor_slices=*/true);
+  ASSERT_TRUE(step.ok()) << step.status();
+  auto group = CreateInprocGroup(2);
+  ASSERT_TRUE(group.ok());
+  const int64_t act = kSeq * spec.hidden;
+  std::vector<Status> status(2);
+  std::vector<int> checked(2, 0), parts(2, 0);
+  RunRanks(2, [&](int r) {
+    auto session = Session::Create(step->stages[0], *group->device, *group->comms[r]);
+    if (!session.ok()) {
+      status[r] = session.status();
+      return;
+    }
+    Session& s = **session;
+    const int units = static_cast<int>(s.graph().layout.units.size());
+    auto calls = [&](int u) { return s.graph().layout.units[u].kind == UnitKind::kBlock ? 2 : 1; };
+    auto run = [&]() -> Status {
+      BATON_RETURN_IF_ERROR(s.BeginStep());
+      for (int u = 0; u < units; ++u) {
+        for (int k = 0; k < calls(u); ++k) {
+          BATON_ASSIGN_OR_RETURN(UnitViews v, s.PreForward(u));
+          const ComputeContext::Tensor t = v.tensor;
+          if (t.comm == nullptr || t.size != 2 || t.rank != r) {
+            return absl::InternalError("no tensor group in the views");
+          }
+          parts[r] += t.segments != 0;
+          int* seen = &checked[r];
+          BATON_RETURN_IF_ERROR(v.stream->Enqueue([t, r, act, seen]() -> Status {
+            if (t.input != nullptr) {
+              for (int64_t i = 0; i < act; ++i) {
+                if (static_cast<const float*>(t.input)[i] != 3) return absl::DataLossError("sum");
+              }
+              ++*seen;
+            }
+            if (t.output != nullptr) {
+              for (int64_t i = 0; i < act; ++i) static_cast<float*>(t.output)[i] = r + 1;
+            }
+            return absl::OkStatus();
+          }));
+          BATON_RETURN_IF_ERROR(s.PostForward(u));
+        }
+      }
+      for (int u = units - 1; u >= 0; --u) {
+        for (int k = 0; k < calls(u); ++k) {
+          BATON_ASSIGN_OR_RETURN(UnitViews v, s.PreBackward(u));
+          parts[r] += v.tensor.segments != 0;
+          BATON_RETURN_IF_ERROR(s.PostBackward(u));
+        }
+      }
+      BATON_RETURN_IF_ERROR(s.FinishStep(nullptr));
+      return s.executor().Synchronize();
+    };
+    status[r] = run();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    // Each block's MLP part, the next block's attention part and the
+    // final norm read a sum; every block call is a part.
+    EXPECT_EQ(checked[r], 2 * static_cast<int>(spec.layers)) << "rank " << r;
+    EXPECT_EQ(parts[r], 4 * static_cast<int>(spec.layers)) << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace baton::scheduler

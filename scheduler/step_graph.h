@@ -280,6 +280,9 @@ struct StepGraph {
   // units it runs in forward order (empty for data-parallel graphs).
   int stage = 0;
   std::vector<std::vector<int>> chunk_units;
+  // Tensor parallelism: the layout is of one tensor rank's slice
+  // (BuildParallelStep's tensor_slices; the executor needs it).
+  bool tensor_slices = false;
 
   // The stream of class `c` in this graph.
   StreamId stream_for(StreamClass c) const {

@@ -107,6 +107,26 @@ class StepTrace::Recorder : public NodeObserver {
     }
   }
 
+  // The compute stream's waits before its nodes of step `step` on events of
+  // stream `source`'s nodes (ns); -1 without any compute in the step.
+  int64_t ComputeWaitsOn(int64_t step, StreamId source) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t waited = -1;
+    for (const Entry& e : entries_) {
+      const Node& n = graph_.nodes[e.node];
+      if (e.step != step || !n.stream.is_compute()) continue;
+      waited = std::max<int64_t>(waited, 0);
+      const bool on_source = std::any_of(n.waits.begin(), n.waits.end(), [&](int w) {
+        return graph_.nodes[w].stream == source;
+      });
+      const int64_t t0 = e.t[0].load(), t1 = e.t[1].load();
+      if (on_source && t0 >= 0 && t1 > t0) waited += t1 - t0;
+    }
+    return waited;
+  }
+
+  const StepGraph& graph() const { return graph_; }
+
   // This rank's compute in step `step`: its first start, last end and busy
   // time (ns); first = -1 without any.
   struct Busy {
@@ -163,6 +183,15 @@ std::map<int, double> StepTrace::ComputeIdleFraction(int64_t step) const {
   if (last <= first) return out;
   for (const auto& [rank, b] : busy) {
     out[rank] = std::max(0.0, 1.0 - static_cast<double>(b.busy) / (last - first));
+  }
+  return out;
+}
+
+std::map<int, double> StepTrace::ExposedWaitMs(int64_t step, StreamClass source) const {
+  std::map<int, double> out;
+  for (const auto& [rank, recorder] : ranks_) {
+    const int64_t ns = recorder->ComputeWaitsOn(step, recorder->graph().stream_for(source));
+    if (ns >= 0) out[rank] = static_cast<double>(ns) / 1e6;
   }
   return out;
 }

@@ -70,6 +70,16 @@ class StepTrace {
   // synchronized. Ranks with no compute in that step are left out.
   std::map<int, double> ComputeIdleFraction(int64_t step) const;
 
+  // The communication of stream class `source` (e.g. kTensor: the tensor-
+  // parallel all-reduce nodes) exposed on the compute stream in step
+  // `step`, per traced rank, in ms: the time the compute stream waited, before
+  // its nodes, on events of that stream's nodes (a wait on several streams
+  // is counted when one of them is `source`). Communication run inside
+  // compute nodes (a graph's fused collectives) is part of the node, not
+  // counted here. Ranks with no compute in that step are left out. Call
+  // after the streams were synchronized.
+  std::map<int, double> ExposedWaitMs(int64_t step, StreamClass source) const;
+
  private:
   void AppendTo(TraceJsonWriter& trace) const;  // every rank's recorder
   class Recorder;

@@ -1,0 +1,115 @@
+#!/bin/bash
+# train_tiny --tp: tensor parallelism executed against the unsharded one-rank
+# run (losses and final parameters within 1e-5 relative, f32): TP 2 and 4
+# (4 with --kv-heads=4), with and without --tp-overlap (bit for bit the
+# same), alone and with FSDP2 sharding of each tensor rank's
+# slice over the data ranks, with selective recompute, inside 1F1B pipeline
+# stages (3D), and on ucx processes;
+# bad input is one line on stderr, exit code 2.
+# --lr=1e-3: AdamW's first updates g / (|g| + eps) amplify the all-reduces'
+# summation-order rounding where |g| ~ eps (at 3e-3 the parameters differ
+# by up to 2e-5 after one step while the losses agree to 1e-7).
+source tests/simulate_cli_lib.sh  # bin (train_tiny), t, fail; run, bad, has
+model=(--layers=2 --hidden=64 --heads=4 --ffn=128 --vocab=128 --seq=32 --lr=1e-3
+       --steps=20 --dtype=f32)
+same() {  # same NAME FILE: the --json line's losses and parameter difference are FILE's
+  python3 - "$2" "$t/out" <<'PY' || { echo "FAIL $1 differs"; fail=1; }
+import json, sys
+a, b = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:])
+assert a["losses"] == b["losses"], (a["losses"], b["losses"])
+assert a["max_param_rel_diff_vs_reference"] == b["max_param_rel_diff_vs_reference"]
+print("  bit for bit the losses and parameters of the run with all-reduce nodes")
+PY
+}
+equal() {  # equal NAME PARAMS: the --json line's differences <= 1e-5, loss falls 15%
+  tail -n 1 "$t/out" | python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+d, losses = j["max_rel_diff_vs_reference"], j["losses"]
+assert d is not None and d <= 1e-5, ("losses", d)
+if sys.argv[1] == "1":
+    p = j["max_param_rel_diff_vs_reference"]
+    assert p <= 1e-5, ("parameters", p)
+assert len(losses) == 20 and losses[-1] < 0.85 * losses[0], losses
+assert j["tensor_parallel"] in (2, 4), j["tensor_parallel"]
+print("  losses %.6f -> %.6f, loss diff %.3g, parameter diff %s" % (
+    losses[0], losses[-1], d, j.get("max_param_rel_diff_vs_reference")))' "$2" ||
+    { echo "FAIL $1"; tail -n 3 "$t/out"; fail=1; }
+}
+
+run tp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --check-reference --json \
+  --trace="$t/tp.json"
+has tp2 '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; .*\), 1 data ranks$'
+has tp2 '^final parameters: largest relative difference '
+has tp2 '^tensor all-reduces exposed \(step 20, from the trace: compute waiting on AR-TP\): mean [0-9.]+ ms, largest [0-9.]+ ms per rank'
+equal tp2 1
+python3 - "$t/tp.json" <<'PY' || { echo "FAIL trace"; fail=1; }
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+for rank in (0, 1):
+    assert (rank, "tensor") in {(p, n) for (p, _), n in tracks.items()}, sorted(tracks.items())
+on = {}  # slice name prefix -> the tracks it ran on
+for e in events:
+    if e.get("ph") == "X":
+        on.setdefault(e["name"].split(" ")[0], set()).add(tracks.get((e["pid"], e["tid"])))
+assert on.get("AR-TP") == {"tensor"}, on.get("AR-TP")
+print("  trace: the tensor track on both ranks, AR-TP slices on it only")
+PY
+# --tp-overlap: the same sums, bit for bit.
+cp "$t/out" "$t/tp2.out"
+run tp2-overlap 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --tp-overlap --check-reference \
+  --json
+equal tp2-overlap 1
+same tp2-overlap "$t/tp2.out"
+run tp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --policy=fsdp2 --check-reference \
+  --json
+equal tp2-fsdp2 1
+run tp2-recompute 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --micro-steps=2 \
+  --recompute=selective --check-reference --json
+equal tp2-recompute 1
+run tp4 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=4 --check-reference --json
+equal tp4 1
+cp "$t/out" "$t/tp4.out"
+run tp4-overlap 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=4 --tp-overlap --check-reference \
+  --json
+equal tp4-overlap 1
+same tp4-overlap "$t/tp4.out"
+run tp4-fsdp2 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=8 --policy=fsdp2 --check-reference \
+  --json
+equal tp4-fsdp2 1
+# 3D: TP inside 1F1B pipeline stages, with fsdp2 inside each (tensor, stage).
+run tp2-pp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
+  --check-reference --json
+has tp2-pp2 '^pipeline: 2 stages of 1, 1 blocks .*, 1 data ranks per stage$'
+equal tp2-pp2 1
+run tp2-pp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=8 --micro-steps=3 \
+  --policy=fsdp2 --check-reference --json
+equal tp2-pp2-fsdp2 1
+run tp2-pp2-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
+  --backend=ucx --check-reference --json
+equal tp2-pp2-ucx 0
+run tp2-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --batch=1 --policy=fsdp2 \
+  --backend=ucx --check-reference --json
+equal tp2-ucx 0
+
+bad heads "--tp=3 does not divide the model's 4 heads" "${model[@]}" --tp=3 --nranks=3
+bad kv-heads "--tp=4 does not divide the model's 2 KV heads" "${model[@]}" --kv-heads=2 \
+  --tp=4 --nranks=4
+bad ffn "--tp=4 does not divide the model's 126 FFN width" "${model[@]/--ffn=128/--ffn=126}" \
+  --kv-heads=4 --tp=4 --nranks=4
+bad more-than-ranks "--tp=4 is more than the 2 ranks" "${model[@]}" --tp=4 --nranks=2
+bad not-dividing "--nranks=3 is not a multiple of --tp=2" "${model[@]}" --tp=2 --nranks=3
+bad overlap-alone "--tp-overlap needs --tp > 1" "${model[@]}" --tp-overlap
+bad sp-alone "--sp (sequence parallelism) needs --tp > 1" "${model[@]}" --sp
+bad sp "--sp is simulated only" "${model[@]}" --tp=2 --nranks=2 --sp
+bad not-dividing-3d "--nranks=6 is not a multiple of --tp=2 x --pp=2" "${model[@]}" --tp=2 \
+  --pp=2 --nranks=6
+bad adamw8bit "--optimizer=adamw8bit is not run with --tp or --pp yet" "${model[@]}" --tp=2 \
+  --nranks=2 --optimizer=adamw8bit
+bad lora "--tp with LoRA adapters or NF4 base weights does not run yet" "${model[@]}" --tp=2 \
+  --nranks=2 --lora-rank=4
+bad checkpoints "checkpoints of tensor-parallel slices" "${model[@]}" --tp=2 --nranks=2 \
+  --save-dir="$t/ck" --save-every=1
+exit $fail
