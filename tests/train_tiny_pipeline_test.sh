@@ -1,5 +1,5 @@
 #!/bin/bash
-# train_tiny --pp: 1F1B and interleaved pipeline stages executed against the unsharded
+# train_tiny --pp: 1F1B, interleaved and ZB-H1 pipeline stages executed against the unsharded
 # one-rank run (losses and final parameters within 1e-5 relative, f32), on
 # inproc threads alone and with FSDP2 sharding inside each stage, and on
 # ucx processes with sharding inside the stages; a trace with the pipeline
@@ -51,6 +51,24 @@ run pp2-ucx 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --batch=1 --policy
   --backend=ucx --check-reference --json
 equal pp2-ucx 0
 
+# ZB-H1: each backward split into the input-gradient pass and the deferred
+# weight-gradient pass, alone (bit for bit the unsharded run), with FSDP2
+# inside the stages, and on ucx processes.
+run zb-h1 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
+  --check-reference --json
+has zb-h1 '^pipeline: 2 stages of 1, 1 blocks .*zb-h1, 4 micro-batches'
+has zb-h1 '^unsharded 1-rank reference: largest relative loss difference 0 over 20 steps$'
+equal zb-h1 1
+run zb-h1-fsdp2 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=3 --policy=fsdp2 \
+  --pp-schedule=zb-h1 --check-reference --json
+equal zb-h1-fsdp2 1
+run zb-h1-ucx 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --batch=1 --policy=fsdp2 \
+  --backend=ucx --pp-schedule=zb-h1 --check-reference --json
+equal zb-h1-ucx 0
+run zb-h1-ucx-alone 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --backend=ucx \
+  --pp-schedule=zb-h1 --check-reference --json
+equal zb-h1-ucx-alone 0
+
 # Interleaved 1F1B: 2 model chunks per stage, FSDP2 over 2 data ranks inside.
 run interleaved 0 "${model[@]/--layers=2/--layers=4}" --pp=2 --vpp=2 --pp-schedule=interleaved \
   --nranks=4 --micro-steps=4 --policy=fsdp2 --check-reference --json
@@ -90,7 +108,10 @@ else
 fi
 bad not-dividing "is not a multiple of --pp=2" "${model[@]}" --pp=2 --nranks=3
 bad more-stages "more than the model's 2 blocks" "${model[@]}" --pp=3 --nranks=3
-bad zb-h1 "simulated only" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=zb-h1
+bad zb-h1-tp "zb-h1 with --tp is simulated only" "${model[@]}" --pp=2 --tp=2 --nranks=4 \
+  --pp-schedule=zb-h1
+bad zb-h1-selective "zb-h1 with selective recompute does not run yet" "${model[@]}" --pp=2 \
+  --nranks=2 --pp-schedule=zb-h1 --recompute=selective
 bad interleaved-m "to be a multiple of --pp=2" "${model[@]/--layers=2/--layers=4}" --pp=2 \
   --vpp=2 --pp-schedule=interleaved --nranks=2 --micro-steps=3
 bad interleaved-layers "blocks to be a multiple of --pp x --vpp = 4" \
