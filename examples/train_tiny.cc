@@ -1123,9 +1123,17 @@ int Main(int argc, char** argv) {
       absl::StrAppend(&stages, s ? ", " : "", absl::StrFormat("%.1f%%", 100 * res.stage_bubble[s]));
     }
     const double p = f.pp, m = static_cast<double>(job.policy.micro_steps);
+    // ZB-H1 (Qi et al. 2023): (p-1)(F+B-W) idle of a span 3m + that with
+    // equal passes F = B = W.
+    const std::string zb =
+        job.policy.pipeline_schedule == scheduler::PipelineSchedule::kZbH1
+            ? absl::StrFormat("; ZB-H1 with F = B = W (p-1)/(3m+p-1) = %.1f%%",
+                              100 * (p - 1) / (3 * m + p - 1))
+            : std::string();
     std::printf("pipeline bubble (step %lld, from the trace: compute idle in the pipeline's "
-                "span): stages %s; 1F1B with equal stages (p-1)/(m+p-1) = %.1f%%\n",
-                static_cast<long long>(f.steps), stages.c_str(), 100 * (p - 1) / (m + p - 1));
+                "span): stages %s; 1F1B with equal stages (p-1)/(m+p-1) = %.1f%%%s\n",
+                static_cast<long long>(f.steps), stages.c_str(), 100 * (p - 1) / (m + p - 1),
+                zb.c_str());
   }
   if (!res.tp_exposed_ms.empty()) {
     const auto& ms = res.tp_exposed_ms;

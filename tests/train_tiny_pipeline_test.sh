@@ -55,7 +55,8 @@ equal pp2-ucx 0
 # weight-gradient pass, alone (bit for bit the unsharded run), with FSDP2
 # inside the stages, and on ucx processes.
 run zb-h1 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
-  --check-reference --json
+  --check-reference --json --trace="$t/zb.json"
+has zb-h1 '^pipeline bubble \(step 20, .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%; ZB-H1 with F = B = W \(p-1\)/\(3m\+p-1\) = 7.7%$'
 has zb-h1 '^pipeline: 2 stages of 1, 1 blocks .*zb-h1, 4 micro-batches'
 has zb-h1 '^unsharded 1-rank reference: largest relative loss difference 0 over 20 steps$'
 equal zb-h1 1
