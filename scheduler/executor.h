@@ -40,8 +40,8 @@
 // enqueues CPU code as host work on host pointers (ops/adamw.h does this
 // by itself on such a stream).
 //
-// Pipeline stages (scheduler/parallel_graph.h; 1F1B and interleaved,
-// pipeline parallelism
+// Pipeline stages (scheduler/parallel_graph.h; 1F1B, interleaved and
+// ZB-H1 pipeline parallelism
 // alone with any data sharding inside the stage): the executor runs the
 // graph of this rank's stage (StepGraph::stage must be its coordinate
 // along pp; built with plan_memory). Sends and receives go to the pipeline
