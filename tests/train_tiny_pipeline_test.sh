@@ -25,11 +25,13 @@ print("  losses %.6f -> %.6f, loss diff %.3g, parameter diff %s" % (
 run pp2 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --check-reference --json \
   --trace="$t/pp.json"
 has pp2 '^final parameters: largest relative difference '
-has pp2 '^pipeline bubble \(step 20, from the trace: .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%$'
+has pp2 '^pipeline bubble \(step 20, from the trace: .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%; the simulator on these stage graphs, block passes F = B = W: stages 20.0%, 20.0%$'
 tail -n 1 "$t/out" | python3 -c '
 import json, sys
-b = json.loads(sys.stdin.read())["stage_bubble"]
-assert len(b) == 2 and all(0 <= x < 1 for x in b), b' || { echo "FAIL pp2 stage_bubble"; fail=1; }
+j = json.loads(sys.stdin.read())
+b, sim = j["stage_bubble"], j["sim_stage_bubble"]
+assert len(b) == 2 and all(0 <= x < 1 for x in b), b
+assert [round(x, 6) for x in sim] == [0.2, 0.2], sim' || { echo "FAIL pp2 stage_bubble"; fail=1; }
 equal pp2 1
 python3 - "$t/pp.json" <<'PY' || { echo "FAIL trace"; fail=1; }
 import json, sys
@@ -56,7 +58,7 @@ equal pp2-ucx 0
 # inside the stages, and on ucx processes.
 run zb-h1 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
   --check-reference --json --trace="$t/zb.json"
-has zb-h1 '^pipeline bubble \(step 20, .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%; ZB-H1 with F = B = W \(p-1\)/\(3m\+p-1\) = 7.7%$'
+has zb-h1 '^pipeline bubble \(step 20, .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%; ZB-H1 with F = B = W \(p-1\)/\(3m\+p-1\) = 7.7%; the simulator on these stage graphs, .*: stages 7.7%, 7.7%$'
 has zb-h1 '^pipeline: 2 stages of 1, 1 blocks .*zb-h1, 4 micro-batches'
 has zb-h1 '^unsharded 1-rank reference: largest relative loss difference 0 over 20 steps$'
 equal zb-h1 1
