@@ -258,6 +258,13 @@ Status LlamaRank::Allocate() {
   dg_ = Buf(T * F * e);
   du_ = Buf(T * F * e);
   frozen_dw_ = Buf(H * 4);
+  if (zb_ && (policy.tensor_parallel > 1 || policy.layout.lora_rank > 0 ||
+              policy.recompute == scheduler::Recompute::kSelective)) {
+    // The weight pass reads each block's matrices' inputs whole and
+    // unadapted; selective recompute shares one attention output.
+    return absl::UnimplementedError(
+        "llama trainer: zb-h1 with tensor parallelism, LoRA or selective recompute");
+  }
   if (zb_) AllocateDeferred();
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   if (lo.lora_rank > 0) {

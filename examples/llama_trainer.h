@@ -102,11 +102,16 @@ class LlamaRank {
  public:
   // `graph` is the rank's step graph (its layout and policy); `ranks` the
   // data-parallel world size; `rank` this rank's position among them. A
-  // pipeline stage's graph (scheduler/parallel_graph.h, 1F1B): the rank
+  // pipeline stage's graph (scheduler/parallel_graph.h, any schedule): the rank
   // computes its stage's units, takes its input activation from and hands
   // its output to ComputeContext::pipeline (and their gradients), and
   // LossSum is 0 except on the last stage; `ranks` / `rank` are then the
-  // stage's data ranks and this rank's position in them.
+  // stage's data ranks and this rank's position in them. Under zb-h1 each
+  // unit's backward is the input-gradient call (weight_deferred), which
+  // keeps the gradients at its weights' outputs per micro-step, and the
+  // later kBackwardWeight call, which turns them into the weight gradients
+  // (every micro-step's activations and those gradients are kept; not with
+  // tensor parallelism, LoRA or selective recompute: Unimplemented).
   //
   // Tensor parallelism (a graph of BuildParallelStep with tensor_slices:
   // its model is this rank's slice, scheduler/tensor_parallel.h):
