@@ -54,14 +54,17 @@ run pp2-ucx 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --batch=1 --policy
 equal pp2-ucx 0
 
 # ZB-H1: each backward split into the input-gradient pass and the deferred
-# weight-gradient pass, alone (bit for bit the unsharded run), with FSDP2
-# inside the stages, and on ucx processes.
+# weight-gradient pass, alone (bit for bit the unsharded run; with full
+# recompute too), with FSDP2 inside the stages, and on ucx processes.
 run zb-h1 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
   --check-reference --json --trace="$t/zb.json"
 has zb-h1 '^pipeline bubble \(step 20, .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%; ZB-H1 with F = B = W \(p-1\)/\(3m\+p-1\) = 7.7%; the simulator on these stage graphs, .*: stages 7.7%, 7.7%$'
 has zb-h1 '^pipeline: 2 stages of 1, 1 blocks .*zb-h1, 4 micro-batches'
 has zb-h1 '^unsharded 1-rank reference: largest relative loss difference 0 over 20 steps$'
 equal zb-h1 1
+run zb-h1-recompute 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
+  --recompute=full --check-reference --json
+equal zb-h1-recompute 1
 run zb-h1-fsdp2 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=3 --policy=fsdp2 \
   --pp-schedule=zb-h1 --check-reference --json
 equal zb-h1-fsdp2 1
