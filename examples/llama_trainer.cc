@@ -32,8 +32,9 @@ uint64_t Mix(uint64_t x) {  // splitmix64
 
 double Uniform(uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) / 9007199254740992.0; }
 
-// Index of the parameter named "<unit>.<suffix>" in a compute context.
-int Find(const scheduler::ComputeContext& ctx, const char* suffix) {
+}  // namespace
+
+int LlamaRank::Find(const scheduler::ComputeContext& ctx, const char* suffix) {
   for (size_t i = 0; i < ctx.params.size(); ++i) {
     const std::string& n = ctx.params[i].param->name;
     const size_t dot = n.find('.');
@@ -43,8 +44,6 @@ int Find(const scheduler::ComputeContext& ctx, const char* suffix) {
   }
   return -1;
 }
-
-}  // namespace
 
 StatusOr<Corpus> Corpus::Synthetic(int64_t vocab, uint64_t seed, int phrases) {
   if (vocab < 2) return absl::InvalidArgumentError("corpus: vocab must be at least 2");
@@ -238,9 +237,10 @@ Status LlamaRank::Allocate() {
   const scheduler::Policy& policy = graph_.policy;
   if (policy.pipeline_parallel > 1) {
     has_head_ = graph_.stage == policy.pipeline_parallel - 1;
-    // Interleaved: a chunk's warm-up runs ahead of 1F1B's; keep every
-    // micro-batch's.
-    acts_.resize(policy.virtual_stages > 1
+    zb_ = policy.pipeline_schedule == scheduler::PipelineSchedule::kZbH1;
+    // Interleaved: a chunk's warm-up runs ahead of 1F1B's; zb-h1: the
+    // weight passes run after later forwards. Keep every micro-batch's.
+    acts_.resize(policy.virtual_stages > 1 || zb_
                      ? micro_steps_
                      : std::min(micro_steps_, policy.pipeline_parallel));
   } else {
@@ -258,6 +258,14 @@ Status LlamaRank::Allocate() {
   dg_ = Buf(T * F * e);
   du_ = Buf(T * F * e);
   frozen_dw_ = Buf(H * 4);
+  if (zb_ && (policy.tensor_parallel > 1 || policy.layout.lora_rank > 0 ||
+              policy.recompute == scheduler::Recompute::kSelective)) {
+    // The weight pass reads each block's matrices' inputs whole and
+    // unadapted; selective recompute shares one attention output.
+    return absl::UnimplementedError(
+        "llama trainer: zb-h1 with tensor parallelism, LoRA or selective recompute");
+  }
+  if (zb_) AllocateDeferred();
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   if (lo.lora_rank > 0) {
     lora_xa_.assign(spec_.layers, std::vector<void*>(scheduler::kNumLoraTargets, nullptr));
@@ -357,12 +365,19 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
   Acts& acts = ActsOf(m);
   const bool backward = ctx.kind == scheduler::NodeKind::kBackward;
   const ops::RmsNormShape& norm = d_.norm;
+  if (ctx.kind == scheduler::NodeKind::kBackwardWeight) return WeightUnit(ctx);
+  if (ctx.weight_deferred && !zb_) {
+    return absl::InternalError("a deferred weight gradient on a graph that is not zb-h1");
+  }
+  Deferred* keep = ctx.weight_deferred ? &deferred_[m] : nullptr;
   switch (ctx.spec->kind) {
     case scheduler::UnitKind::kEmbedding: {
       const ops::EmbeddingShape s{T, V, H, dtype_};
       if (!backward) {
         return ops::EmbeddingForward(st, s, ids_[m], ctx.params[0].data, acts.h[0]);
       }
+      // zb-h1: no input gradient; the weight pass reads the output's.
+      if (keep) return st.MemcpyAsync(keep->emb, gres_[cur_], d_.act_bytes);
       if (ctx.grads[0].data == nullptr) return absl::OkStatus();  // frozen
       return ops::EmbeddingBackward(st, s, ids_[m], gres_[cur_], ctx.grads[0].data,
                                     ctx.grads[0].dtype, ctx.grad_accumulate[0]);
@@ -373,6 +388,9 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
         return AttentionCore(ctx);
       }
       if (ctx.tensor.segments != 0) {
+        if (keep) {
+          return absl::InternalError("zb-h1's split backward of a tensor-parallel block part");
+        }
         if (!backward) return BlockForwardPart(ctx);
         using scheduler::BlockSegment;
         using scheduler::SegmentBit;
@@ -396,7 +414,8 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
       }
       // gres_[cur_] holds d(nf); the input's gradient goes to the other one.
       const int next = 1 - cur_;
-      const bool frozen = ctx.grads[0].data == nullptr;
+      if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->nf, gres_[cur_], d_.act_bytes));
+      const bool frozen = keep != nullptr || ctx.grads[0].data == nullptr;
       BATON_RETURN_IF_ERROR(ops::RmsNormBackward(
           st, norm, gres_[cur_], acts.h[spec_.layers], ctx.params[0].data, acts.rstdf,
           gres_[next], false, frozen ? frozen_dw_ : ctx.grads[0].data,
@@ -413,6 +432,10 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
                                  acts.logits, 1.0f / static_cast<float>(T));
       }
       cur_ = 0;
+      if (keep) {  // the weight pass reads the logits' gradient, kept in place
+        return ops::LinearBackward(st, s, acts.logits, acts.nf, ctx.params[0].data, gres_[cur_],
+                                   false, nullptr, DataType::kF32, false);
+      }
       return ops::LinearBackward(st, s, acts.logits, acts.nf, ctx.params[0].data, gres_[cur_], false,
                                  ctx.grads[0].data, ctx.grads[0].dtype, ctx.grad_accumulate[0]);
     }
@@ -589,6 +612,11 @@ Status LlamaRank::ProjectBackward(const scheduler::ComputeContext& ctx, const ch
                                   void* dx, bool acc_dx) {
   const int iw = Find(ctx, w);
   const int ia = Find(ctx, absl::StrCat(w, ".lora_a").c_str());
+  if (ctx.weight_deferred) {  // zb-h1's B: dx alone, dw in the weight pass
+    if (ia >= 0) return absl::InternalError(absl::StrCat(w, ": zb-h1 with LoRA adapters"));
+    return ops::LinearBackward(*ctx.stream, s, dy, x, ctx.params[iw].data, dx, acc_dx, nullptr,
+                               DataType::kF32, false);
+  }
   const scheduler::TensorView& gw = ctx.grads[iw];
   if (ia < 0) {  // gw.data is null for a frozen w: dx alone
     return ops::LinearBackward(*ctx.stream, s, dy, x, ctx.params[iw].data, dx, acc_dx, gw.data,
@@ -629,7 +657,10 @@ Status LlamaRank::BlockBackward(const scheduler::ComputeContext& ctx) {
 LlamaRank::NormGrad LlamaRank::NormGradOf(const scheduler::ComputeContext& ctx,
                                           const char* name) {
   const int i = Find(ctx, name);
-  if (ctx.grads[i].data == nullptr) return NormGrad{frozen_dw_, DataType::kF32, false};
+  // Frozen, or zb-h1's input-gradient pass (the weight pass computes it).
+  if (ctx.weight_deferred || ctx.grads[i].data == nullptr) {
+    return NormGrad{frozen_dw_, DataType::kF32, false};
+  }
   return NormGrad{ctx.grads[i].data, ctx.grads[i].dtype,
                   static_cast<bool>(ctx.grad_accumulate[i])};
 }
@@ -644,14 +675,21 @@ Status LlamaRank::MlpBackward(const scheduler::ComputeContext& ctx) {
   void* A = gres_[cur_];
   void* B = gres_[1 - cur_];
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(B, A, d_.act_bytes));
+  // zb-h1: the gradients the weight pass needs go to the micro-step's set.
+  BlockDeferred* keep =
+      ctx.weight_deferred ? &deferred_[ctx.micro_step].blocks[ctx.spec->block] : nullptr;
+  void* dg = keep ? keep->dg : dg_;
+  void* du = keep ? keep->du : du_;
+  void* dn = keep ? keep->dn2 : dn_;
+  if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dx2, A, d_.act_bytes));
   const NormGrad gm = NormGradOf(ctx, "mlp_norm.weight");
   BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_down", {T, F, H, dtype_}, A, a.s, ds_, false));
-  BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg_, du_));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_gate", {T, H, F, dtype_}, dg_, a.n2, dn_, false));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_up", {T, H, F, dtype_}, du_, a.n2, dn_, true));
+  BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg, du));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_gate", {T, H, F, dtype_}, dg, a.n2, dn, false));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_up", {T, H, F, dtype_}, du, a.n2, dn, true));
   // Column-parallel: each tensor rank's input gradient is a partial sum.
-  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn_));
-  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, a.x1,
+  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn));
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn, a.x1,
                                              ctx.params[Find(ctx, "mlp_norm.weight")].data,
                                              a.rstd2, B, true, gm.data, gm.dtype, gm.acc));
   cur_ = 1 - cur_;
@@ -669,17 +707,24 @@ Status LlamaRank::AttentionBackward(const scheduler::ComputeContext& ctx) {
   void* B = gres_[cur_];      // d(x1)
   void* A = gres_[1 - cur_];  // becomes d(block input)
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(A, B, d_.act_bytes));
+  // zb-h1: the gradients the weight pass needs go to the micro-step's set.
+  BlockDeferred* keep = ctx.weight_deferred ? &deferred_[ctx.micro_step].blocks[b] : nullptr;
+  void* dq = keep ? keep->dq : dq_;
+  void* dk = keep ? keep->dk : dk_;
+  void* dv = keep ? keep->dv : dv_;
+  void* dn = keep ? keep->dn1 : dn_;
+  if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dx1, B, d_.act_bytes));
   const NormGrad ga = NormGradOf(ctx, "attn_norm.weight");
   BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wo", {T, Q, H, dtype_}, B, a.o, do_, false));
   BATON_RETURN_IF_ERROR(
-      ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq_, dk_, dv_));
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq_));
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk_));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wq", {T, H, Q, dtype_}, dq_, a.n1, dn_, false));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wk", {T, H, KV, dtype_}, dk_, a.n1, dn_, true));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wv", {T, H, KV, dtype_}, dv_, a.n1, dn_, true));
-  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn_));
-  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn_, acts.h[b],
+      ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq, dk, dv));
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq));
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wq", {T, H, Q, dtype_}, dq, a.n1, dn, false));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wk", {T, H, KV, dtype_}, dk, a.n1, dn, true));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wv", {T, H, KV, dtype_}, dv, a.n1, dn, true));
+  BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn));
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn, acts.h[b],
                                              ctx.params[Find(ctx, "attn_norm.weight")].data,
                                              a.rstd1, A, true, ga.data, ga.dtype, ga.acc));
   cur_ = 1 - cur_;

@@ -102,11 +102,16 @@ class LlamaRank {
  public:
   // `graph` is the rank's step graph (its layout and policy); `ranks` the
   // data-parallel world size; `rank` this rank's position among them. A
-  // pipeline stage's graph (scheduler/parallel_graph.h, 1F1B): the rank
+  // pipeline stage's graph (scheduler/parallel_graph.h, any schedule): the rank
   // computes its stage's units, takes its input activation from and hands
   // its output to ComputeContext::pipeline (and their gradients), and
   // LossSum is 0 except on the last stage; `ranks` / `rank` are then the
-  // stage's data ranks and this rank's position in them.
+  // stage's data ranks and this rank's position in them. Under zb-h1 each
+  // unit's backward is the input-gradient call (weight_deferred), which
+  // keeps the gradients at its weights' outputs per micro-step, and the
+  // later kBackwardWeight call, which turns them into the weight gradients
+  // (every micro-step's activations and those gradients are kept; not with
+  // tensor parallelism, LoRA or selective recompute: Unimplemented).
   //
   // Tensor parallelism (a graph of BuildParallelStep with tensor_slices:
   // its model is this rank's slice, scheduler/tensor_parallel.h):
@@ -197,6 +202,20 @@ class LlamaRank {
   // shared by all such blocks, which the recompute refills.
   bool SelectiveRecompute(int64_t block) const;
   Status BlockBackward(const scheduler::ComputeContext& ctx);
+  // Index of the parameter named "<unit>.<suffix>" in a compute context, or -1.
+  static int Find(const scheduler::ComputeContext& ctx, const char* suffix);
+  // zb-h1 (llama_trainer_zb.cc): the deferred weight-gradient pass of a
+  // unit (ComputeContext::kind kBackwardWeight) from the activations and
+  // the input-gradient pass's saved gradients of its micro-step.
+  Status WeightUnit(const scheduler::ComputeContext& ctx);
+  Status BlockWeight(const scheduler::ComputeContext& ctx);
+  // One matrix's weight gradient (dx not computed); nothing for a frozen w.
+  Status ProjectWeight(const scheduler::ComputeContext& ctx, const char* w,
+                       const ops::LinearShape& s, const void* dy, const void* x);
+  // A norm weight's gradient alone (its dx into the scratch wdx_).
+  Status NormWeight(const scheduler::ComputeContext& ctx, const char* name, const void* dy,
+                    const void* x, const float* rstd);
+  void AllocateDeferred();
   Status Dequantize(const scheduler::DequantizeContext& ctx);
   // The block's linear through matrix `w` ("wq", ...): ops/linear.h, or
   // ops/lora.h when the unit has w's adapters.
@@ -255,7 +274,7 @@ class LlamaRank {
   // scheduler runs micro-steps one after another), min(micro_steps, p) on
   // a 1F1B pipeline stage (micro-step m uses set m mod that: at most p
   // consecutive ones are between their forward and backward), every
-  // micro-step's with interleaved stages.
+  // micro-step's with interleaved stages or zb-h1.
   std::vector<Acts> acts_;
   Acts& ActsOf(int micro_step) { return acts_[micro_step % acts_.size()]; }
   void* shared_o_ = nullptr;  // selective recompute: o and lse of every
@@ -268,8 +287,28 @@ class LlamaRank {
   void* gres_[2] = {nullptr, nullptr};
   int cur_ = 0;  // which gres_ holds the current gradient
   void *dn_, *dq_, *dk_, *dv_, *do_, *ds_, *dg_, *du_;
-  // A frozen norm weight's gradient (computed, never read).
+  // A frozen norm weight's gradient (computed, never read); under zb-h1
+  // also the input-gradient pass's norm weight gradients.
   void* frozen_dw_ = nullptr;
+  // zb-h1 (Policy::pipeline_schedule): per micro-step, what the input
+  // gradient pass keeps for the deferred weight pass: the gradients at the
+  // outputs of the block's matrices (d x2 for w_down, d gate / d up, d n2
+  // for mlp_norm, d x1 for wo, d q / k / v after the rotary's backward,
+  // d n1 for attn_norm), the embedding's output gradient and d nf of the
+  // final norm (the head's is the logits' gradient, kept in place). Every
+  // micro-step's activations are kept too. wdx_: the weight pass's norm dx
+  // (computed, never read).
+  struct BlockDeferred {
+    void *dx2, *dg, *du, *dn2, *dx1, *dq, *dk, *dv, *dn1;
+  };
+  struct Deferred {
+    std::vector<BlockDeferred> blocks;
+    void* emb = nullptr;
+    void* nf = nullptr;
+  };
+  bool zb_ = false;
+  std::vector<Deferred> deferred_;
+  void* wdx_ = nullptr;
   // LoRA: per block and target (scheduler::LoraTarget), the forward's
   // s (x a^T) [T, rank]; and one [T, rank] scratch for the backward.
   std::vector<std::vector<void*>> lora_xa_;

@@ -98,6 +98,7 @@
 #include "baton/scheduler/step_graph.h"
 #include "baton/scheduler/step_trace.h"
 #include "baton/scheduler/tensor_parallel.h"
+#include "baton/sim/parallel_sim.h"
 #include "baton/sim/simulator.h"
 #include "nlohmann/json.hpp"
 
@@ -262,10 +263,6 @@ Flags Parse(int argc, char** argv) {
     else if (key == "--pp-schedule") {
       auto sched = scheduler::ParsePipelineSchedule(v);
       if (!sched.ok()) Fail(absl::StrCat("--pp-schedule: ", sched.status().message()));
-      if (*sched == scheduler::PipelineSchedule::kZbH1) {
-        Fail(absl::StrCat("--pp-schedule=", v, " is simulated only (simulate --pp); "
-                          "train_tiny runs 1f1b and interleaved"));
-      }
       f.pp_schedule = *sched;
     }
     else if (key == "--resume") {
@@ -343,6 +340,9 @@ Flags Parse(int argc, char** argv) {
     }
   }
   if (f.sp && f.tp == 1) Fail("--sp (sequence parallelism) needs --tp > 1");
+  if (f.pp_schedule == scheduler::PipelineSchedule::kZbH1 && f.tp > 1) {
+    Fail("--pp-schedule=zb-h1 with --tp is simulated only (simulate --pp --tp)");
+  }
   if (f.tp_overlap && f.tp == 1) Fail("--tp-overlap needs --tp > 1");
   if (f.tp > 1) {
     // What tensor parallelism does not run with yet, one line each.
@@ -416,6 +416,12 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     Fail("--tp with LoRA adapters or NF4 base weights does not run yet");
   }
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
+  if (p.pipeline_schedule == scheduler::PipelineSchedule::kZbH1 &&
+      p.recompute == scheduler::Recompute::kSelective) {
+    // The deferred weight pass reads each block's attention output, which
+    // selective recompute keeps in one scratch for all blocks.
+    Fail("--pp-schedule=zb-h1 with selective recompute does not run yet (full does)");
+  }
 }
 
 scheduler::Policy PolicyFromFlags(const Flags& f) {
@@ -465,6 +471,7 @@ struct RunResult {
   // the pipeline's span (StepTrace::ComputeIdleFraction), mean over the
   // stage's ranks.
   std::vector<double> stage_bubble;
+  std::vector<double> sim_stage_bubble;  // sim::ScheduleBubble on the stage graphs
   // --tp --trace on inproc: per rank, the last step's tensor all-reduces
   // exposed on the compute stream (StepTrace::ExposedWaitMs), ms.
   std::vector<double> tp_exposed_ms;
@@ -822,6 +829,10 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
     for (int s = 0; s < p; ++s) {
       results[0].stage_bubble.push_back(count[s] > 0 ? sum[s] / count[s] : -1);
     }
+    // The simulator on the same stage graphs, every block pass equal.
+    std::vector<const scheduler::StepGraph*> stages;
+    for (const auto& g : graphs.stages) stages.push_back(g.get());
+    BATON_ASSIGN_OR_RETURN(results[0].sim_stage_bubble, sim::ScheduleBubble(stages, {}));
   }
   if (trace && job.tp > 1 && !job.policy.tp_comm_overlap && !results[0].losses.empty()) {
     const int64_t last = results[0].first_step + results[0].losses.size() - 1;
@@ -1118,9 +1129,23 @@ int Main(int argc, char** argv) {
       absl::StrAppend(&stages, s ? ", " : "", absl::StrFormat("%.1f%%", 100 * res.stage_bubble[s]));
     }
     const double p = f.pp, m = static_cast<double>(job.policy.micro_steps);
+    // ZB-H1 (Qi et al. 2023): (p-1)(F+B-W) idle of a span 3m + that with
+    // equal passes F = B = W.
+    const std::string zb =
+        job.policy.pipeline_schedule == scheduler::PipelineSchedule::kZbH1
+            ? absl::StrFormat("; ZB-H1 with F = B = W (p-1)/(3m+p-1) = %.1f%%",
+                              100 * (p - 1) / (3 * m + p - 1))
+            : std::string();
+    std::string simulated;
+    for (size_t s = 0; s < res.sim_stage_bubble.size(); ++s) {
+      absl::StrAppend(&simulated, s ? ", " : "",
+                      absl::StrFormat("%.1f%%", 100 * res.sim_stage_bubble[s]));
+    }
     std::printf("pipeline bubble (step %lld, from the trace: compute idle in the pipeline's "
-                "span): stages %s; 1F1B with equal stages (p-1)/(m+p-1) = %.1f%%\n",
-                static_cast<long long>(f.steps), stages.c_str(), 100 * (p - 1) / (m + p - 1));
+                "span): stages %s; 1F1B with equal stages (p-1)/(m+p-1) = %.1f%%%s; the "
+                "simulator on these stage graphs, block passes F = B = W: stages %s\n",
+                static_cast<long long>(f.steps), stages.c_str(), 100 * (p - 1) / (m + p - 1),
+                zb.c_str(), simulated.c_str());
   }
   if (!res.tp_exposed_ms.empty()) {
     const auto& ms = res.tp_exposed_ms;
@@ -1190,6 +1215,7 @@ int Main(int argc, char** argv) {
     if (f.check_reference) j["reference_losses"] = ref_losses;
     if (param_rel) j["max_param_rel_diff_vs_reference"] = *param_rel;
     if (!res.stage_bubble.empty()) j["stage_bubble"] = res.stage_bubble;
+    if (!res.sim_stage_bubble.empty()) j["sim_stage_bubble"] = res.sim_stage_bubble;
     if (!res.tp_exposed_ms.empty()) j["tp_exposed_ms"] = res.tp_exposed_ms;
     j["arena_bytes"] = res.arena_bytes;
     j["lower_bound_bytes"] = res.lower_bound_bytes;

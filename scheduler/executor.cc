@@ -59,10 +59,10 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
           "(BuildParallelStep's tensor_slices); this one is the simulator's");
     }
   }
-  if (p.pipeline_schedule == PipelineSchedule::kZbH1) {
+  if (p.pipeline_schedule == PipelineSchedule::kZbH1 && p.tensor_parallel > 1) {
     return absl::UnimplementedError(
-        "executor: pipeline schedule zb-h1 is simulated only; the executor runs 1f1b and "
-        "interleaved");
+        "executor: pipeline schedule zb-h1 with tensor parallelism is simulated only; the "
+        "executor runs zb-h1 without it");
   }
   if (p.virtual_stages > kMaxExecutedVirtualStages) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -603,6 +603,10 @@ ComputeContext Executor::MakeComputeContext(int i) {
     }
     return -1;
   };
+  // zb-h1: a backward that writes no gradient is the input-gradient pass
+  // B; its unit's kBackwardWeight node for the micro-batch runs later.
+  ctx.weight_deferred = n.kind == NodeKind::kBackward &&
+                        graph_.policy.pipeline_schedule == PipelineSchedule::kZbH1;
   for (const ParamRef& ref : layout.unit_params[n.unit]) {
     const ParamSlot& slot = layout.buckets[ref.bucket].params[ref.slot];
     const int pb = find(n.reads, ref.bucket);
@@ -611,7 +615,8 @@ ComputeContext Executor::MakeComputeContext(int i) {
         {&slot,
          static_cast<char*>(BufferData(pb)) + slot.offset * DataTypeSize(pbuf.dtype),
          pbuf.dtype});
-    if (n.kind == NodeKind::kBackward) {
+    if (n.kind == NodeKind::kBackward || n.kind == NodeKind::kBackwardWeight) {
+      if (ctx.weight_deferred) continue;  // zb-h1's B: no gradient written
       if (slot.frozen) {
         ctx.grads.push_back({&slot, nullptr, graph_.policy.reduce_dtype});
         continue;
@@ -624,7 +629,9 @@ ComputeContext Executor::MakeComputeContext(int i) {
            gbuf.dtype});
     }
   }
-  if (n.kind == NodeKind::kBackward) ctx.grad_accumulate = n.grad_accumulate;
+  if (n.kind == NodeKind::kBackward || n.kind == NodeKind::kBackwardWeight) {
+    ctx.grad_accumulate = n.grad_accumulate;
+  }
   // Pipeline stages: what came from or goes to the neighbouring stages.
   for (int r : n.reads) {
     if (!recv_written_[r]) continue;
@@ -676,7 +683,8 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
   switch (n.kind) {
     case NodeKind::kForward:
     case NodeKind::kRecompute:
-    case NodeKind::kBackward: {
+    case NodeKind::kBackward:
+    case NodeKind::kBackwardWeight: {
       if (!cb.compute) {
         return absl::InvalidArgumentError("executor: no compute callback");
       }
@@ -697,8 +705,6 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       }
       return pp.Recv(BufferData(b), buf.numel, buf.dtype, n.peer, s, co);
     }
-    case NodeKind::kBackwardWeight:  // zero-bubble: refused by Create
-      return absl::UnimplementedError(absl::StrCat("executor: cannot run ", n.name));
     case NodeKind::kAllGather: {
       // A shard (shard group) or a secondary shard (hpZ group).
       // (NF4: the packings, as fp32 words.)

@@ -40,8 +40,8 @@
 // enqueues CPU code as host work on host pointers (ops/adamw.h does this
 // by itself on such a stream).
 //
-// Pipeline stages (scheduler/parallel_graph.h; 1F1B and interleaved,
-// pipeline parallelism
+// Pipeline stages (scheduler/parallel_graph.h; 1F1B, interleaved and
+// ZB-H1 pipeline parallelism
 // alone with any data sharding inside the stage): the executor runs the
 // graph of this rank's stage (StepGraph::stage must be its coordinate
 // along pp; built with plan_memory). Sends and receives go to the pipeline
@@ -49,9 +49,10 @@
 // other groups) on their own streams (pp_send, pp_recv), ordered against
 // the compute by events both ways; the host never waits on them. The
 // compute callbacks get the received activation, a buffer for the sent one
-// and their gradients in ComputeContext::pipeline. 1F1B and interleaved
+// and their gradients in ComputeContext::pipeline. 1F1B, interleaved
 // 1F1B (virtual stages: each rank runs several model chunks; at most 100)
-// run.
+// and ZB-H1 (without tensor parallelism: each backward two calls,
+// ComputeContext::weight_deferred) run.
 //
 // Tensor parallelism (tensor_parallel > 1, inside pipeline stages or not,
 // all-reduces: no sequence parallelism; the graph built with
@@ -67,7 +68,7 @@
 // summed over the data ranks only (grad_scale), each tensor rank keeping
 // its slice's. Refused (Unimplemented) until they run: context
 // parallelism, sequence parallelism, the zero-bubble
-// schedule, adamw8bit on any
+// schedule with tensor parallelism, adamw8bit on any
 // parallel graph (its stage graphs keep fp32 moments); InvalidArgument
 // with check_schedule or an optimizer driver, or a tensor-parallel graph
 // on the simulator's whole-model layout.//
@@ -102,7 +103,9 @@ struct TensorView {
 };
 
 struct ComputeContext {
-  NodeKind kind = NodeKind::kForward;  // forward, recompute or backward
+  // forward, recompute or backward; kBackwardWeight: zb-h1's deferred
+  // weight-gradient pass (below).
+  NodeKind kind = NodeKind::kForward;
   // kRecompute: what to run again before the backward: the whole forward
   // of the unit (kFull), or only its attention core (kSelective: from the
   // q, k, v the forward kept, rebuild the core's output and softmax
@@ -119,6 +122,15 @@ struct ComputeContext {
   // gradient: the backward computes only what flows to the inputs).
   std::vector<TensorView> grads;
   std::vector<bool> grad_accumulate;   // backward only
+  // Pipeline schedule zb-h1 (ZB-H1): each unit's backward of a micro-batch
+  // is two calls. First kBackward with weight_deferred set and `grads` /
+  // `grad_accumulate` empty: the input gradient only (what the previous
+  // unit or stage needs), keeping what the weight gradients need. Later,
+  // after other passes, kBackwardWeight for the same unit and micro-batch
+  // with `grads` and `grad_accumulate` as a backward gets them and no
+  // pipeline buffers: the weight gradients only. False (and no
+  // kBackwardWeight call) on every other graph.
+  bool weight_deferred = false;
   // Pipeline stages (a parallel graph's compute nodes next to a receive or
   // a send; all null otherwise, and always null without a pipeline): the
   // activation received from the previous stage (the forward and the

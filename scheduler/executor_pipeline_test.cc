@@ -1,14 +1,19 @@
 // The executor on pipeline stage graphs (scheduler/parallel_graph.h): what
-// it refuses, 2-stage x 2-data-rank runs (1F1B and interleaved) on inproc
-// ranks whose compute callbacks check that every activation and gradient
-// the executor hands over is the one the other stage produced for that
-// micro-batch and boundary, the plan's bound, and the measured bubble.
+// it refuses, 2-stage x 2-data-rank runs (1F1B, interleaved and ZB-H1) on
+// inproc ranks whose compute callbacks check that every activation and
+// gradient the executor hands over is the one the other stage produced for
+// that micro-batch and boundary, that each parameter's gradient is written
+// once per micro-batch (by ZB-H1's deferred weight pass, never its input
+// pass) and reaches the optimizer summed, the plan's bound, and the
+// measured bubble.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -43,13 +48,19 @@ StatusOr<ParallelStep> Build(const Policy& p, int world) {
 TEST(ExecutorPipelineTest, RefusesWhatDoesNotRunYet) {
   auto group = CreateInprocGroup(2);
   ASSERT_TRUE(group.ok()) << group.status();
-  Policy zb = PipelinePolicy(4);
-  zb.pipeline_schedule = PipelineSchedule::kZbH1;
-  for (const Policy& p : {zb}) {
-    auto step = Build(p, 2);
+  {
+    // ZB-H1 runs without tensor parallelism only.
+    Policy zb = PipelinePolicy(4);
+    zb.pipeline_schedule = PipelineSchedule::kZbH1;
+    zb.tensor_parallel = 2;
+    auto tp_group = CreateInprocGroup(4);
+    ASSERT_TRUE(tp_group.ok()) << tp_group.status();
+    auto step = BuildParallelStep(*ModelPreset("micro"), zb, 4, kSeq, kBatch, {}, {}, true,
+                                  /*tensor_slices=*/true);
     ASSERT_TRUE(step.ok()) << step.status();
-    auto exec = Executor::Create(step->stages[0], *group->device, *group->comms[0]);
+    auto exec = Executor::Create(step->stages[0], *tp_group->device, *tp_group->comms[0]);
     EXPECT_EQ(exec.status().code(), absl::StatusCode::kUnimplemented) << exec.status();
+    EXPECT_NE(exec.status().message().find("zb-h1"), std::string::npos) << exec.status();
   }
   auto step = Build(PipelinePolicy(4), 2);
   ASSERT_TRUE(step.ok()) << step.status();
@@ -70,15 +81,18 @@ float Mark(int64_t step, int m, int d, int vs) {
   return static_cast<float>(10000 * step + 100 * m + 10 * vs + d + 1);
 }
 
-// 2 stages x 2 data ranks, 1F1B (1 chunk per stage) or interleaved (2).
+// 2 stages x 2 data ranks, 1F1B (1 chunk per stage), interleaved (2), or
+// ZB-H1 (-1: 1 chunk, each backward split into B and the deferred W).
 class CrossingTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
-  const int v = GetParam();
+  const bool zb = GetParam() < 0;
+  const int v = zb ? 1 : GetParam();
   constexpr int kRanks = 4, kMicro = 4, kSteps = 2;
   Policy policy = PipelinePolicy(kMicro);
   policy.virtual_stages = v;
   if (v > 1) policy.pipeline_schedule = PipelineSchedule::kInterleaved;
+  if (zb) policy.pipeline_schedule = PipelineSchedule::kZbH1;
   ModelSpec spec = *ModelPreset("micro");
   spec.layers = 4;
   auto step = BuildParallelStep(spec, policy, kRanks, kSeq, kBatch, {}, {}, true);
@@ -87,6 +101,10 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
   ASSERT_TRUE(group.ok()) << group.status();
   const int64_t act = kSeq * kBatch * spec.hidden;
   std::atomic<int> inputs{0}, outputs{0}, output_grads{0}, input_grads{0}, bad{0};
+  // Gradient-writing calls (the backward, or ZB-H1's weight pass), input
+  // gradient passes that deferred theirs, misplaced gradient slots or
+  // pipeline buffers, and optimizer gradients that are not the sum.
+  std::atomic<int> grad_calls{0}, deferred{0}, misplaced{0}, bad_sums{0}, optimized{0};
   std::vector<Status> status(kRanks);
   RunRanks(kRanks, [&](int r) {
     const int stage = step->mesh.coord(r, MeshDim::kPipeline);
@@ -120,7 +138,23 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
           }
         }
       };
+      // Every parameter's gradient gets 1 per micro-batch from the call
+      // that writes it; ZB-H1's B writes none and gets no slot.
+      const bool weight = ctx.kind == NodeKind::kBackwardWeight;
+      const bool backward = ctx.kind == NodeKind::kBackward;
+      if (weight && (p.input || p.output || p.output_grad || p.input_grad)) ++misplaced;
+      if (weight != (zb && weight) || (backward && ctx.weight_deferred != zb)) ++misplaced;
+      if ((backward && zb) != ctx.grads.empty() && (backward || weight)) ++misplaced;
+      if (backward && zb) ++deferred;
+      std::vector<TensorView> grads = ctx.grads;
+      std::vector<bool> acc = ctx.grad_accumulate;
+      if (!grads.empty()) ++grad_calls;
       return ctx.stream->Enqueue([=, &inputs, &outputs, &output_grads, &input_grads] {
+        for (size_t i = 0; i < grads.size(); ++i) {
+          float* g = static_cast<float*>(grads[i].data);
+          if (g == nullptr) continue;  // frozen (none in this model)
+          for (int64_t k = 0; k < grads[i].param->numel; ++k) g[k] = (acc[i] ? g[k] : 0.f) + 1.f;
+        }
         if (p.output != nullptr) ++outputs, fill(p.output, Mark(s, m, d, vs + 1));
         if (p.input != nullptr) ++inputs, check(p.input, Mark(s, m, d, vs));
         if (p.input_grad != nullptr) ++input_grads, fill(p.input_grad, -Mark(s, m, d, vs));
@@ -128,7 +162,28 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
         return absl::OkStatus();
       });
     };
-    cb.optimizer = [](const OptimizerContext&) { return absl::OkStatus(); };
+    cb.optimizer = [&](const OptimizerContext& o) -> Status {
+      ++optimized;
+      const float* g = static_cast<const float*>(o.grad);
+      const int64_t lo = o.shard_offset, hi = o.shard_offset + o.shard_numel;
+      std::vector<std::pair<int64_t, int64_t>> spans;  // the shard's parameter elements
+      for (const ParamSlot& slot : o.spec->params) {
+        const int64_t a = std::max(slot.offset, lo), b = std::min(slot.offset + slot.numel, hi);
+        if (a < b) spans.emplace_back(a - lo, b - lo);
+      }
+      return o.stream->Enqueue([g, spans, &bad_sums] {
+        // Summed over the 2 data ranks' micro-batches.
+        for (const auto& [a, b] : spans) {
+          for (int64_t k = a; k < b; ++k) {
+            if (g[k] != 2.f * kMicro) {
+              ++bad_sums;
+              return absl::OkStatus();
+            }
+          }
+        }
+        return absl::OkStatus();
+      });
+    };
     Status st = (*exec)->InitParameters([](const ParamSlot& slot, float* x) {
       for (int64_t i = 0; i < slot.numel; ++i) x[i] = 0.5f;
     });
@@ -147,12 +202,21 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
   EXPECT_EQ(input_grads.load(), per);
   EXPECT_EQ(output_grads.load(), per);
   EXPECT_EQ(bad.load(), 0);
+  // Per step, rank and micro-batch, one gradient-writing call per unit
+  // (the model's units over the 2 stages, each on 2 data ranks).
+  const int units = static_cast<int>(step->stages[0].layout.units.size());
+  EXPECT_EQ(grad_calls.load(), kSteps * kMicro * 2 * units);
+  EXPECT_EQ(deferred.load(), zb ? grad_calls.load() : 0);
+  EXPECT_EQ(misplaced.load(), 0);
+  EXPECT_GT(optimized.load(), 0);
+  EXPECT_EQ(bad_sums.load(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, CrossingTest, ::testing::Values(1, 2),
+INSTANTIATE_TEST_SUITE_P(Schedules, CrossingTest, ::testing::Values(1, 2, -1),
                          [](const ::testing::TestParamInfo<int>& i) {
-                           return i.param == 1 ? std::string("OneFOneB")
-                                               : std::string("Interleaved");
+                           return i.param == 1   ? std::string("OneFOneB")
+                                  : i.param == 2 ? std::string("Interleaved")
+                                                 : std::string("ZbH1");
                          });
 
 TEST(ExecutorPipelineTest, AStagePlansItsInFlightInputsNotEveryMicroBatch) {

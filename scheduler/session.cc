@@ -46,10 +46,15 @@ std::string Session::Describe(int node) const {
   const auto& nodes = graph().nodes;
   if (node >= static_cast<int>(nodes.size())) return "FinishStep()";
   const Node& n = nodes[node];
-  const char* hook = n.kind == NodeKind::kForward ? "forward" : "backward";
+  const bool weight = n.kind == NodeKind::kBackwardWeight;
+  const char* hook = n.kind == NodeKind::kForward ? "forward"
+                     : weight                     ? "weight gradient"
+                                                  : "backward";
   const bool post = node == open_;
   return absl::StrCat(post ? "Post" : "Pre",
-                      n.kind == NodeKind::kForward ? "Forward" : "Backward",
+                      n.kind == NodeKind::kForward ? "Forward"
+                      : weight                     ? "BackwardWeight"
+                                                   : "Backward",
                       "(", graph().layout.units[n.unit].name, ") [", hook,
                       " of micro-step ", n.micro_step, "]");
 }
@@ -100,6 +105,7 @@ UnitViews Session::Views(int node, bool recompute, Recompute part) {
   v.grads = std::move(ctx.grads);
   v.grad_accumulate = std::move(ctx.grad_accumulate);
   v.pipeline = ctx.pipeline;
+  v.weight_deferred = ctx.weight_deferred;
   v.tensor = ctx.tensor;
   return v;
 }
@@ -159,6 +165,24 @@ StatusOr<UnitViews> Session::PreBackward(int unit) {
 Status Session::PostBackward(int unit) {
   BATON_RETURN_IF_ERROR(
       Expect(NodeKind::kBackward, unit, false, "PostBackward"));
+  BATON_RETURN_IF_ERROR(executor_->PostNode(open_));
+  cursor_ = open_ + 1;
+  open_ = -1;
+  return absl::OkStatus();
+}
+
+StatusOr<UnitViews> Session::PreBackwardWeight(int unit) {
+  BATON_RETURN_IF_ERROR(Expect(NodeKind::kBackwardWeight, unit, true, "PreBackwardWeight"));
+  const int node = NextCompute();
+  BATON_RETURN_IF_ERROR(IssueTo(node));
+  BATON_RETURN_IF_ERROR(executor_->PreNode(node));
+  open_ = node;
+  return Views(node, false, Recompute::kFull);
+}
+
+Status Session::PostBackwardWeight(int unit) {
+  BATON_RETURN_IF_ERROR(
+      Expect(NodeKind::kBackwardWeight, unit, false, "PostBackwardWeight"));
   BATON_RETURN_IF_ERROR(executor_->PostNode(open_));
   cursor_ = open_ + 1;
   open_ = -1;

@@ -20,7 +20,12 @@
 // calls the hooks of its stage's units in the schedule's pass order
 // (ParallelStep::order: per pass the chunk's units forward or in
 // reverse); the views carry the received input and the buffer for the
-// output (and their gradients) in UnitViews::pipeline.
+// output (and their gradients) in UnitViews::pipeline. Under zb-h1 a
+// backward is two hooks: PreBackward / PostBackward with
+// UnitViews::weight_deferred (the input gradient only, no gradient slots),
+// then, where the schedule puts the deferred pass,
+// PreBackwardWeight / PostBackwardWeight of the same unit and micro-batch
+// (the weight gradients into views->grads, ComputeContext::weight_deferred).
 //
 // With tensor parallelism (a graph of BuildParallelStep with
 // tensor_slices) a block runs in parts split at its tensor collectives:
@@ -73,6 +78,9 @@ struct UnitViews {
   std::vector<TensorView> params;     // one per layout.unit_params[unit]
   std::vector<TensorView> grads;      // backward only
   std::vector<bool> grad_accumulate;  // backward only
+  // zb-h1's input-gradient pass: grads empty, the weight gradients come in
+  // PreBackwardWeight's views (ComputeContext::weight_deferred).
+  bool weight_deferred = false;
   // A pipeline stage's graph: the activation received from the previous
   // stage, the buffer for the one sent to the next, and their gradients
   // (ComputeContext::Pipeline); all null without a pipeline.
@@ -120,6 +128,11 @@ class Session {
   Status PostForward(int unit);
   StatusOr<UnitViews> PreBackward(int unit);
   Status PostBackward(int unit);
+  // zb-h1 only: the deferred weight-gradient pass of `unit` (the next
+  // kBackwardWeight node of the plan): views with params, grads and
+  // grad_accumulate, no pipeline buffers.
+  StatusOr<UnitViews> PreBackwardWeight(int unit);
+  Status PostBackwardWeight(int unit);
   // Issues the rest of the step (reduces, optimizer with `optimizer`, which
   // may be empty, casts). FailedPrecondition naming the next expected hook
   // if compute remains.

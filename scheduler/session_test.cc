@@ -280,16 +280,19 @@ TEST(SessionTest, CreatesFromAPolicyFile) {
       << unknown.status();
 }
 
-TEST(SessionTest, DrivesAPipelineStageInScheduleOrder) {
-  // 2 stages, 1F1B over 3 micro-batches: each stage's trainer calls the
-  // hooks in its passes' order; the last stage's first unit gets what the
-  // first stage's last unit wrote, and the gradient comes back.
+// 2 stages, 1F1B (or ZB-H1) over 3 micro-batches: each stage's trainer
+// calls the hooks in its passes' order; the last stage's first unit gets
+// what the first stage's last unit wrote, and the gradient comes back.
+// Under ZB-H1 each backward is PreBackward (input gradient, no gradient
+// slots) and later PreBackwardWeight (the slots, no pipeline buffers).
+void DrivePipeline(bool zb) {
   ModelSpec spec = *ModelPreset("micro");
   Policy p = *PolicyPreset("fsdp2");
   p.param_dtype = DataType::kF32;
   p.reduce_dtype = DataType::kF32;
   p.pipeline_parallel = 2;
   p.micro_steps = 3;
+  if (zb) p.pipeline_schedule = PipelineSchedule::kZbH1;
   constexpr int64_t kSeq = 4;
   auto step = BuildParallelStep(spec, p, 2, kSeq, 1, {}, {}, true);
   ASSERT_TRUE(step.ok()) << step.status();
@@ -297,7 +300,7 @@ TEST(SessionTest, DrivesAPipelineStageInScheduleOrder) {
   ASSERT_TRUE(group.ok());
   const int64_t act = kSeq * spec.hidden;
   std::vector<Status> status(2);
-  std::vector<int> checked(2, 0);
+  std::vector<int> checked(2, 0), weights(2, 0);
   RunRanks(2, [&](int r) {
     auto session = Session::Create(step->stages[r], *group->device, *group->comms[r]);
     if (!session.ok()) {
@@ -310,10 +313,32 @@ TEST(SessionTest, DrivesAPipelineStageInScheduleOrder) {
       BATON_RETURN_IF_ERROR(s.BeginStep());
       for (const PipelinePass& pass : step->order[r]) {
         const bool fwd = pass.kind == PipelinePass::Kind::kForward;
+        if (pass.kind == PipelinePass::Kind::kWeight) {
+          for (auto it = units.rbegin(); it != units.rend(); ++it) {
+            // The input-gradient hook is not the plan's next call.
+            if (s.PreBackward(*it).status().message().find("PreBackwardWeight") ==
+                std::string::npos) {
+              return absl::InternalError("PreBackward in place of the weight pass");
+            }
+            BATON_ASSIGN_OR_RETURN(UnitViews v, s.PreBackwardWeight(*it));
+            const ComputeContext::Pipeline io = v.pipeline;
+            if (v.micro_step != pass.micro || v.weight_deferred || v.grads.empty() ||
+                v.grads.size() != v.params.size() || io.input || io.output ||
+                io.output_grad || io.input_grad) {
+              return absl::InternalError("weight pass views");
+            }
+            ++weights[r];
+            BATON_RETURN_IF_ERROR(s.PostBackwardWeight(*it));
+          }
+          continue;
+        }
         for (size_t i = 0; i < units.size(); ++i) {
           const int u = fwd ? units[i] : units[units.size() - 1 - i];
           BATON_ASSIGN_OR_RETURN(UnitViews v, fwd ? s.PreForward(u) : s.PreBackward(u));
           if (v.micro_step != pass.micro) return absl::InternalError("wrong micro-step");
+          if (!fwd && (v.weight_deferred != zb || v.grads.empty() != zb)) {
+            return absl::InternalError("backward views");
+          }
           const ComputeContext::Pipeline io = v.pipeline;
           const float mark = static_cast<float>(pass.micro + 1);
           int* seen = &checked[r];
@@ -349,7 +374,16 @@ TEST(SessionTest, DrivesAPipelineStageInScheduleOrder) {
   // and again in the backward of its first unit.
   EXPECT_EQ(checked[0], 3);
   EXPECT_EQ(checked[1], 6);
+  // ZB-H1: a weight pass per unit and micro-batch on each stage.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(weights[r], zb ? 3 * static_cast<int>(step->stages[r].chunk_units[0].size()) : 0);
+  }
 }
+
+TEST(SessionTest, DrivesAPipelineStageInScheduleOrder) { DrivePipeline(false); }
+
+TEST(SessionTest, DrivesZbH1WithADeferredWeightHook) { DrivePipeline(true); }
+
 
 TEST(SessionTest, DrivesTensorParallelBlocksPartByPart) {
   // 2 tensor ranks: a block's hooks are called once per part; each part

@@ -127,6 +127,24 @@ int MaxVirtualLayers(const std::vector<int>& v) {
 }
 
 // The figures of SimResult from the stages' runs (parallel_sim.h).
+// The pipeline's span (first forward to last backward or weight pass, in
+// seconds) and each stage's compute busy time in it.
+double PipelineSpan(const std::vector<const StepGraph*>& graphs,
+                    const std::vector<EventLoopResult>& runs, std::vector<double>* busy) {
+  int64_t first = INT64_MAX, last = 0;
+  busy->assign(graphs.size(), 0);
+  for (size_t s = 0; s < graphs.size(); ++s) {
+    const StepGraph& g = *graphs[s];
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (!scheduler::IsCompute(g.nodes[i].kind)) continue;
+      first = std::min(first, runs[s].start_ns[i]);
+      last = std::max(last, runs[s].finish_ns[i]);
+      (*busy)[s] += (runs[s].finish_ns[i] - runs[s].start_ns[i]) * 1e-9;
+    }
+  }
+  return std::max<int64_t>(last - first, 1) * 1e-9;
+}
+
 SimResult Summarize(const scheduler::ModelSpec& model, const ClusterSpec& cluster,
                     const Workload& w, const Policy& policy, const ParallelStep& step,
                     const std::vector<EventLoopResult>& runs, bool timeline) {
@@ -138,30 +156,19 @@ SimResult Summarize(const scheduler::ModelSpec& model, const ClusterSpec& cluste
   r.recompute_blocks = policy.recompute_blocks < 0 ? MaxVirtualLayers(step.virtual_layers)
                                                    : policy.recompute_blocks;
   // The pipeline's span: first forward to last backward or weight pass.
-  int64_t first = INT64_MAX, last = 0, end = 0;
+  int64_t end = 0;
   for (size_t s = 0; s < graphs.size(); ++s) {
-    const StepGraph& g = *graphs[s];
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      end = std::max(end, runs[s].finish_ns[i]);
-      if (!scheduler::IsCompute(g.nodes[i].kind)) continue;
-      first = std::min(first, runs[s].start_ns[i]);
-      last = std::max(last, runs[s].finish_ns[i]);
-    }
+    for (int64_t f : runs[s].finish_ns) end = std::max(end, f);
   }
-  const double span = std::max<int64_t>(last - first, 1) * 1e-9;
+  std::vector<double> busy;
+  const double span = PipelineSpan(graphs, runs, &busy);
   std::vector<int> in_flight;
   const std::vector<MemoryBreakdown> mem = Memory(step, cluster, w, &in_flight);
   int busiest = 0;
   double bubble_sum = 0;
   r.fits = true;
   for (size_t s = 0; s < graphs.size(); ++s) {
-    const StepGraph& g = *graphs[s];
-    double pipeline_busy = 0;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      if (scheduler::IsCompute(g.nodes[i].kind)) {
-        pipeline_busy += (runs[s].finish_ns[i] - runs[s].start_ns[i]) * 1e-9;
-      }
-    }
+    const double pipeline_busy = busy[s];
     SimResult::Stage st;
     st.layers = 0;
     for (int c = 0; c < policy.virtual_stages; ++c) {
@@ -299,6 +306,44 @@ StatusOr<SimResult> SimulateParallel(const scheduler::ModelSpec& model,
   if (graph_out != nullptr) *graph_out = step.stages[0];
   if (step_out != nullptr) *step_out = std::move(step);
   return r;
+}
+
+StatusOr<std::vector<double>> ScheduleBubble(const std::vector<const StepGraph*>& stages,
+                                             const scheduler::PassCosts& pass) {
+  if (stages.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule bubble: ", stages.size(), " stage graphs; a pipeline has 2 or more"));
+  }
+  for (double c : {pass.f, pass.b, pass.w}) {
+    if (!(c > 0) || !std::isfinite(c)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "schedule bubble: pass costs must be positive and finite, got ", pass.f, ", ", pass.b,
+          ", ", pass.w));
+    }
+  }
+  std::vector<std::vector<NodeCost>> costs;
+  for (const StepGraph* g : stages) {
+    std::vector<NodeCost> c(g->nodes.size());
+    for (size_t i = 0; i < g->nodes.size(); ++i) {
+      const scheduler::Node& n = g->nodes[i];
+      if (!scheduler::IsCompute(n.kind) || n.unit < 0 ||
+          g->layout.units[n.unit].kind != scheduler::UnitKind::kBlock) {
+        continue;
+      }
+      const bool split = g->policy.pipeline_schedule == scheduler::PipelineSchedule::kZbH1;
+      c[i].latency_s = n.kind == NodeKind::kBackwardWeight ? pass.w
+                       : n.kind == NodeKind::kBackward     ? (split ? pass.b : pass.b + pass.w)
+                                                           : pass.f;
+    }
+    costs.push_back(std::move(c));
+  }
+  BATON_ASSIGN_OR_RETURN(const std::vector<EventLoopResult> runs,
+                         RunStagesEventLoop(stages, costs, 0));
+  std::vector<double> busy;
+  const double span = PipelineSpan(stages, runs, &busy);
+  std::vector<double> bubble;
+  for (double b : busy) bubble.push_back(std::max(0.0, 1 - b / span));
+  return bubble;
 }
 
 }  // namespace baton::sim

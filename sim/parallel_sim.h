@@ -81,6 +81,17 @@ std::vector<MemoryBreakdown> StageMemory(const scheduler::ParallelStep& step,
                                          const ClusterSpec& cluster,
                                          const Workload& workload);
 
+// The schedule's own bubble on a pipeline's stage graphs (one per stage,
+// as BuildParallelStep made them, e.g. the ones an executor runs): each
+// block's compute node priced by `pass` (forward and recompute f, a
+// zb-h1 input-gradient pass b, its weight pass w, an unsplit backward
+// b + w), every other node free, the stages run together on one clock
+// (RunStagesEventLoop). Per stage, its compute stream's idle fraction of
+// the pipeline's span, as SimulateParallel measures it. InvalidArgument
+// for fewer than 2 stages or a cost not positive and finite.
+StatusOr<std::vector<double>> ScheduleBubble(
+    const std::vector<const scheduler::StepGraph*>& stages, const scheduler::PassCosts& pass);
+
 }  // namespace baton::sim
 
 #endif  // BATON_SIM_PARALLEL_SIM_H_

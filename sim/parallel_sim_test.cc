@@ -109,6 +109,46 @@ TEST(ParallelSimTest, ZeroBubbleH1BubbleFollowsThePaper) {
   }
 }
 
+// ScheduleBubble on the stage graphs an executor runs (the micro model,
+// planned for it): with equal block passes, 1F1B's stages idle (p-1) /
+// (m+p-1) of the span and ZB-H1's (p-1)(F+B-W) / (3m + (p-1)(F+B-W)).
+TEST(ParallelSimTest, ScheduleBubbleOfExecutedStageGraphs) {
+  scheduler::ModelSpec spec = *scheduler::ModelPreset("micro");
+  spec.layers = 4;
+  for (auto sched : {PipelineSchedule::k1F1B, PipelineSchedule::kZbH1}) {
+    for (auto [p, m] : {std::pair{2, 4}, {4, 8}}) {
+      scheduler::Policy policy = *scheduler::PolicyPreset("fsdp2");
+      policy.pipeline_parallel = p;
+      policy.micro_steps = m;
+      policy.pipeline_schedule = sched;
+      auto step = scheduler::BuildParallelStep(spec, policy, p, 4, 1, {}, {}, true);
+      ASSERT_TRUE(step.ok()) << step.status();
+      std::vector<const scheduler::StepGraph*> stages;
+      for (const scheduler::StepGraph& g : step->stages) stages.push_back(&g);
+      auto bubble = ScheduleBubble(stages, {});
+      ASSERT_TRUE(bubble.ok()) << bubble.status();
+      ASSERT_EQ(bubble->size(), static_cast<size_t>(p));
+      const bool zb = sched == PipelineSchedule::kZbH1;
+      const double want = zb ? (p - 1.0) / (3.0 * m + p - 1.0) : (p - 1.0) / (m + p - 1.0);
+      for (int s = 0; s < p; ++s) {
+        std::printf("%s p=%d m=%d stage %d: bubble %.4f, formula %.4f\n", zb ? "zb-h1" : "1f1b",
+                    p, m, s, (*bubble)[s], want);
+        EXPECT_NEAR((*bubble)[s], want, 1e-9) << p << " " << m << " stage " << s;
+      }
+    }
+  }
+  auto step = scheduler::BuildParallelStep(spec, [] {
+    scheduler::Policy q = *scheduler::PolicyPreset("fsdp2");
+    q.pipeline_parallel = 2;
+    return q;
+  }(), 2, 4, 1, {}, {}, true);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(ScheduleBubble({&step->stages[0]}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScheduleBubble({&step->stages[0], &step->stages[1]}, {1, 0, 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ParallelSimTest, TensorParallelismDividesComputeAndItsCommIsExposedOrHidden) {
   const scheduler::ModelSpec m = *scheduler::ModelPreset("llama3-70b");
   Workload w;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# train_tiny --pp: 1F1B and interleaved pipeline stages executed against the unsharded
+# train_tiny --pp: 1F1B, interleaved and ZB-H1 pipeline stages executed against the unsharded
 # one-rank run (losses and final parameters within 1e-5 relative, f32), on
 # inproc threads alone and with FSDP2 sharding inside each stage, and on
 # ucx processes with sharding inside the stages; a trace with the pipeline
@@ -25,11 +25,13 @@ print("  losses %.6f -> %.6f, loss diff %.3g, parameter diff %s" % (
 run pp2 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --check-reference --json \
   --trace="$t/pp.json"
 has pp2 '^final parameters: largest relative difference '
-has pp2 '^pipeline bubble \(step 20, from the trace: .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%$'
+has pp2 '^pipeline bubble \(step 20, from the trace: .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%; the simulator on these stage graphs, block passes F = B = W: stages 20.0%, 20.0%$'
 tail -n 1 "$t/out" | python3 -c '
 import json, sys
-b = json.loads(sys.stdin.read())["stage_bubble"]
-assert len(b) == 2 and all(0 <= x < 1 for x in b), b' || { echo "FAIL pp2 stage_bubble"; fail=1; }
+j = json.loads(sys.stdin.read())
+b, sim = j["stage_bubble"], j["sim_stage_bubble"]
+assert len(b) == 2 and all(0 <= x < 1 for x in b), b
+assert [round(x, 6) for x in sim] == [0.2, 0.2], sim' || { echo "FAIL pp2 stage_bubble"; fail=1; }
 equal pp2 1
 python3 - "$t/pp.json" <<'PY' || { echo "FAIL trace"; fail=1; }
 import json, sys
@@ -50,6 +52,28 @@ equal pp2-fsdp2 1
 run pp2-ucx 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --batch=1 --policy=fsdp2 \
   --backend=ucx --check-reference --json
 equal pp2-ucx 0
+
+# ZB-H1: each backward split into the input-gradient pass and the deferred
+# weight-gradient pass, alone (bit for bit the unsharded run; with full
+# recompute too), with FSDP2 inside the stages, and on ucx processes.
+run zb-h1 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
+  --check-reference --json --trace="$t/zb.json"
+has zb-h1 '^pipeline bubble \(step 20, .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%; ZB-H1 with F = B = W \(p-1\)/\(3m\+p-1\) = 7.7%; the simulator on these stage graphs, .*: stages 7.7%, 7.7%$'
+has zb-h1 '^pipeline: 2 stages of 1, 1 blocks .*zb-h1, 4 micro-batches'
+has zb-h1 '^unsharded 1-rank reference: largest relative loss difference 0 over 20 steps$'
+equal zb-h1 1
+run zb-h1-recompute 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
+  --recompute=full --check-reference --json
+equal zb-h1-recompute 1
+run zb-h1-fsdp2 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=3 --policy=fsdp2 \
+  --pp-schedule=zb-h1 --check-reference --json
+equal zb-h1-fsdp2 1
+run zb-h1-ucx 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --batch=1 --policy=fsdp2 \
+  --backend=ucx --pp-schedule=zb-h1 --check-reference --json
+equal zb-h1-ucx 0
+run zb-h1-ucx-alone 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --backend=ucx \
+  --pp-schedule=zb-h1 --check-reference --json
+equal zb-h1-ucx-alone 0
 
 # Interleaved 1F1B: 2 model chunks per stage, FSDP2 over 2 data ranks inside.
 run interleaved 0 "${model[@]/--layers=2/--layers=4}" --pp=2 --vpp=2 --pp-schedule=interleaved \
@@ -90,7 +114,10 @@ else
 fi
 bad not-dividing "is not a multiple of --pp=2" "${model[@]}" --pp=2 --nranks=3
 bad more-stages "more than the model's 2 blocks" "${model[@]}" --pp=3 --nranks=3
-bad zb-h1 "simulated only" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=zb-h1
+bad zb-h1-tp "zb-h1 with --tp is simulated only" "${model[@]}" --pp=2 --tp=2 --nranks=4 \
+  --pp-schedule=zb-h1
+bad zb-h1-selective "zb-h1 with selective recompute does not run yet" "${model[@]}" --pp=2 \
+  --nranks=2 --pp-schedule=zb-h1 --recompute=selective
 bad interleaved-m "to be a multiple of --pp=2" "${model[@]/--layers=2/--layers=4}" --pp=2 \
   --vpp=2 --pp-schedule=interleaved --nranks=2 --micro-steps=3
 bad interleaved-layers "blocks to be a multiple of --pp x --vpp = 4" \
