@@ -21,20 +21,12 @@ assert a["max_param_rel_diff_vs_reference"] == b["max_param_rel_diff_vs_referenc
 print("  bit for bit the losses and parameters of the run with all-reduce nodes")
 PY
 }
-equal() {  # equal NAME PARAMS: the --json line's differences <= 1e-5, loss falls 15%
+equal() {  # equal NAME PARAMS: within 1e-5 of the unsharded run, loss falls 15%, TP 2 or 4
+  reference_equal "$1" "$2" 0.85
   tail -n 1 "$t/out" | python3 -c '
 import json, sys
-j = json.loads(sys.stdin.read())
-d, losses = j["max_rel_diff_vs_reference"], j["losses"]
-assert d is not None and d <= 1e-5, ("losses", d)
-if sys.argv[1] == "1":
-    p = j["max_param_rel_diff_vs_reference"]
-    assert p <= 1e-5, ("parameters", p)
-assert len(losses) == 20 and losses[-1] < 0.85 * losses[0], losses
-assert j["tensor_parallel"] in (2, 4), j["tensor_parallel"]
-print("  losses %.6f -> %.6f, loss diff %.3g, parameter diff %s" % (
-    losses[0], losses[-1], d, j.get("max_param_rel_diff_vs_reference")))' "$2" ||
-    { echo "FAIL $1"; tail -n 3 "$t/out"; fail=1; }
+assert json.loads(sys.stdin.read())["tensor_parallel"] in (2, 4)' ||
+    { echo "FAIL $1: not tensor-parallel"; fail=1; }
 }
 
 run tp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --check-reference --json \
