@@ -171,6 +171,44 @@ class LlamaRank {
   Status RowParallelResidual(const scheduler::ComputeContext& ctx, const char* w,
                              const ops::LinearShape& shape, const void* res, const void* x,
                              void* out);
+  // Sequence parallelism (Policy::sequence_parallel with tensor_slices;
+  // llama_trainer_sp.cc): the residual stream, norms, embedding and head
+  // run on this tensor rank's sequence shard, rows [rank T / tp, (rank + 1)
+  // T / tp) of the micro-step's [T, H] tokens (sp_rows_ of them). Forward,
+  // a norm node writes its normed shard to ctx.tensor.output (the graph's
+  // AG-TP gathers it); the attention / MLP node reads the gathered input
+  // from ctx.tensor.input and writes its row-parallel partial output, this
+  // rank's residual shard added on its own rows, to ctx.tensor.output (the
+  // graph's RS-TP sums and scatters it into the next part's input).
+  // Backward, the node reads the gathered output gradient from
+  // ctx.tensor.input, reduce-scatters the column-parallel input gradient
+  // on ctx.stream over ctx.tensor.comm (kFirstTrainerTag) and writes its
+  // input gradient's shard to ctx.tensor.output (or keeps it in gres_ for
+  // the embedding / a pipeline send). The loss is computed on the shard
+  // (each tensor rank's LossSum is its shard's); the replicated
+  // parameters' gradients (norms, embedding, head) are then partial per
+  // tensor rank: SpGradAllReduce sums each over the tensor group in place
+  // after the last micro-step's backward has written it (on ctx.stream, in
+  // the gradient's dtype), before the data-parallel reduction.
+  Status SpComputeUnit(const scheduler::ComputeContext& ctx);
+  Status SpBlockForward(const scheduler::ComputeContext& ctx);
+  Status SpMlpBackward(const scheduler::ComputeContext& ctx);
+  Status SpAttentionBackward(const scheduler::ComputeContext& ctx);
+  // out [T, H] = x w^T with `res` (this rank's [T / tp, H] shard) added on
+  // this rank's rows: the tensor group's sum is the whole res + x w^T.
+  Status SpRowParallel(const scheduler::ComputeContext& ctx, const char* w,
+                       const ops::LinearShape& shape, const void* res, const void* x, void* out);
+  // dn [T, H] (a column-parallel input gradient, partial per tensor rank)
+  // reduce-scattered into sp_dn_ [T / tp, H].
+  Status SpReduceScatter(const scheduler::ComputeContext& ctx, const void* dn);
+  Status SpGradAllReduce(const scheduler::ComputeContext& ctx, int param);
+  bool sp_ = false;
+  int64_t sp_rows_ = 0;          // T / tp
+  ops::RmsNormShape sp_norm_;    // [T / tp, H]
+  void* sp_dn_ = nullptr;        // [T / tp, H]
+  // The activation bytes a pipeline stage sends and receives (a shard's
+  // under sequence parallelism).
+  size_t io_bytes_ = 0;
   // A norm weight's gradient slot: pointer, dtype, = or += (a frozen one's
   // goes to the scratch frozen_dw_).
   struct NormGrad {

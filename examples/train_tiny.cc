@@ -13,7 +13,7 @@
 //     --offload, --lora-rank / --lora-alpha / --lora-targets, --base-dtype)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
 //     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...]
-//     [--tp=T [--tp-overlap]]
+//     [--tp=T [--tp-overlap | --sp]]
 //
 // --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
 // column-parallel QKV and gate / up, row-parallel output and down
@@ -26,7 +26,14 @@
 // inside the compute nodes (scheduler/executor.h). --tp-overlap
 // (Policy::tp_comm_overlap) drops the all-reduce nodes: each block part
 // all-reduces its row-parallel output in T row chunks on the tensor
-// stream, each beside the next chunk's GEMM (the same sums).
+// stream, each beside the next chunk's GEMM (the same sums). --sp
+// (Policy::sequence_parallel) runs Megatron's sequence parallelism: the
+// residual stream, norms, embedding and loss on each tensor rank's T-th of
+// the tokens, an all-gather node before each column-parallel part and a
+// reduce-scatter node after each row-parallel one (all-gathers of the
+// output gradients backward), the input gradients' reduce-scatters and
+// the replicated parameters' gradient all-reduces over the tensor group in
+// the compute nodes (examples/llama_trainer.h); not with --tp-overlap.
 //
 // --pp=P splits the model into P pipeline stages (scheduler/parallel_graph.h:
 // the embedding and the first blocks on the first, the last blocks, final
@@ -137,7 +144,7 @@ struct Flags {
   int pp = 1;  // --pp: pipeline stages
   int vpp = 1;  // --vpp: model chunks per stage (interleaved)
   int tp = 1;  // --tp: tensor ranks
-  bool sp = false;  // --sp: sequence parallelism (refused: not run yet)
+  bool sp = false;  // --sp: sequence parallelism
   bool tp_overlap = false;  // --tp-overlap: the forward's all-reduces decomposed
   std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
   scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
@@ -172,7 +179,9 @@ const char kUsage[] =
     "   unit's training FLOPs, or given)\n"
     "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
     "   heads, KV heads and FFN width) [--tp-overlap] (the forward's all-reduces\n"
-    "   in T row chunks, each beside the next chunk's GEMM)\n"
+    "   in T row chunks, each beside the next chunk's GEMM) [--sp] (sequence\n"
+    "   parallelism: norms, residual stream and loss on each tensor rank's T-th\n"
+    "   of the tokens; all-gathers and reduce-scatters instead of all-reduces)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -346,8 +355,13 @@ Flags Parse(int argc, char** argv) {
   if (f.tp_overlap && f.tp == 1) Fail("--tp-overlap needs --tp > 1");
   if (f.tp > 1) {
     // What tensor parallelism does not run with yet, one line each.
-    if (f.sp) {
-      Fail("--sp is simulated only (simulate); train_tiny runs --tp with all-reduces");
+    if (f.sp && (f.seq * f.batch) % f.tp != 0) {
+      Fail(absl::StrCat("--sp shards each rank's --seq x --batch = ", f.seq * f.batch,
+                        " tokens over --tp=", f.tp, ", which does not divide them"));
+    }
+    if (f.sp && f.tp_overlap) {
+      Fail("--sp with --tp-overlap is simulated only (simulate); train_tiny runs --sp with the "
+           "graph's all-gathers and reduce-scatters");
     }
     if (f.backend == "nccl") Fail("--tp runs on --backend=inproc or ucx (nccl not yet)");
     if (f.check_schedule) Fail("--check-schedule is not run with --tp yet");
@@ -409,6 +423,7 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
   }
   p.tensor_parallel = f.tp;
   p.tp_comm_overlap = f.tp_overlap;
+  p.sequence_parallel = f.sp;
   if (f.tp > 1 &&
       (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4)) {
     // The stage graphs keep no frozen buckets apart, and the adapters have
@@ -416,6 +431,9 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     Fail("--tp with LoRA adapters or NF4 base weights does not run yet");
   }
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
+  if (f.sp && p.recompute == scheduler::Recompute::kFull && p.recompute_blocks != 0) {
+    Fail("--sp with full recompute does not run yet (--recompute=selective does)");
+  }
   if (p.pipeline_schedule == scheduler::PipelineSchedule::kZbH1 &&
       p.recompute == scheduler::Recompute::kSelective) {
     // The deferred weight pass reads each block's attention output, which
@@ -1035,6 +1053,7 @@ int Main(int argc, char** argv) {
     ref.tp = 1;
     ref.policy.tensor_parallel = 1;
     ref.policy.tp_comm_overlap = false;
+    ref.policy.sequence_parallel = false;
     ref.config.batch = job.config.batch * (nranks / f.pp / f.tp);
     ref.progress = false;
     auto r = RunInproc(ref, *corpus, f.device, 1, "train_tiny_reference",
@@ -1088,13 +1107,19 @@ int Main(int argc, char** argv) {
                 static_cast<long long>(job.policy.micro_steps), nranks / f.pp / f.tp);
   }
   if (job.tp > 1) {
+    const int64_t tokens = job.config.seq * job.config.batch;
+    const std::string rest =
+        f.sp ? absl::StrCat("norms, embedding and head replicated, run on sequence shards of ",
+                            tokens / job.tp, " of ", tokens, " tokens")
+             : "norms, embedding and head replicated";
     std::printf("tensor parallel: %d ranks (per rank %lld of %lld heads, %lld of %lld KV heads, "
-                "FFN %lld of %lld; norms, embedding and head replicated), %d data ranks\n",
+                "FFN %lld of %lld; %s), %d data ranks\n",
                 job.tp, static_cast<long long>(job.slice.heads),
                 static_cast<long long>(job.spec.heads), static_cast<long long>(job.slice.kv_heads),
                 static_cast<long long>(job.spec.kv_heads),
                 static_cast<long long>(job.slice.intermediate),
-                static_cast<long long>(job.spec.intermediate), nranks / job.tp / f.pp);
+                static_cast<long long>(job.spec.intermediate), rest.c_str(),
+                nranks / job.tp / f.pp);
   }
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
               res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));
@@ -1151,11 +1176,13 @@ int Main(int argc, char** argv) {
     const auto& ms = res.tp_exposed_ms;
     double sum = 0;
     for (double x : ms) sum += x;
-    std::printf("tensor all-reduces exposed (step %lld, from the trace: compute waiting on "
-                "AR-TP): mean %.2f ms, largest %.2f ms per rank; the backward's run inside "
-                "its compute nodes\n",
-                static_cast<long long>(f.steps), sum / ms.size(),
-                *std::max_element(ms.begin(), ms.end()));
+    std::printf("tensor %s exposed (step %lld, from the trace: compute waiting on %s): mean "
+                "%.2f ms, largest %.2f ms per rank; the backward's %s run inside its compute "
+                "nodes\n",
+                f.sp ? "all-gathers / reduce-scatters" : "all-reduces",
+                static_cast<long long>(f.steps), f.sp ? "AG-TP / RS-TP" : "AR-TP", sum / ms.size(),
+                *std::max_element(ms.begin(), ms.end()),
+                f.sp ? "reduce-scatters" : "all-reduces");
   }
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
@@ -1199,6 +1226,7 @@ int Main(int argc, char** argv) {
     j["backend"] = f.backend;
     j["nranks"] = nranks;
     j["tensor_parallel"] = job.tp;
+    j["sequence_parallel"] = job.policy.sequence_parallel;
     j["device"] = f.device;
     j["dtype"] = f.dtype;
     j["optimizer"] = scheduler::OptimizerName(job.policy.optimizer);
