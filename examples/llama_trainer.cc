@@ -285,6 +285,10 @@ Status LlamaRank::Allocate() {
           "gathers are not run)");
     }
     sp_dn_ = Buf(sp_rows_ * H * e);
+    if (policy.tp_comm_overlap) {
+      sp_dy_ = Buf(T * H * e);
+      sp_stage_ = Buf(T * H * e);
+    }
   }
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   if (lo.lora_rank > 0) {

@@ -35,6 +35,7 @@
 #define BATON_EXAMPLES_LLAMA_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -202,6 +203,29 @@ class LlamaRank {
   // reduce-scattered into sp_dn_ [T / tp, H].
   Status SpReduceScatter(const scheduler::ComputeContext& ctx, const void* dn);
   Status SpGradAllReduce(const scheduler::ComputeContext& ctx, int param);
+  // Under tp_comm_overlap (llama_trainer_sp_overlap.cc; no AG-TP / RS-TP
+  // nodes: each node does its own, on ctx.tensor.stream, ordered against
+  // ctx.stream by events both ways; the node ends with ctx.stream waiting
+  // for them). SpGatherRows: this rank's block of `buf` ([T, width], rows
+  // rank T / tp..) is already written; each rank's block is broadcast from
+  // it into `buf` (tp broadcasts), and rows_fn(first row, rows) runs on
+  // ctx.stream for this rank's block at once and for each other block as
+  // it arrives. SpScatterRows: `out` [T / tp, H] = this rank's shard of
+  // the tensor group's sum of the [T, H] rows rows_fn(first row, rows,
+  // dst) computes (res, if not null, added on this rank's rows), in tp
+  // chunks (rows j T / tp^2.. of every block), each chunk's reduce-scatter
+  // beside the next chunk's GEMMs. The same sums as the graph's nodes.
+  Status SpEnsureEvents(int n);
+  Status SpGatherRows(const scheduler::ComputeContext& ctx, void* buf, int64_t width,
+                      const std::function<Status(int64_t, int64_t)>& rows_fn);
+  Status SpScatterRows(const scheduler::ComputeContext& ctx, void* out, const void* res,
+                       const std::function<Status(int64_t, int64_t, void*)>& rows_fn);
+  Status SpOverlapForward(const scheduler::ComputeContext& ctx);
+  Status SpOverlapMlpBackward(const scheduler::ComputeContext& ctx);
+  Status SpOverlapAttentionBackward(const scheduler::ComputeContext& ctx);
+  void* sp_dy_ = nullptr;     // [T, H]: the gathered output gradient
+  void* sp_stage_ = nullptr;  // [T, H]: the reduce-scatters' chunks
+  std::vector<std::unique_ptr<Event>> sp_events_;
   bool sp_ = false;
   int64_t sp_rows_ = 0;          // T / tp
   ops::RmsNormShape sp_norm_;    // [T / tp, H]

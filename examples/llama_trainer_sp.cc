@@ -74,6 +74,19 @@ Status LlamaRank::SpComputeUnit(const scheduler::ComputeContext& ctx) {
       return SpGradAllReduce(ctx, 0);
     }
     case scheduler::UnitKind::kBlock:
+      if (ctx.tensor.chunks > 0) {  // tp_comm_overlap: llama_trainer_sp_overlap.cc
+        if (ctx.tensor.stream == nullptr) {
+          return absl::InternalError(absl::StrCat(ctx.spec->name, ": no tensor stream"));
+        }
+        if (!backward) return SpOverlapForward(ctx);
+        if (ctx.tensor.segments & SegmentBit(BlockSegment::kMlp)) {
+          BATON_RETURN_IF_ERROR(SpOverlapMlpBackward(ctx));
+        }
+        if (ctx.tensor.segments & SegmentBit(BlockSegment::kAttention)) {
+          BATON_RETURN_IF_ERROR(SpOverlapAttentionBackward(ctx));
+        }
+        return absl::OkStatus();
+      }
       if (!backward) return SpBlockForward(ctx);
       if (ctx.tensor.segments & SegmentBit(BlockSegment::kMlp)) {
         BATON_RETURN_IF_ERROR(SpMlpBackward(ctx));
@@ -170,9 +183,9 @@ Status LlamaRank::SpBlockForward(const scheduler::ComputeContext& ctx) {
     BATON_RETURN_IF_ERROR(ops::SwiGluForward(st, {T, F, dtype_}, a.g, a.u, a.s));
     return SpRowParallel(ctx, "w_down", {T, F, H, dtype_}, a.x1, a.s, ctx.tensor.output);
   }
-  return absl::UnimplementedError(absl::StrCat(
-      ctx.spec->name, ": sequence parallelism runs the graph's norm and attention / MLP nodes "
-      "apart (not with tp_comm_overlap)"));
+  return absl::InternalError(absl::StrCat(
+      ctx.spec->name, ": a sequence-parallel block part that is neither a norm nor an "
+      "attention / MLP body"));
 }
 
 // ctx.tensor.input: d(x2) gathered [T, H]; on return gres_[cur_] holds

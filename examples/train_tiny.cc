@@ -13,7 +13,7 @@
 //     --offload, --lora-rank / --lora-alpha / --lora-targets, --base-dtype)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
 //     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...]
-//     [--tp=T [--tp-overlap | --sp]]
+//     [--tp=T [--tp-overlap] [--sp]]
 //
 // --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
 // column-parallel QKV and gate / up, row-parallel output and down
@@ -33,7 +33,11 @@
 // reduce-scatter node after each row-parallel one (all-gathers of the
 // output gradients backward), the input gradients' reduce-scatters and
 // the replicated parameters' gradient all-reduces over the tensor group in
-// the compute nodes (examples/llama_trainer.h); not with --tp-overlap.
+// the compute nodes (examples/llama_trainer.h). With --tp-overlap the
+// nodes do the gathers and reduce-scatters themselves, decomposed around
+// the GEMMs (each rank's block of the gathered input computed on as it
+// arrives, the row-parallel output reduce-scattered in T chunks beside the
+// next chunk's GEMMs; the same sums).
 //
 // --pp=P splits the model into P pipeline stages (scheduler/parallel_graph.h:
 // the embedding and the first blocks on the first, the last blocks, final
@@ -181,7 +185,8 @@ const char kUsage[] =
     "   heads, KV heads and FFN width) [--tp-overlap] (the forward's all-reduces\n"
     "   in T row chunks, each beside the next chunk's GEMM) [--sp] (sequence\n"
     "   parallelism: norms, residual stream and loss on each tensor rank's T-th\n"
-    "   of the tokens; all-gathers and reduce-scatters instead of all-reduces)\n"
+    "   of the tokens; all-gathers and reduce-scatters instead of all-reduces;\n"
+    "   with --tp-overlap decomposed around the GEMMs)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -358,10 +363,6 @@ Flags Parse(int argc, char** argv) {
     if (f.sp && (f.seq * f.batch) % f.tp != 0) {
       Fail(absl::StrCat("--sp shards each rank's --seq x --batch = ", f.seq * f.batch,
                         " tokens over --tp=", f.tp, ", which does not divide them"));
-    }
-    if (f.sp && f.tp_overlap) {
-      Fail("--sp with --tp-overlap is simulated only (simulate); train_tiny runs --sp with the "
-           "graph's all-gathers and reduce-scatters");
     }
     if (f.backend == "nccl") Fail("--tp runs on --backend=inproc or ucx (nccl not yet)");
     if (f.check_schedule) Fail("--check-schedule is not run with --tp yet");

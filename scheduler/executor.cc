@@ -49,11 +49,6 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
         "1F1B pipeline stages and tensor parallelism");
   }
   if (p.tensor_parallel > 1) {
-    if (p.sequence_parallel && p.tp_comm_overlap) {
-      return absl::UnimplementedError(
-          "executor: sequence parallelism with tp_comm_overlap is simulated only; the "
-          "executor runs it with the graph's all-gather / reduce-scatter nodes");
-    }
     if (!graph.tensor_slices) {
       return absl::InvalidArgumentError(
           "executor: a tensor-parallel graph runs on the layout of tensor slices "
@@ -654,9 +649,9 @@ ComputeContext Executor::MakeComputeContext(int i) {
     ctx.tensor.size = tp.size();
     ctx.tensor.stream = &stream(graph_.stream_for(StreamClass::kTensor));
     for (const FusedComm& f : n.fused) {
-      if (f.kind == FusedComm::Kind::kAllReduce && f.group == kTensorGroup) {
-        ctx.tensor.chunks = f.chunks;
-      }
+      // An all-reduce's, or sequence parallelism's gathers and
+      // reduce-scatters': the same tensor_parallel chunks.
+      if (f.group == kTensorGroup) ctx.tensor.chunks = f.chunks;
     }
     for (int r : n.reads) {
       if (tensor_written_[r]) ctx.tensor.input = BufferData(r);

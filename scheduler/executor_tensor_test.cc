@@ -50,12 +50,9 @@ TEST(ExecutorTensorTest, RefusesWhatDoesNotRunYet) {
   auto e = Executor::Create(whole->stages[0], *group->device, *group->comms[0]);
   EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
   EXPECT_NE(e.status().message().find("tensor slices"), std::string::npos) << e.status();
-  Policy sp = TensorPolicy(2, 1);
-  sp.sequence_parallel = true;  // runs without tp_comm_overlap
-  sp.tp_comm_overlap = true;
   Policy w8 = TensorPolicy(2, 1);  // its graphs keep fp32 moments
   w8.optimizer = OptimizerKind::kAdamW8bit;
-  for (const Policy& p : {sp, w8}) {
+  for (const Policy& p : {w8}) {
     auto step = Build(p, 4);
     ASSERT_TRUE(step.ok()) << step.status();
     auto exec = Executor::Create(step->stages[0], *group->device, *group->comms[0]);

@@ -5,7 +5,9 @@
 # same), alone and with FSDP2 sharding of each tensor rank's
 # slice over the data ranks, with selective recompute, inside 1F1B pipeline
 # stages (3D), and on ucx processes; --sp (sequence parallelism) likewise
-# within 1e-5 for TP 2 and 4, with FSDP2, in 1F1B stages and on ucx;
+# within 1e-5 for TP 2 and 4, with FSDP2, in 1F1B stages and on ucx, and
+# with --tp-overlap (the gathers and reduce-scatters decomposed around the
+# GEMMs) bit for bit the run with AG-TP / RS-TP nodes;
 # bad input is one line on stderr, exit code 2.
 # --lr=1e-3: AdamW's first updates g / (|g| + eps) amplify the all-reduces'
 # summation-order rounding where |g| ~ eps (at 3e-3 the parameters differ
@@ -19,7 +21,7 @@ import json, sys
 a, b = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:])
 assert a["losses"] == b["losses"], (a["losses"], b["losses"])
 assert a["max_param_rel_diff_vs_reference"] == b["max_param_rel_diff_vs_reference"]
-print("  bit for bit the losses and parameters of the run with all-reduce nodes")
+print("  bit for bit the losses and parameters of the run with the graph's collective nodes")
 PY
 }
 equal() {  # equal NAME PARAMS: within 1e-5 of the unsharded run, loss falls 15%, TP 2 or 4
@@ -108,14 +110,29 @@ assert on.get("AG-TP") == {"tensor"} and on.get("RS-TP") == {"tensor"}, on
 assert "AR-TP" not in on, on
 print("  trace: AG-TP and RS-TP slices on the tensor track, no AR-TP")
 PY
+cp "$t/out" "$t/tp2-sp.out"
+run tp2-sp-overlap 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --sp --tp-overlap \
+  --check-reference --json
+equal tp2-sp-overlap 1
+same tp2-sp-overlap "$t/tp2-sp.out"
 run tp4-sp 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=4 --sp --check-reference --json
 equal tp4-sp 1
+cp "$t/out" "$t/tp4-sp.out"
+run tp4-sp-overlap 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=4 --sp --tp-overlap \
+  --check-reference --json
+equal tp4-sp-overlap 1
+same tp4-sp-overlap "$t/tp4-sp.out"
 run tp2-sp-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --policy=fsdp2 --micro-steps=2 \
   --sp --check-reference --json
 equal tp2-sp-fsdp2 1
 run tp2-sp-pp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 --sp \
   --check-reference --json
 equal tp2-sp-pp2 1
+cp "$t/out" "$t/tp2-sp-pp2.out"
+run tp2-sp-pp2-overlap 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
+  --sp --tp-overlap --check-reference --json
+equal tp2-sp-pp2-overlap 1
+same tp2-sp-pp2-overlap "$t/tp2-sp-pp2.out"
 run tp2-sp-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --batch=1 --policy=fsdp2 \
   --backend=ucx --sp --check-reference --json
 equal tp2-sp-ucx 0
@@ -129,8 +146,6 @@ bad more-than-ranks "--tp=4 is more than the 2 ranks" "${model[@]}" --tp=4 --nra
 bad not-dividing "--nranks=3 is not a multiple of --tp=2" "${model[@]}" --tp=2 --nranks=3
 bad overlap-alone "--tp-overlap needs --tp > 1" "${model[@]}" --tp-overlap
 bad sp-alone "--sp (sequence parallelism) needs --tp > 1" "${model[@]}" --sp
-bad sp-overlap "--sp with --tp-overlap is simulated only" "${model[@]}" --tp=2 --nranks=2 --sp \
-  --tp-overlap
 bad sp-tokens "--sp shards each rank's --seq x --batch = 34 tokens over --tp=4, which does not" \
   "${model[@]/--seq=32/--seq=34}" --kv-heads=4 --tp=4 --nranks=4 --batch=1 --sp
 bad sp-full-recompute "--sp with full recompute does not run yet" "${model[@]}" --tp=2 \
