@@ -34,6 +34,7 @@
 #ifndef BATON_EXAMPLES_LLAMA_TRAINER_H_
 #define BATON_EXAMPLES_LLAMA_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -147,6 +148,16 @@ class LlamaRank {
   StatusOr<double> LossSum(Stream& stream);
   int64_t tokens_per_step() const;
 
+  // Sequence parallelism on the host device: when on, the compute
+  // stream's time in the tensor collectives inside the nodes (its own
+  // reduce-scatters and gradient all-reduces, and under tp_comm_overlap
+  // its waits for the tensor stream's gathers and reduce-scatters) is
+  // timed by host work around them. TakeTensorWaitMs (after the step has
+  // completed): that time since the last call, ms. Off by default; Unimplemented
+  // on other devices.
+  Status MeasureTensorWaits(bool on);
+  double TakeTensorWaitMs();
+
  private:
   LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
             const Corpus& corpus, Device& device, int ranks, int rank,
@@ -203,6 +214,11 @@ class LlamaRank {
   // reduce-scattered into sp_dn_ [T / tp, H].
   Status SpReduceScatter(const scheduler::ComputeContext& ctx, const void* dn);
   Status SpGradAllReduce(const scheduler::ComputeContext& ctx, int param);
+  // f() (enqueueing on `cs`), timed on cs when MeasureTensorWaits is on.
+  Status SpTimed(Stream& cs, const std::function<Status()>& f);
+  bool measure_tp_ = false;
+  int64_t tp_mark_ns_ = 0;                 // cs's worker thread only
+  std::atomic<int64_t> tp_wait_ns_{0};
   // Under tp_comm_overlap (llama_trainer_sp_overlap.cc; no AG-TP / RS-TP
   // nodes: each node does its own, on ctx.tensor.stream, ordered against
   // ctx.stream by events both ways; the node ends with ctx.stream waiting

@@ -1,6 +1,8 @@
 // Sequence parallelism in the llama trainer (llama_trainer.h, "Sequence
 // parallelism"): the units' compute on this tensor rank's sequence shard,
 // around the graph's AG-TP / RS-TP nodes.
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "baton/examples/llama_trainer.h"
 #include "baton/ops/cross_entropy.h"
@@ -27,16 +29,48 @@ Status LlamaRank::SpGradAllReduce(const scheduler::ComputeContext& ctx, int i) {
   }
   CollectiveOptions opts;
   opts.tag = scheduler::kFirstTrainerTag;
-  return ctx.tensor.comm->AllReduce(ctx.grads[i].data, ctx.grads[i].data,
-                                    static_cast<size_t>(ctx.params[i].param->numel),
-                                    ctx.grads[i].dtype, ReduceOp::kSum, *ctx.stream, opts);
+  return SpTimed(*ctx.stream, [&] {
+    return ctx.tensor.comm->AllReduce(ctx.grads[i].data, ctx.grads[i].data,
+                                      static_cast<size_t>(ctx.params[i].param->numel),
+                                      ctx.grads[i].dtype, ReduceOp::kSum, *ctx.stream, opts);
+  });
 }
 
 Status LlamaRank::SpReduceScatter(const scheduler::ComputeContext& ctx, const void* dn) {
   CollectiveOptions opts;
   opts.tag = scheduler::kFirstTrainerTag;
-  return ctx.tensor.comm->ReduceScatter(dn, sp_dn_, static_cast<size_t>(sp_rows_ * d_.H), dtype_,
-                                        ReduceOp::kSum, *ctx.stream, opts);
+  return SpTimed(*ctx.stream, [&] {
+    return ctx.tensor.comm->ReduceScatter(dn, sp_dn_, static_cast<size_t>(sp_rows_ * d_.H),
+                                          dtype_, ReduceOp::kSum, *ctx.stream, opts);
+  });
+}
+
+Status LlamaRank::MeasureTensorWaits(bool on) {
+  if (on && device_.kind() != DeviceKind::kHost) {
+    return absl::UnimplementedError("llama trainer: tensor waits are measured on the host device");
+  }
+  measure_tp_ = on;
+  return absl::OkStatus();
+}
+
+double LlamaRank::TakeTensorWaitMs() { return static_cast<double>(tp_wait_ns_.exchange(0)) / 1e6; }
+
+Status LlamaRank::SpTimed(Stream& cs, const std::function<Status()>& f) {
+  if (!measure_tp_) return f();
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  BATON_RETURN_IF_ERROR(cs.Enqueue([this, now]() -> Status {
+    tp_mark_ns_ = now();
+    return absl::OkStatus();
+  }));
+  BATON_RETURN_IF_ERROR(f());
+  return cs.Enqueue([this, now]() -> Status {
+    tp_wait_ns_ += now() - tp_mark_ns_;
+    return absl::OkStatus();
+  });
 }
 
 Status LlamaRank::SpRowParallel(const scheduler::ComputeContext& ctx, const char* w,

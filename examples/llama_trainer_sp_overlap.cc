@@ -44,12 +44,12 @@ Status LlamaRank::SpGatherRows(const scheduler::ComputeContext& ctx, void* buf, 
   BATON_RETURN_IF_ERROR(rows_fn(r * R, R));
   for (int c = 0; c < tp; ++c) {
     if (c == r) continue;
-    BATON_RETURN_IF_ERROR(cs.Wait(*sp_events_[1 + c]));
+    BATON_RETURN_IF_ERROR(SpTimed(cs, [&] { return cs.Wait(*sp_events_[1 + c]); }));
     BATON_RETURN_IF_ERROR(rows_fn(c * R, R));
   }
   // Every broadcast (this rank's as root too) is done before the compute
   // stream writes the buffer again.
-  return cs.Wait(*sp_events_[tp]);
+  return SpTimed(cs, [&] { return cs.Wait(*sp_events_[tp]); });
 }
 
 Status LlamaRank::SpScatterRows(const scheduler::ComputeContext& ctx, void* out, const void* res,
@@ -86,7 +86,7 @@ Status LlamaRank::SpScatterRows(const scheduler::ComputeContext& ctx, void* out,
                                                          ReduceOp::kSum, ts, opts));
   }
   BATON_RETURN_IF_ERROR(sp_events_[2 * tp + 1]->Record(ts));
-  return cs.Wait(*sp_events_[2 * tp + 1]);
+  return SpTimed(cs, [&] { return cs.Wait(*sp_events_[2 * tp + 1]); });
 }
 
 Status LlamaRank::SpOverlapForward(const scheduler::ComputeContext& ctx) {

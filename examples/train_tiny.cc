@@ -494,6 +494,11 @@ struct RunResult {
   // --tp --trace on inproc: per rank, the last step's tensor all-reduces
   // exposed on the compute stream (StepTrace::ExposedWaitMs), ms.
   std::vector<double> tp_exposed_ms;
+  // --sp --trace on inproc: this rank's last step's time of the compute
+  // stream in the tensor collectives inside the nodes
+  // (LlamaRank::MeasureTensorWaits); RunInproc: per rank in tp_inner_ms_all.
+  double tp_inner_ms = 0;
+  std::vector<double> tp_inner_ms_all;
   // --arrivals: means over the steps after the first.
   double straggler_ms = 0;  // the mean rank's wait for later ranks per step
   double max_skew_ms = 0;   // the step's largest arrival skew
@@ -596,6 +601,10 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   BATON_ASSIGN_OR_RETURN(auto model,
                          LlamaRank::Create(*graph, job.config, corpus, device, ranks,
                                            graph->mesh.position(rank, data), tp_rank));
+  if (observer != nullptr && graph->policy.sequence_parallel && device.kind() == DeviceKind::kHost) {
+    // --sp --trace: the tensor collectives inside the nodes, timed too.
+    BATON_RETURN_IF_ERROR(model->MeasureTensorWaits(true));
+  }
   scheduler::ExecutorOptions options;
   options.observer = observer;
   options.check_schedule = job.check_schedule;
@@ -630,6 +639,7 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
     BATON_RETURN_IF_ERROR(model->LoadBatch(executor->compute_stream(), step));
     BATON_RETURN_IF_ERROR(executor->Step(callbacks));
     BATON_RETURN_IF_ERROR(executor->Synchronize());
+    out->tp_inner_ms = model->TakeTensorWaitMs();  // the last step's stays
     BATON_ASSIGN_OR_RETURN(double local, model->LossSum(executor->compute_stream()));
     // The global mean: sum the ranks' loss sums (a tag the step never uses).
     float sum = static_cast<float>(local);
@@ -853,10 +863,12 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
     for (const auto& g : graphs.stages) stages.push_back(g.get());
     BATON_ASSIGN_OR_RETURN(results[0].sim_stage_bubble, sim::ScheduleBubble(stages, {}));
   }
-  if (trace && job.tp > 1 && !job.policy.tp_comm_overlap && !results[0].losses.empty()) {
+  const bool sp = job.policy.sequence_parallel;
+  if (trace && job.tp > 1 && (sp || !job.policy.tp_comm_overlap) && !results[0].losses.empty()) {
     const int64_t last = results[0].first_step + results[0].losses.size() - 1;
     for (const auto& [r, ms] : step_trace.ExposedWaitMs(last, scheduler::StreamClass::kTensor)) {
       results[0].tp_exposed_ms.push_back(ms);
+      if (sp) results[0].tp_inner_ms_all.push_back(results[r].tp_inner_ms);
     }
   }
   if (job.final_params) {
@@ -1173,17 +1185,35 @@ int Main(int argc, char** argv) {
                 static_cast<long long>(f.steps), stages.c_str(), 100 * (p - 1) / (m + p - 1),
                 zb.c_str(), simulated.c_str());
   }
-  if (!res.tp_exposed_ms.empty()) {
+  if (!res.tp_exposed_ms.empty() && !f.sp) {
     const auto& ms = res.tp_exposed_ms;
     double sum = 0;
     for (double x : ms) sum += x;
-    std::printf("tensor %s exposed (step %lld, from the trace: compute waiting on %s): mean "
-                "%.2f ms, largest %.2f ms per rank; the backward's %s run inside its compute "
-                "nodes\n",
-                f.sp ? "all-gathers / reduce-scatters" : "all-reduces",
-                static_cast<long long>(f.steps), f.sp ? "AG-TP / RS-TP" : "AR-TP", sum / ms.size(),
-                *std::max_element(ms.begin(), ms.end()),
-                f.sp ? "reduce-scatters" : "all-reduces");
+    std::printf("tensor all-reduces exposed (step %lld, from the trace: compute waiting on "
+                "AR-TP): mean %.2f ms, largest %.2f ms per rank; the backward's run inside "
+                "its compute nodes\n",
+                static_cast<long long>(f.steps), sum / ms.size(),
+                *std::max_element(ms.begin(), ms.end()));
+  }
+  if (!res.tp_exposed_ms.empty() && f.sp &&
+      res.tp_inner_ms_all.size() == res.tp_exposed_ms.size()) {
+    // Sequence parallelism: the graph's AG-TP / RS-TP nodes (none under
+    // --tp-overlap) and the collectives inside the nodes.
+    const size_t n = res.tp_exposed_ms.size();
+    double nodes = 0, inner = 0, largest = 0;
+    for (size_t i = 0; i < n; ++i) {
+      nodes += res.tp_exposed_ms[i];
+      inner += res.tp_inner_ms_all[i];
+      largest = std::max(largest, res.tp_exposed_ms[i] + res.tp_inner_ms_all[i]);
+    }
+    std::printf("tensor collectives exposed (step %lld, compute stream): waiting on AG-TP / "
+                "RS-TP nodes mean %.2f ms (from the trace), inside the nodes mean %.2f ms (%s); "
+                "total mean %.2f ms, largest %.2f ms per rank\n",
+                static_cast<long long>(f.steps), nodes / n, inner / n,
+                f.tp_overlap ? "waits for the decomposed gathers / reduce-scatters, the "
+                               "gradient all-reduces"
+                             : "the input gradients' reduce-scatters, the gradient all-reduces",
+                (nodes + inner) / n, largest);
   }
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
@@ -1246,6 +1276,7 @@ int Main(int argc, char** argv) {
     if (!res.stage_bubble.empty()) j["stage_bubble"] = res.stage_bubble;
     if (!res.sim_stage_bubble.empty()) j["sim_stage_bubble"] = res.sim_stage_bubble;
     if (!res.tp_exposed_ms.empty()) j["tp_exposed_ms"] = res.tp_exposed_ms;
+    if (!res.tp_inner_ms_all.empty()) j["tp_inner_ms"] = res.tp_inner_ms_all;
     j["arena_bytes"] = res.arena_bytes;
     j["lower_bound_bytes"] = res.lower_bound_bytes;
     j["persistent_bytes"] = res.persistent_bytes;
