@@ -284,6 +284,10 @@ Status LlamaRank::Allocate() {
           "llama trainer: sequence parallelism with full recompute (the recompute's "
           "gathers are not run)");
     }
+    if (policy.layout.lora_rank > 0) {
+      // The adapters' kept x a^T is whole-tensor (the overlap's row blocks).
+      return absl::UnimplementedError("llama trainer: sequence parallelism with LoRA adapters");
+    }
     sp_dn_ = Buf(sp_rows_ * H * e);
     if (policy.tp_comm_overlap) {
       sp_dy_ = Buf(T * H * e);

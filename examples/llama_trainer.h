@@ -128,7 +128,9 @@ class LlamaRank {
   // on ctx.tensor.comm inside the node (the graph's fused collectives),
   // and so are a whole-block recompute's forward outputs. Norms, embedding
   // and head are replicated. LossSum is 0 on tensor ranks other than 0
-  // (every tensor rank computes the same loss).
+  // (every tensor rank computes the same loss). With sequence_parallel the
+  // blocks, norms, embedding and loss run as "Sequence parallelism" below
+  // says; full recompute and LoRA adapters are then Unimplemented.
   static StatusOr<std::unique_ptr<LlamaRank>> Create(
       const scheduler::StepGraph& graph, const TrainConfig& config,
       const Corpus& corpus, Device& device, int ranks, int rank,

@@ -176,7 +176,14 @@ struct ComputeContext {
   // `stream` (the tensor stream, idle otherwise: the trainer orders it
   // against ctx.stream with events both ways and ends the node with
   // ctx.stream waiting on it) while the next chunk's GEMM runs; 0: one
-  // all-reduce after the GEMM.
+  // all-reduce after the GEMM. With sequence_parallel the graph's AG-TP /
+  // RS-TP nodes take the all-reduces' place: `output` is a norm node's
+  // normed sequence shard (gathered by AG-TP) or an attention / MLP node's
+  // partial output (reduce-scattered by RS-TP), `input` the gathered input
+  // or the reduce-scattered shard; backward, `input` the gathered output
+  // gradient and `output` the input gradient's shard (for the next
+  // gather). Under tp_comm_overlap there are no such nodes and `chunks`
+  // says to decompose the node's own gathers and reduce-scatters.
   struct Tensor {
     uint8_t segments = 0;
     const void* input = nullptr;
