@@ -191,7 +191,7 @@ Status LlamaRank::SpBlockForward(const scheduler::ComputeContext& ctx) {
     if (ctx.tensor.input != nullptr) {
       BATON_RETURN_IF_ERROR(st.MemcpyAsync(x, ctx.tensor.input, io_bytes_));
     } else if (!attn) {
-      BATON_RETURN_IF_ERROR(need(nullptr, "attention output"));
+      return need(nullptr, "reduce-scattered attention output");
     }
     BATON_RETURN_IF_ERROR(need(ctx.tensor.output, "normed output"));
     return ops::RmsNormForward(st, sp_norm_, x, p(attn ? "attn_norm.weight" : "mlp_norm.weight"),
