@@ -531,7 +531,10 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in) {
                        absl::StrCat("AG-TP ", un, ".", what, t), m);
       covers = body;
     }
-    const int partial = Act(absl::StrCat("act.", un, ".", what, "_partial", t), false, false);
+    // Under tp_comm_overlap the node's own reduce-scatter leaves the
+    // sequence shard (sequence_parallel) of the part's output.
+    const int partial =
+        Act(absl::StrCat("act.", un, ".", what, "_partial", t), sp && ov, false);
     Compute(NodeKind::kForward, u, m, c, covers, reads(cur), {partial}, false,
             absl::StrCat("F ", un, ".", what, t));
     Node& bn = g_.nodes.back();
