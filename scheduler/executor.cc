@@ -629,6 +629,12 @@ ComputeContext Executor::MakeComputeContext(int i) {
     ctx.grad_accumulate = n.grad_accumulate;
   }
   // Pipeline stages: what came from or goes to the neighbouring stages.
+  for (int b : n.writes) {
+    if (graph_.buffers[b].role == BufferRole::kSavedActivation) ctx.pipeline.saved = BufferData(b);
+  }
+  for (int b : n.reads) {
+    if (graph_.buffers[b].role == BufferRole::kSavedActivation) ctx.pipeline.saved = BufferData(b);
+  }
   for (int r : n.reads) {
     if (!recv_written_[r]) continue;
     const bool grad = graph_.buffers[r].role == BufferRole::kActivationGrad;

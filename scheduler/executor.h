@@ -146,11 +146,18 @@ struct ComputeContext {
   // receives (backward of the first unit). Activations of s x b x h
   // elements in the parameter dtype; valid in ctx.stream's order during
   // the node (the executor orders the send / receive around it).
+  // `saved`: the unit's saved-activation buffer of this micro-batch (its
+  // forward, recompute, backward and zb-h1 weight pass get the same one; a
+  // planned arena buffer of the bytes the trainer declared,
+  // BuildParallelStep's saved_bytes, 256-byte aligned; what the forward
+  // writes there is intact at the backward); null without a pipeline or
+  // without a declared size.
   struct Pipeline {
     const void* input = nullptr;
     void* output = nullptr;
     const void* output_grad = nullptr;
     void* input_grad = nullptr;
+    void* saved = nullptr;
   } pipeline;
   // Tensor parallelism (a parallel graph with tensor_parallel > 1, whose
   // layout holds this rank's slice: BuildParallelStep's tensor_slices; all

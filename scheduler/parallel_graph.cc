@@ -284,6 +284,24 @@ StatusOr<std::vector<int>> BalancedStageLayers(int64_t blocks, int stages,
   return layers;
 }
 
+int64_t SavedActivationPeak(const StepGraph& g) {
+  if (g.first_write.size() != g.buffers.size() || g.nodes.empty()) return 0;
+  // Bytes coming alive / dying at each issue position.
+  std::vector<int64_t> delta(g.nodes.size() + 1, 0);
+  for (size_t i = 0; i < g.buffers.size(); ++i) {
+    if (g.buffers[i].role != BufferRole::kSavedActivation || g.first_write[i] < 0) continue;
+    const int64_t bytes = static_cast<int64_t>(g.buffers[i].bytes());
+    delta[g.first_write[i]] += bytes;
+    delta[g.last_use[i] + 1] -= bytes;
+  }
+  int64_t live = 0, peak = 0;
+  for (int64_t d : delta) {
+    live += d;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
 MeshGroup ParallelDataGroup(const Policy& p) {
   return p.context_parallel > 1 ? MeshGroup{MeshDim::kShard, MeshDim::kHpz, MeshDim::kContext}
                                 : kDataShardGroup;
@@ -297,9 +315,10 @@ class StageBuilder {
   StageBuilder(const ModelLayout& layout, const Policy& p, const DeviceMesh& mesh,
                int stage, const std::vector<std::vector<int>>& vs_units,
                const std::vector<Pass>& order, int64_t act_numel, bool plan_memory,
-               bool sliced)
+               bool sliced, const std::vector<int64_t>& saved_bytes)
       : layout_(layout), p_(p), stage_(stage), vs_units_(vs_units), order_(order),
-        act_numel_(act_numel), plan_memory_(plan_memory), sliced_(sliced) {
+        act_numel_(act_numel), plan_memory_(plan_memory), sliced_(sliced),
+        saved_bytes_(saved_bytes) {
     g_.mesh = mesh;
   }
 
@@ -367,7 +386,15 @@ class StageBuilder {
   const int64_t act_numel_;
   const bool plan_memory_;
   const bool sliced_;  // the layout is of one tensor rank's slice
+  const std::vector<int64_t>& saved_bytes_;  // per unit; empty: none declared
   StepGraph g_;
+  // The saved activation of (micro-batch, unit): m x units entries, -1
+  // where none is declared. The unit's forward writes it, its recompute
+  // (if any) writes it again, its backward (and weight pass) read it.
+  std::vector<int> saved_;
+  int Saved(int m, int u) const {
+    return saved_.empty() ? -1 : saved_[static_cast<size_t>(m) * layout_.units.size() + u];
+  }
   // The received input activation of each (micro-batch, chunk): m x v
   // entries, -1 where the chunk has no previous stage. The backward of the
   // chunk's first unit reads it (the stage's input, kept for the backward:
@@ -644,7 +671,15 @@ void StageBuilder::Forward(int m, int c) {
     const int out = Act(absl::StrCat("act.", unit.name, t), sp, false);
     std::vector<int> reads = Params(u);
     if (cur >= 0) reads.push_back(cur);
-    Compute(NodeKind::kForward, u, m, c, 0, reads, {out}, false,
+    std::vector<int> writes = {out};
+    if (!saved_bytes_.empty() && saved_bytes_[u] > 0) {
+      // fp32 words: the planner aligns every buffer to 256 bytes.
+      const int sv = Buffer(absl::StrCat("saved.", unit.name, t), BufferRole::kSavedActivation,
+                            -1, (saved_bytes_[u] + 3) / 4, DataType::kF32, false);
+      saved_[static_cast<size_t>(m) * layout_.units.size() + u] = sv;
+      writes.push_back(sv);
+    }
+    Compute(NodeKind::kForward, u, m, c, 0, reads, std::move(writes), false,
             absl::StrCat("F ", unit.name, t));
     if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), false);
     cur = out;
@@ -679,8 +714,11 @@ void StageBuilder::Backward(int m, int c, bool split) {
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
     const int u = *it;
     const UnitSpec& unit = layout_.units[u];
+    const int sv = Saved(m, u);
     if (Recomputed(u)) {
-      Compute(NodeKind::kRecompute, u, m, c, 0, Params(u), {}, false,
+      std::vector<int> writes;
+      if (sv >= 0) writes.push_back(sv);
+      Compute(NodeKind::kRecompute, u, m, c, 0, Params(u), std::move(writes), false,
               absl::StrCat("R ", unit.name, t));
     }
     if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
@@ -691,6 +729,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
       if (cur >= 0) reads.push_back(cur);
       const int input = recv_act_[m * p_.virtual_stages + c];
       if (u == units.front() && input >= 0) reads.push_back(input);
+      if (sv >= 0) reads.push_back(sv);
       Compute(NodeKind::kBackward, u, m, c, 0, reads, {out}, !split,
               absl::StrCat("B ", unit.name, t));
       if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), true);
@@ -712,7 +751,9 @@ void StageBuilder::Backward(int m, int c, bool split) {
 void StageBuilder::Weight(int m, int c) {
   const std::vector<int>& units = vs_units_[VStage(c)];
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
-    Compute(NodeKind::kBackwardWeight, *it, m, c, 0, Params(*it), {}, true,
+    std::vector<int> reads = Params(*it);
+    if (const int sv = Saved(m, *it); sv >= 0) reads.push_back(sv);
+    Compute(NodeKind::kBackwardWeight, *it, m, c, 0, std::move(reads), {}, true,
             absl::StrCat("W ", layout_.units[*it].name, Tag(m, c)));
     GradWritten(*it);
   }
@@ -734,6 +775,9 @@ StatusOr<StepGraph> StageBuilder::Build() {
   }
   Persistent();
   recv_act_.assign(static_cast<size_t>(p_.micro_steps) * p_.virtual_stages, -1);
+  if (!saved_bytes_.empty()) {
+    saved_.assign(static_cast<size_t>(p_.micro_steps) * layout_.units.size(), -1);
+  }
   {
     // About 10 nodes and 8 buffers per unit pass with tensor parallelism.
     size_t units = 0;
@@ -790,7 +834,8 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
                                          int world_size, int64_t seq, int64_t micro_batch,
                                          std::vector<int> virtual_layers,
                                          const PassCosts& costs, bool plan_memory,
-                                         bool tensor_slices) {
+                                         bool tensor_slices,
+                                         const std::vector<int64_t>& saved_bytes) {
   const auto t0 = std::chrono::steady_clock::now();
   Policy policy = policy_in;
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
@@ -838,6 +883,27 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
     BATON_ASSIGN_OR_RETURN(laid_out, TensorParallelSlice(spec, policy.tensor_parallel));
   }
   BATON_ASSIGN_OR_RETURN(ModelLayout layout, BuildLayout(laid_out, policy.layout, sharding));
+  if (!saved_bytes.empty()) {
+    if (saved_bytes.size() != layout.units.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallel graph: saved activation bytes for ", saved_bytes.size(),
+          " units given; the model has ", layout.units.size()));
+    }
+    bool any = false;
+    for (size_t u = 0; u < saved_bytes.size(); ++u) {
+      if (saved_bytes[u] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parallel graph: negative saved activation bytes (", saved_bytes[u], ") for unit ",
+            layout.units[u].name));
+      }
+      any = any || saved_bytes[u] > 0;
+    }
+    if (any && policy.tensor_parallel > 1) {
+      return absl::UnimplementedError(
+          "parallel graph: saved activation buffers with tensor parallelism (a block is "
+          "several nodes there); the trainer keeps its own");
+    }
+  }
   std::vector<std::vector<int>> vs_units(nv);
   int block = 1;  // unit index of the next block
   const int nunits = static_cast<int>(layout.units.size());
@@ -856,7 +922,7 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
   for (int s = 0; s < p; ++s) {
     BATON_ASSIGN_OR_RETURN(
         StepGraph g, StageBuilder(layout, policy, mesh, s, vs_units, order[s], act, plan_memory,
-                                  sliced).Build());
+                                  sliced, saved_bytes).Build());
     step.stages.push_back(std::move(g));
   }
   step.layout = std::move(layout);

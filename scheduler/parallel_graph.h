@@ -55,7 +55,16 @@
 // (the simulator runs the stages together, sim/pipeline_loop.h). The
 // backward of a chunk's first unit also reads the activation its forward
 // received, so a stage keeps its in-flight micro-batches' inputs until
-// their backward (stage s of 1F1B: min(m, p - s) at once). No memory plan
+// their backward (stage s of 1F1B: min(m, p - s) at once). A trainer that
+// declares the bytes a unit's forward saves per micro-batch
+// (BuildParallelStep's saved_bytes) gets a saved-activation buffer
+// (BufferRole::kSavedActivation, "saved.<unit> m<i>") per (unit,
+// micro-batch): the unit's forward writes it, its recompute (with
+// recompute_blocks) writes it again, its backward reads it and under zb-h1
+// its weight pass too (the last use); the planner places them, reusing the
+// bytes of micro-batches whose lifetimes do not overlap, so the plan holds
+// the schedule's in-flight count (1F1B stage s: min(m, p - s) per unit;
+// SavedActivationPeak). No memory plan
 // is made unless BuildParallelStep's plan_memory asks (the executor needs
 // one): the simulator counts activations and the kept parameters itself.
 //
@@ -177,12 +186,25 @@ struct ParallelStep {
 // split into 2 x context_parallel chunks, sequence parallelism with tokens
 // per context rank not a multiple of tensor_parallel, or virtual_layers of
 // the wrong size or sum.
+// `saved_bytes` (empty: none): per unit of the layout's order, the bytes
+// its forward saves per micro-batch for its backward (0: none); the
+// executor hands each node its buffer (ComputeContext::pipeline.saved).
+// InvalidArgument for a size other than the units' or a negative entry;
+// Unimplemented for a positive entry with tensor_parallel > 1 (a block is
+// several nodes there).
 StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& policy,
                                          int world_size, int64_t seq, int64_t micro_batch,
                                          std::vector<int> virtual_layers = {},
                                          const PassCosts& costs = {},
                                          bool plan_memory = false,
-                                         bool tensor_slices = false);
+                                         bool tensor_slices = false,
+                                         const std::vector<int64_t>& saved_bytes = {});
+
+// The most bytes of saved-activation buffers (BufferRole::kSavedActivation)
+// live at once in a stage graph built with plan_memory, by the plan's
+// lifetimes (first write to last use in issue order); 0 without a plan or
+// without such buffers. Pure.
+int64_t SavedActivationPeak(const StepGraph& g);
 
 // The group the data-parallel collectives of a parallel graph run over:
 // the data-shard group, with the context dimension when context_parallel > 1.

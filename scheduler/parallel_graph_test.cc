@@ -192,6 +192,89 @@ TEST(ParallelGraphTest, ZeroBubbleSplitsTheBackward) {
   }
 }
 
+// Declared saved activations: one buffer per (unit, micro-batch), whose
+// plan holds the schedule's in-flight count.
+std::vector<int64_t> BlockBytes(const ModelSpec& spec, int64_t bytes) {
+  std::vector<int64_t> saved(spec.layers + 3, 0);  // embedding, blocks, norm, head
+  for (int64_t b = 1; b <= spec.layers; ++b) saved[b] = bytes;
+  return saved;
+}
+
+int StageBlocks(const StepGraph& g) {
+  int n = 0;
+  for (const std::vector<int>& units : g.chunk_units) {
+    for (int u : units) n += g.layout.units[u].kind == UnitKind::kBlock;
+  }
+  return n;
+}
+
+TEST(ParallelGraphTest, SavedActivationsHoldTheInFlightMicroBatches) {
+  const ModelSpec tiny = *ModelPreset("tiny");  // 4 blocks
+  constexpr int64_t kBytes = 1 << 20;  // dwarfs the graph's other buffers
+  for (int pp : {2, 4}) {
+    for (int m : {1, 3, 8}) {
+      const Policy p = Parallel(1, false, 1, pp, m);
+      auto plain = BuildParallelStep(tiny, p, pp, 64, 1, {}, {}, true);
+      auto step = BuildParallelStep(tiny, p, pp, 64, 1, {}, {}, true, false,
+                                    BlockBytes(tiny, kBytes));
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      ASSERT_TRUE(step.ok()) << step.status();
+      for (int s = 0; s < pp; ++s) {
+        const StepGraph& g = step->stages[s];
+        ASSERT_TRUE(VerifyStepGraph(g).ok()) << VerifyStepGraph(g);
+        const int64_t per_micro = StageBlocks(g) * kBytes;
+        int saved = 0;
+        for (const GraphBuffer& b : g.buffers) saved += b.role == BufferRole::kSavedActivation;
+        EXPECT_EQ(saved, StageBlocks(g) * m);
+        // 1F1B stage s: min(m, p - s) micro-batches in flight.
+        const int64_t peak = std::min(m, pp - s) * per_micro;
+        EXPECT_EQ(SavedActivationPeak(g), peak) << "pp " << pp << " m " << m << " stage " << s;
+        EXPECT_EQ(SavedActivationPeak(plain->stages[s]), 0);
+        // Placed, reusing: the arena grows by less than one more
+        // micro-batch than the in-flight ones (all m: m x per_micro).
+        const int64_t grew = static_cast<int64_t>(g.plan.arena_bytes) -
+                             static_cast<int64_t>(plain->stages[s].plan.arena_bytes);
+        EXPECT_GE(static_cast<int64_t>(g.plan.arena_bytes), peak);
+        EXPECT_LT(grew, peak + per_micro) << "pp " << pp << " m " << m << " stage " << s;
+      }
+    }
+  }
+  // Interleaved, p = 2, v = 2, m = 4 (a block per chunk): the first stage's
+  // 2 (p - 1) + (v - 1) p = 4 warm-up forwards and the first steady
+  // forward are in flight at once; the last stage's 2 + 1.
+  Policy p = Parallel(1, false, 1, 2, 4);
+  p.pipeline_schedule = PipelineSchedule::kInterleaved;
+  p.virtual_stages = 2;
+  auto step = BuildParallelStep(tiny, p, 2, 64, 1, {}, {}, true, false,
+                                BlockBytes(tiny, kBytes));
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(SavedActivationPeak(step->stages[0]), 5 * kBytes);
+  EXPECT_EQ(SavedActivationPeak(step->stages[1]), 3 * kBytes);
+  // ZB-H1: the weight pass reads it last.
+  p = Parallel(1, false, 1, 2, 4);
+  p.pipeline_schedule = PipelineSchedule::kZbH1;
+  step = BuildParallelStep(tiny, p, 2, 64, 1, {}, {}, true, false, BlockBytes(tiny, kBytes));
+  ASSERT_TRUE(step.ok()) << step.status();
+  for (const StepGraph& g : step->stages) {
+    for (size_t i = 0; i < g.buffers.size(); ++i) {
+      if (g.buffers[i].role != BufferRole::kSavedActivation) continue;
+      EXPECT_EQ(g.nodes[g.last_use[i]].kind, NodeKind::kBackwardWeight) << g.buffers[i].name;
+    }
+    EXPECT_GE(SavedActivationPeak(g), 2 * kBytes);
+  }
+  // Bad declarations: one line each.
+  const Policy p2 = Parallel(1, false, 1, 2, 4);
+  auto bad = BuildParallelStep(tiny, p2, 2, 64, 1, {}, {}, true, false, {1, 2});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<int64_t> negative = BlockBytes(tiny, 8);
+  negative[1] = -1;
+  bad = BuildParallelStep(tiny, p2, 2, 64, 1, {}, {}, true, false, negative);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  bad = BuildParallelStep(tiny, Parallel(2, false, 1, 2, 4), 4, 64, 1, {}, {}, true, true,
+                          BlockBytes(tiny, 8));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnimplemented) << bad.status();
+}
+
 TEST(ParallelGraphTest, StageLayers) {
   const ModelSpec m405 = *ModelPreset("llama3-405b");
   Policy p = Parallel(8, true, 1, 16, 16);

@@ -73,6 +73,7 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kStagedShard: return "staged_shard";
     case BufferRole::kActivation: return "activation";
     case BufferRole::kActivationGrad: return "activation_grad";
+    case BufferRole::kSavedActivation: return "saved_activation";
   }
   return "?";
 }

@@ -153,6 +153,9 @@ enum class BufferRole {
   kActivation,   // transient (parallel graphs): an activation a tensor-
                  // parallel collective or a pipeline send / receive moves
   kActivationGrad,  // transient (parallel graphs): its gradient
+  kSavedActivation,  // transient (pipeline stages): what a unit's forward
+                     // of one micro-batch saves for its backward (the
+                     // trainer's declared bytes; BuildParallelStep)
 };
 const char* BufferRoleName(BufferRole role);
 
