@@ -205,6 +205,17 @@ void LlamaRank::AllocateActs(Acts& acts) {
   for (int64_t u = 0; u <= spec_.layers; ++u) acts.h.push_back(Buf(T * H * e));
   for (int64_t b = 0; b < spec_.layers; ++b) {
     BlockActs a;
+    if (planned_saved_) {
+      // In the executor's arena, bound at each node (BindSaved); the
+      // selective recompute's shared scratch stays the rank's.
+      a = BlockActs{};
+      if (SelectiveRecompute(b) && shared_o_ == nullptr) {
+        shared_o_ = Buf(T * Q * e);
+        shared_lse_ = static_cast<float*>(Buf(heads_rows * 4));
+      }
+      acts.blocks.push_back(a);
+      continue;
+    }
     a.n1 = Buf(T * H * e);
     a.q = Buf(T * Q * e);
     a.k = Buf(T * KV * e);
@@ -242,6 +253,7 @@ Status LlamaRank::Allocate() {
     loss_.push_back(static_cast<float*>(Buf(T * 4)));
   }
   const scheduler::Policy& policy = graph_.policy;
+  BATON_RETURN_IF_ERROR(CheckPlannedSaved());
   if (policy.pipeline_parallel > 1) {
     has_head_ = graph_.stage == policy.pipeline_parallel - 1;
     zb_ = policy.pipeline_schedule == scheduler::PipelineSchedule::kZbH1;
@@ -355,6 +367,7 @@ scheduler::StepCallbacks LlamaRank::Callbacks() {
 }
 
 Status LlamaRank::Compute(const scheduler::ComputeContext& ctx) {
+  BATON_RETURN_IF_ERROR(BindSaved(ctx));  // planned saved activations, if any
   const scheduler::ComputeContext::Pipeline& pipe = ctx.pipeline;
   if (pipe.input == nullptr && pipe.output == nullptr && pipe.output_grad == nullptr &&
       pipe.input_grad == nullptr) {

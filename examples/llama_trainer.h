@@ -100,6 +100,17 @@ float InitialParameter(const std::string& name, int64_t i, uint64_t seed);
 // (Internal otherwise).
 scheduler::Nf4Packer Nf4Packer();
 
+// Per unit of the layout's order (embedding, blocks, final norm, head), the
+// bytes a LlamaRank's forward saves per micro-step for the backward that a
+// pipeline stage's graph may plan (BuildParallelStep's saved_bytes): each
+// block's normed inputs, q, k, v, attention output, x1, gate, up and
+// SwiGLU output in `dtype` and its three fp32 statistics (rstd1, lse,
+// rstd2), each 256-byte aligned; 0 for the other units (the block inputs,
+// final norm and logits stay the rank's own). For micro-steps of
+// config.batch sequences of config.seq tokens.
+std::vector<int64_t> SavedActivationBytes(const scheduler::ModelSpec& spec,
+                                          const TrainConfig& config, DataType dtype);
+
 class LlamaRank {
  public:
   // `graph` is the rank's step graph (its layout and policy); `ranks` the
@@ -108,7 +119,11 @@ class LlamaRank {
   // computes its stage's units, takes its input activation from and hands
   // its output to ComputeContext::pipeline (and their gradients), and
   // LossSum is 0 except on the last stage; `ranks` / `rank` are then the
-  // stage's data ranks and this rank's position in them. Under zb-h1 each
+  // stage's data ranks and this rank's position in them. A stage graph
+  // built with SavedActivationBytes: the blocks' saved activations of each
+  // micro-step live in the executor's planned arena
+  // (ComputeContext::pipeline.saved) instead of the rank's allocations
+  // (InvalidArgument at Create for a buffer smaller than a block needs). Under zb-h1 each
   // unit's backward is the input-gradient call (weight_deferred), which
   // keeps the gradients at its weights' outputs per micro-step, and the
   // later kBackwardWeight call, which turns them into the weight gradients
@@ -387,6 +402,12 @@ class LlamaRank {
     void* nf = nullptr;
   };
   bool zb_ = false;
+  // The graph plans the blocks' saved activations (kSavedActivation
+  // buffers): BlockActs' fields point into ComputeContext::pipeline.saved,
+  // bound at each of the block's nodes (llama_trainer_saved.cc).
+  bool planned_saved_ = false;
+  Status CheckPlannedSaved();
+  Status BindSaved(const scheduler::ComputeContext& ctx);
   std::vector<Deferred> deferred_;
   void* wdx_ = nullptr;
   // LoRA: per block and target (scheduler::LoraTarget), the forward's

@@ -491,6 +491,11 @@ struct RunResult {
   // stage's ranks.
   std::vector<double> stage_bubble;
   std::vector<double> sim_stage_bubble;  // sim::ScheduleBubble on the stage graphs
+  // --pp without --tp: per stage, the plan's saved activations of the
+  // blocks (scheduler::SavedActivationPeak), one micro-batch's, and the
+  // stage's arena.
+  std::vector<int64_t> stage_saved_peak, stage_saved_micro;
+  std::vector<size_t> stage_arena_bytes;
   // --tp --trace on inproc: per rank, the last step's tensor all-reduces
   // exposed on the compute stream (StepTrace::ExposedWaitMs), ms.
   std::vector<double> tp_exposed_ms;
@@ -758,6 +763,20 @@ std::vector<int> StageLayers(const Flags& f, const Job& job) {
 struct Graphs {
   std::vector<std::shared_ptr<const scheduler::StepGraph>> stages;
   scheduler::DeviceMesh mesh;
+  std::vector<int64_t> saved_bytes;  // per unit: LlamaRank's saved activations (or empty)
+  // RunResult's stage_saved_peak, stage_saved_micro, stage_arena_bytes.
+  void Report(RunResult* out) const {
+    if (saved_bytes.empty()) return;
+    for (const auto& g : stages) {
+      int64_t micro = 0;
+      for (const std::vector<int>& units : g->chunk_units) {
+        for (int u : units) micro += saved_bytes[u];
+      }
+      out->stage_saved_peak.push_back(scheduler::SavedActivationPeak(*g));
+      out->stage_saved_micro.push_back(micro);
+      out->stage_arena_bytes.push_back(g->plan.arena_bytes);
+    }
+  }
   std::shared_ptr<const scheduler::StepGraph> ForRank(int r) const {
     return stages.size() == 1 ? stages[0]
                               : stages[mesh.coord(r, scheduler::MeshDim::kPipeline)];
@@ -773,12 +792,18 @@ StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
     g.stages.push_back(std::make_shared<const scheduler::StepGraph>(std::move(built)));
     return g;
   }
+  // Pipeline stages without tensor parallelism plan the blocks' saved
+  // activations of the in-flight micro-batches (the trainer uses them).
+  if (job.policy.pipeline_parallel > 1 && job.tp == 1) {
+    g.saved_bytes =
+        examples::SavedActivationBytes(job.spec, job.config, job.policy.param_dtype);
+  }
   BATON_ASSIGN_OR_RETURN(scheduler::ParallelStep step,
                          scheduler::BuildParallelStep(job.spec, job.policy, world,
                                                       job.config.seq, job.config.batch,
                                                       job.stage_layers, {},
                                                       /*plan_memory=*/true,
-                                                      /*tensor_slices=*/true));
+                                                      /*tensor_slices=*/true, g.saved_bytes));
   g.mesh = step.mesh;
   for (scheduler::StepGraph& s : step.stages) {
     g.stages.push_back(std::make_shared<const scheduler::StepGraph>(std::move(s)));
@@ -876,6 +901,7 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
     for (RunResult& r : results) pieces.push_back(std::move(r.params));
     BATON_ASSIGN_OR_RETURN(results[0].whole_params, examples::MergeParamPieces(pieces));
   }
+  graphs.Report(&results[0]);
   return results[0];
 }
 
@@ -903,6 +929,7 @@ StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const F
   BATON_RETURN_IF_ERROR(TrainRank(job, graph, corpus, *device, *comm, &result,
                                   traced ? step_trace.ForRank(0, *graph) : nullptr));
   if (traced) result.trace_json = step_trace.Json();
+  graphs.Report(&result);
   BATON_RETURN_IF_ERROR(store->Barrier("train_tiny_done", timeout));
   return result;
 }
@@ -1140,6 +1167,18 @@ int Main(int argc, char** argv) {
               MiB(res.arena_bytes).c_str(), MiB(res.lower_bound_bytes).c_str(),
               res.lower_bound_bytes ? double(res.arena_bytes) / res.lower_bound_bytes : 1.0,
               res.plan_strategy.c_str(), MiB(res.persistent_bytes).c_str());
+  if (!res.stage_saved_peak.empty()) {
+    std::string stages;
+    for (size_t s = 0; s < res.stage_saved_peak.size(); ++s) {
+      const int64_t micro = std::max<int64_t>(res.stage_saved_micro[s], 1);
+      absl::StrAppend(&stages, s ? ", " : "", "stage ", s, " ",
+                      MiB(res.stage_saved_peak[s]), absl::StrFormat(" (%.2f", double(res.stage_saved_peak[s]) / micro),
+                      " x ", MiB(res.stage_saved_micro[s]), "; arena ",
+                      MiB(res.stage_arena_bytes[s]), ")");
+    }
+    std::printf("pipeline saved activations in the plan (blocks, in-flight micro-batches x "
+                "one's): %s\n", stages.c_str());
+  }
   if (res.host_bytes > 0) {
     std::printf("offload: master shards and moments in host memory, %s\n",
                 MiB(res.host_bytes).c_str());
@@ -1274,6 +1313,10 @@ int Main(int argc, char** argv) {
     if (f.check_reference) j["reference_losses"] = ref_losses;
     if (param_rel) j["max_param_rel_diff_vs_reference"] = *param_rel;
     if (!res.stage_bubble.empty()) j["stage_bubble"] = res.stage_bubble;
+    if (!res.stage_saved_peak.empty()) {
+      j["stage_saved_activation_bytes"] = res.stage_saved_peak;
+      j["stage_arena_bytes"] = res.stage_arena_bytes;
+    }
     if (!res.sim_stage_bubble.empty()) j["sim_stage_bubble"] = res.sim_stage_bubble;
     if (!res.tp_exposed_ms.empty()) j["tp_exposed_ms"] = res.tp_exposed_ms;
     if (!res.tp_inner_ms_all.empty()) j["tp_inner_ms"] = res.tp_inner_ms_all;
