@@ -4,8 +4,10 @@
 // gradient the executor hands over is the one the other stage produced for
 // that micro-batch and boundary, that each parameter's gradient is written
 // once per micro-batch (by ZB-H1's deferred weight pass, never its input
-// pass) and reaches the optimizer summed, the plan's bound, and the
-// measured bubble.
+// pass) and reaches the optimizer summed, that each unit's declared saved
+// activation buffer holds at its backward (and weight pass) what its
+// forward of that micro-batch wrote, the plan's bound, and the measured
+// bubble.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -95,11 +97,17 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
   if (zb) policy.pipeline_schedule = PipelineSchedule::kZbH1;
   ModelSpec spec = *ModelPreset("micro");
   spec.layers = 4;
-  auto step = BuildParallelStep(spec, policy, kRanks, kSeq, kBatch, {}, {}, true);
+  // Every unit saves kSaved floats per micro-batch (the planner reuses a
+  // buffer only between micro-batches whose lifetimes do not overlap).
+  constexpr int64_t kSaved = 64;
+  const std::vector<int64_t> saved_bytes(spec.layers + 3, kSaved * 4);
+  auto step = BuildParallelStep(spec, policy, kRanks, kSeq, kBatch, {}, {}, true, false,
+                                saved_bytes);
   ASSERT_TRUE(step.ok()) << step.status();
   auto group = CreateInprocGroup(kRanks);
   ASSERT_TRUE(group.ok()) << group.status();
   const int64_t act = kSeq * kBatch * spec.hidden;
+  std::atomic<int> saved_written{0}, saved_read{0}, saved_missing{0};
   std::atomic<int> inputs{0}, outputs{0}, output_grads{0}, input_grads{0}, bad{0};
   // Gradient-writing calls (the backward, or ZB-H1's weight pass), input
   // gradient passes that deferred theirs, misplaced gradient slots or
@@ -149,7 +157,26 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
       std::vector<TensorView> grads = ctx.grads;
       std::vector<bool> acc = ctx.grad_accumulate;
       if (!grads.empty()) ++grad_calls;
-      return ctx.stream->Enqueue([=, &inputs, &outputs, &output_grads, &input_grads] {
+      if (p.saved == nullptr) ++saved_missing;
+      const float saved_mark = Mark(s, m, d, vs) + 1000000.f * (ctx.unit + 1);
+      const bool forward = ctx.kind == NodeKind::kForward;
+      return ctx.stream->Enqueue([=, &inputs, &outputs, &output_grads, &input_grads,
+                                  &saved_written, &saved_read, &bad] {
+        if (p.saved != nullptr) {
+          float* f = static_cast<float*>(p.saved);
+          if (forward) {
+            ++saved_written;
+            for (int64_t i = 0; i < kSaved; ++i) f[i] = saved_mark;
+          } else {
+            ++saved_read;
+            for (int64_t i = 0; i < kSaved; ++i) {
+              if (f[i] != saved_mark) {
+                ++bad;
+                break;
+              }
+            }
+          }
+        }
         for (size_t i = 0; i < grads.size(); ++i) {
           float* g = static_cast<float*>(grads[i].data);
           if (g == nullptr) continue;  // frozen (none in this model)
@@ -207,6 +234,12 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
   const int units = static_cast<int>(step->stages[0].layout.units.size());
   EXPECT_EQ(grad_calls.load(), kSteps * kMicro * 2 * units);
   EXPECT_EQ(deferred.load(), zb ? grad_calls.load() : 0);
+  // Every compute call had its unit's saved buffer: one forward writing it
+  // and one backward (ZB-H1: and one weight pass) reading it per unit,
+  // micro-batch and data rank.
+  EXPECT_EQ(saved_missing.load(), 0);
+  EXPECT_EQ(saved_written.load(), kSteps * kMicro * 2 * units);
+  EXPECT_EQ(saved_read.load(), (zb ? 2 : 1) * kSteps * kMicro * 2 * units);
   EXPECT_EQ(misplaced.load(), 0);
   EXPECT_GT(optimized.load(), 0);
   EXPECT_EQ(bad_sums.load(), 0);

@@ -20,7 +20,13 @@ import json, sys
 j = json.loads(sys.stdin.read())
 b, sim = j["stage_bubble"], j["sim_stage_bubble"]
 assert len(b) == 2 and all(0 <= x < 1 for x in b), b
-assert [round(x, 6) for x in sim] == [0.2, 0.2], sim' || { echo "FAIL pp2 stage_bubble"; fail=1; }
+assert [round(x, 6) for x in sim] == [0.2, 0.2], sim
+# The blocks saved activations in the plan: 1F1B stage s holds min(m, p-s)
+# micro-batches of its one block.
+saved, arena = j["stage_saved_activation_bytes"], j["stage_arena_bytes"]
+assert len(saved) == 2 and saved[0] == 2 * saved[1] > 0, saved
+assert all(a >= s for a, s in zip(arena, saved)), (arena, saved)' || { echo "FAIL pp2 stage_bubble"; fail=1; }
+has pp2 '^pipeline saved activations in the plan \(blocks, in-flight micro-batches x one.s\): stage 0 0.38 MiB \(2.00 x 0.19 MiB; arena [0-9.]+ MiB\), stage 1 0.19 MiB \(1.00 x 0.19 MiB; arena [0-9.]+ MiB\)$'
 equal pp2 1
 python3 - "$t/pp.json" <<'PY' || { echo "FAIL trace"; fail=1; }
 import json, sys
@@ -68,6 +74,8 @@ equal zb-h1-ucx-alone 0
 run interleaved 0 "${model[@]/--layers=2/--layers=4}" --pp=2 --vpp=2 --pp-schedule=interleaved \
   --nranks=4 --micro-steps=4 --policy=fsdp2 --check-reference --json
 has interleaved '^pipeline: 4 virtual stages of 1, 1, 1, 1 blocks .*interleaved, 4 micro-batches'
+# The first stage's 4 warm-up chunk forwards and the first steady one.
+has interleaved '^pipeline saved activations in the plan .*: stage 0 0.94 MiB \(2.50 x 0.38 MiB; .*stage 1 0.57 MiB \(1.50 x 0.38 MiB'
 equal interleaved 1
 
 # An explicit assignment and the FLOPs balance (3 blocks on 2 stages).
