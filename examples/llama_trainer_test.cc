@@ -11,6 +11,7 @@
 
 #include "baton/comm/factory.h"
 #include "gtest/gtest.h"
+#include "baton/scheduler/parallel_graph.h"
 #include "baton/scheduler/policy.h"
 
 namespace baton::examples {
@@ -155,6 +156,43 @@ TEST(LlamaLoraTest, AdapterGradientsMatchFiniteDifferencesOfTheLoss) {
 
 INSTANTIATE_TEST_SUITE_P(Tied, LlamaGradientTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "tied" : "untied"; });
+
+// A pipeline stage graph planning the blocks' saved activations: the rank
+// takes it when each buffer holds what a block saves, and refuses a
+// smaller declaration in one line.
+TEST(LlamaSavedActivationsTest, PlannedBuffersMustHoldABlock) {
+  const scheduler::ModelSpec spec = Micro(false);
+  auto policy = *scheduler::PolicyPreset("baton");
+  policy.param_dtype = DataType::kF32;
+  policy.pipeline_parallel = 2;
+  policy.micro_steps = 2;
+  TrainConfig config;
+  config.seq = 6;
+  config.batch = 1;
+  std::vector<int64_t> saved = SavedActivationBytes(spec, config, DataType::kF32);
+  ASSERT_EQ(saved.size(), static_cast<size_t>(spec.layers + 3));
+  EXPECT_EQ(saved.front(), 0);
+  EXPECT_GT(saved[1], 0);
+  auto device = CreateHostDevice();
+  ASSERT_TRUE(device.ok()) << device.status();
+  auto corpus = Corpus::Synthetic(spec.vocab, 3);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  for (int64_t shrink : {0, 256}) {
+    std::vector<int64_t> declared = saved;
+    for (int64_t b = 1; b <= spec.layers; ++b) declared[b] -= shrink;
+    auto step = scheduler::BuildParallelStep(spec, policy, 2, config.seq, config.batch, {}, {},
+                                             true, false, declared);
+    ASSERT_TRUE(step.ok()) << step.status();
+    auto rank = LlamaRank::Create(step->stages[0], config, *corpus, **device, 1, 0);
+    if (shrink == 0) {
+      EXPECT_TRUE(rank.ok()) << rank.status();
+    } else {
+      EXPECT_EQ(rank.status().code(), absl::StatusCode::kInvalidArgument) << rank.status();
+      EXPECT_NE(rank.status().message().find("saved activation buffer saved.block0"),
+                std::string::npos) << rank.status();
+    }
+  }
+}
 
 TEST(CorpusTest, SequencesAreDeterministicAndInRange) {
   auto c = *Corpus::Synthetic(50, 7);
