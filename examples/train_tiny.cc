@@ -848,9 +848,16 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   return results[0];
 }
 
-// This process is one rank of a ucx / nccl job started by a launcher.
+// "train_tiny: rank r (pipeline stage s of p): <status>" on stderr.
+void PrintRankFailure(int rank, const std::string& stage, const Status& s) {
+  std::fprintf(stderr, "train_tiny: rank %d%s: %s\n", rank, stage.c_str(), s.ToString().c_str());
+}
+
+// This process is one rank of a ucx / nccl job started by a launcher. A
+// failure of the training is printed here at once (*printed = true), before
+// rank 0's store waits for the other ranks to leave.
 StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const Flags& f,
-                                   const LaunchInfo& info) {
+                                   const LaunchInfo& info, bool* printed) {
   BATON_ASSIGN_OR_RETURN(const Graphs graphs, BuildGraphs(job, info.world_size));
   const std::shared_ptr<const scheduler::StepGraph> graph = graphs.ForRank(info.rank);
   const absl::Duration timeout = absl::Seconds(f.timeout_s);
@@ -865,12 +872,23 @@ StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const F
   cfg.group = "train_tiny";
   cfg.timeout = timeout;
   cfg.device_arrivals = f.arrivals;  // nccl: the GPU's arrival, not the host's
+  if (graphs.stages.size() > 1) {  // ucx names a failed rank with its stage
+    cfg.rank_name = [mesh = graphs.mesh](int r) {
+      return absl::StrCat("rank ", r, " (pipeline stage ",
+                          mesh.coord(r, scheduler::MeshDim::kPipeline), ")");
+    };
+  }
   BATON_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(cfg));
   RunResult result;
   scheduler::StepTrace step_trace;  // rank 0's tracks only
   const bool traced = !f.trace.empty() && info.rank == 0;
-  BATON_RETURN_IF_ERROR(TrainRank(job, graph, corpus, *device, *comm, &result,
-                                  traced ? step_trace.ForRank(0, *graph) : nullptr));
+  if (Status s = TrainRank(job, graph, corpus, *device, *comm, &result,
+                           traced ? step_trace.ForRank(0, *graph) : nullptr);
+      !s.ok()) {
+    PrintRankFailure(info.rank, StageOf(graphs, info.rank), s);
+    *printed = true;
+    return s;
+  }
   if (traced) result.trace_json = step_trace.Json();
   BATON_RETURN_IF_ERROR(store->Barrier("train_tiny_done", timeout));
   return result;
@@ -993,7 +1011,9 @@ int Main(int argc, char** argv) {
     }
     rank = info->rank;
     nranks = info->world_size;
-    result = RunProcessRank(job, *corpus, f, *info);
+    bool printed = false;
+    result = RunProcessRank(job, *corpus, f, *info, &printed);
+    if (printed) return 1;
   } else {
     // Final parameters against the reference's: every rank's are at hand.
     job.final_params = f.check_reference;
@@ -1010,8 +1030,7 @@ int Main(int argc, char** argv) {
                              " of ", f.pp, ")");
       }
     }
-    std::fprintf(stderr, "train_tiny: rank %d%s: %s\n", rank, stage.c_str(),
-                 result.status().ToString().c_str());
+    PrintRankFailure(rank, stage, result.status());
     return 1;
   }
   if (rank != 0) return 0;
