@@ -12,7 +12,8 @@
 //     flags (examples/technique_flags.h: --optimizer, --recompute,
 //     --offload, --lora-rank / --lora-alpha / --lora-targets, --base-dtype)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
-//     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...]
+//     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...
+//      --pp-gather=step|micro]
 //     [--tp=T [--tp-overlap]]
 //
 // --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
@@ -141,6 +142,7 @@ struct Flags {
   bool tp_overlap = false;  // --tp-overlap: the forward's all-reduces decomposed
   std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
   scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
+  bool pp_gather_micro = false;  // --pp-gather=micro: Policy::gather_per_micro_batch
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -170,6 +172,8 @@ const char kUsage[] =
     "  [--pp-schedule=1f1b|interleaved] [--vpp=V] (interleaved: V model chunks per stage)\n"
     "  [--pp-layers=even|flops|N,N,...] (blocks per stage: even, balancing each\n"
     "   unit's training FLOPs, or given)\n"
+    "  [--pp-gather=step|micro] (a stage gathers its buckets once per step and keeps\n"
+    "   them, or before each micro-batch's passes, unit by unit, and frees them)\n"
     "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
     "   heads, KV heads and FFN width) [--tp-overlap] (the forward's all-reduces\n"
     "   in T row chunks, each beside the next chunk's GEMM)\n"
@@ -260,6 +264,10 @@ Flags Parse(int argc, char** argv) {
       if (v.empty()) Fail("--pp-layers needs even, flops or blocks per stage (e.g. 3,5)");
       f.pp_layers = v;
     }
+    else if (key == "--pp-gather") {
+      if (v != "step" && v != "micro") Fail("--pp-gather must be step or micro, got '" + v + "'");
+      f.pp_gather_micro = v == "micro";
+    }
     else if (key == "--pp-schedule") {
       auto sched = scheduler::ParsePipelineSchedule(v);
       if (!sched.ok()) Fail(absl::StrCat("--pp-schedule: ", sched.status().message()));
@@ -325,6 +333,9 @@ Flags Parse(int argc, char** argv) {
   }
   if (f.pp_schedule != scheduler::PipelineSchedule::k1F1B && f.pp == 1) {
     Fail("--pp-schedule needs --pp > 1");
+  }
+  if (f.pp_gather_micro && f.pp == 1) {
+    Fail("--pp-gather needs --pp > 1 (the data-parallel graphs gather per micro-step)");
   }
   if (f.vpp > 1 && f.pp_layers == "flops") {
     Fail("--pp-layers=flops balances stages without virtual stages; give even or N,N,...");
@@ -402,6 +413,7 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     p.pipeline_parallel = f.pp;
     p.pipeline_schedule = f.pp_schedule;
     p.virtual_stages = f.vpp;
+    if (f.pp_gather_micro) p.gather_per_micro_batch = true;
     if (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
       // The stage graphs keep no frozen buckets apart (scheduler/parallel_graph.h).
       Fail("--pp with LoRA adapters or NF4 base weights does not run yet");
@@ -1051,6 +1063,7 @@ int Main(int argc, char** argv) {
     ref.policy.pipeline_parallel = 1;  // the whole model on one rank
     ref.policy.virtual_stages = 1;
     ref.policy.pipeline_schedule = scheduler::PipelineSchedule::k1F1B;
+    ref.policy.gather_per_micro_batch = false;
     ref.tp = 1;
     ref.policy.tensor_parallel = 1;
     ref.policy.tp_comm_overlap = false;
@@ -1100,11 +1113,13 @@ int Main(int argc, char** argv) {
   }
   if (f.pp > 1) {
     std::printf("pipeline: %d %sstages of %s blocks (--pp-layers=%s), %s, %lld micro-batches, "
-                "%d data ranks per stage\n",
+                "%d data ranks per stage, buckets gathered %s\n",
                 f.pp * f.vpp, f.vpp > 1 ? "virtual " : "",
                 absl::StrJoin(job.stage_layers, ", ").c_str(), f.pp_layers.c_str(),
                 scheduler::PipelineScheduleName(job.policy.pipeline_schedule),
-                static_cast<long long>(job.policy.micro_steps), nranks / f.pp / f.tp);
+                static_cast<long long>(job.policy.micro_steps), nranks / f.pp / f.tp,
+                job.policy.gather_per_micro_batch ? "per micro-batch pass (--pp-gather=micro)"
+                                                  : "once per step");
   }
   if (job.tp > 1) {
     std::printf("tensor parallel: %d ranks (per rank %lld of %lld heads, %lld of %lld KV heads, "

@@ -11,6 +11,12 @@
 //             replicated over them), issued at the start and kept for the
 //             whole step (Megatron's distributed optimizer with
 //             --overlap-param-gather; torchtitan's FSDP under pipelining);
+//             with gather_per_micro_batch instead before each unit's
+//             compute in every pass (forward, backward, zb-h1's weight
+//             pass), into buffers of that pass freed after it, each gather
+//             waiting (a window edge) for the compute of the unit two
+//             before it: two units' parameters held, 2 (zb-h1: 3) x m
+//             gathers per bucket (ZeRO-3 style);
 //   passes    the pipeline schedule's passes in order (PipelineOrder):
 //             F(m, c), B(m, c), and for zero-bubble W(m, c), micro-batch m
 //             of this stage's model chunk c. F: a kRecv of the input

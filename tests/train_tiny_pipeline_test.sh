@@ -42,6 +42,17 @@ run pp2-ucx 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --batch=1 --policy
   --backend=ucx --check-reference --json
 equal pp2-ucx 0
 
+# --pp-gather=micro: each micro-batch's passes re-gather their units'
+# buckets (FSDP inside the stages), under 1F1B and ZB-H1 (its weight pass
+# gathers again).
+run pp-gather-micro 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=4 --policy=fsdp2 \
+  --pp-gather=micro --check-reference --json
+has pp-gather-micro ', 2 data ranks per stage, buckets gathered per micro-batch pass \(--pp-gather=micro\)$'
+equal pp-gather-micro 1
+run zb-h1-gather-micro 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=3 --policy=fsdp2 \
+  --pp-schedule=zb-h1 --pp-gather=micro --check-reference --json
+equal zb-h1-gather-micro 1
+
 # ZB-H1: each backward split into the input-gradient pass and the deferred
 # weight-gradient pass, alone (bit for bit the unsharded run; with full
 # recompute too), with FSDP2 inside the stages, and on ucx processes.
@@ -99,5 +110,8 @@ bad checkpoints "checkpoints of pipeline stages" "${model[@]}" --pp=2 --nranks=2
 bad layers-count "want --pp=2 stages summing to the model's 2 blocks" "${model[@]}" --pp=2 \
   --nranks=2 --pp-layers=1,1,1
 bad layers-zero "is not a block count" "${model[@]}" --pp=2 --nranks=2 --pp-layers=0,2
+bad gather-value "--pp-gather must be step or micro" "${model[@]}" --pp=2 --nranks=2 \
+  --pp-gather=bucket
+bad gather-alone "--pp-gather needs --pp > 1" "${model[@]}" --nranks=2 --pp-gather=micro
 bad layers-alone "--pp-layers splits the stages of --pp > 1" "${model[@]}" --pp-layers=flops
 exit $fail
