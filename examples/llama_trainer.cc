@@ -268,7 +268,10 @@ Status LlamaRank::Allocate() {
   if (zb_) AllocateDeferred();
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   if (lo.lora_rank > 0) {
-    lora_xa_.assign(spec_.layers, std::vector<void*>(scheduler::kNumLoraTargets, nullptr));
+    // Per micro-batch whose activations are kept (pipeline stages hold
+    // several in flight), block and target.
+    lora_xa_.assign(acts_.size() * spec_.layers,
+                    std::vector<void*>(scheduler::kNumLoraTargets, nullptr));
     for (auto& block : lora_xa_) {
       for (int t = 0; t < scheduler::kNumLoraTargets; ++t) {
         if (lo.lora_targets & (1u << t)) block[t] = Buf(T * lo.lora_rank * e);
@@ -593,6 +596,11 @@ int TargetOf(const char* w) {
 
 }  // namespace
 
+void* LlamaRank::LoraXa(const scheduler::ComputeContext& ctx, const char* w) const {
+  const size_t slot = static_cast<size_t>(ctx.micro_step) % acts_.size();
+  return lora_xa_[slot * spec_.layers + ctx.spec->block][TargetOf(w)];
+}
+
 Status LlamaRank::Project(const scheduler::ComputeContext& ctx, const char* w,
                           const ops::LinearShape& s, const void* x, void* y, bool acc) {
   const int iw = Find(ctx, w);
@@ -602,7 +610,7 @@ Status LlamaRank::Project(const scheduler::ComputeContext& ctx, const char* w,
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   const ops::LoraShape ls{s.rows, s.in, s.out, lo.lora_rank,
                           static_cast<float>(lo.lora_alpha / lo.lora_rank), s.dtype};
-  void* xa = lora_xa_[ctx.spec->block][TargetOf(w)];
+  void* xa = LoraXa(ctx, w);
   return ops::LoraForward(*ctx.stream, ls, x, ctx.params[iw].data, ctx.params[ia].data,
                           ctx.params[ib].data, xa, y, acc);
 }
@@ -634,7 +642,7 @@ Status LlamaRank::ProjectBackward(const scheduler::ComputeContext& ctx, const ch
                    static_cast<bool>(ctx.grad_accumulate[ia]),
                    static_cast<bool>(ctx.grad_accumulate[ib])};
   return ops::LoraBackward(*ctx.stream, ls, dy, x, ctx.params[iw].data, ctx.params[ia].data,
-                           ctx.params[ib].data, lora_xa_[ctx.spec->block][TargetOf(w)],
+                           ctx.params[ib].data, LoraXa(ctx, w),
                            lora_u_, g);
 }
 

@@ -309,9 +309,11 @@ class LlamaRank {
   bool zb_ = false;
   std::vector<Deferred> deferred_;
   void* wdx_ = nullptr;
-  // LoRA: per block and target (scheduler::LoraTarget), the forward's
-  // s (x a^T) [T, rank]; and one [T, rank] scratch for the backward.
+  // LoRA: per kept micro-batch (as acts_) and block, per target
+  // (scheduler::LoraTarget), the forward's s (x a^T) [T, rank]; and one
+  // [T, rank] scratch for the backward.
   std::vector<std::vector<void*>> lora_xa_;
+  void* LoraXa(const scheduler::ComputeContext& ctx, const char* w) const;
   void* lora_u_ = nullptr;
 };
 

@@ -420,8 +420,11 @@ void StageBuilder::Persistent() {
       for (const ParamRef& r : layout_.unit_params[u]) {
         if (std::find(seen.begin(), seen.end(), r.bucket) != seen.end()) continue;
         seen.push_back(r.bucket);
-        if (writes_left_[r.bucket] == 0) buckets_.push_back(r.bucket);
-        writes_left_[r.bucket] += p_.micro_steps;
+        if (std::find(buckets_.begin(), buckets_.end(), r.bucket) == buckets_.end()) {
+          buckets_.push_back(r.bucket);
+        }
+        // A frozen bucket (LoRA's base weights) gets no gradient.
+        if (!layout_.buckets[r.bucket].frozen) writes_left_[r.bucket] += p_.micro_steps;
       }
     }
   }
@@ -435,6 +438,13 @@ void StageBuilder::Persistent() {
     const int64_t shard = p_.all_reduce ? whole : (whole + data - 1) / data;
     shard_[b] = Buffer(absl::StrCat("shard.", bk.name), BufferRole::kShard, b, shard,
                        p_.param_dtype, true);
+    if (!p_.all_reduce && !p_.gather_per_micro_batch) {
+      gathered_[b] = Buffer(absl::StrCat("gathered.", bk.name), BufferRole::kGathered, b,
+                            whole, p_.param_dtype, false);
+    }
+    // A frozen bucket: the shard only, gathered for compute, never reduced
+    // or updated.
+    if (bk.frozen) continue;
     master_[b] = Buffer(absl::StrCat("master.", bk.name), BufferRole::kMaster, b, shard,
                         DataType::kF32, true);
     gshard_[b] = Buffer(absl::StrCat("grad_shard.", bk.name), BufferRole::kGradShard, b,
@@ -446,10 +456,6 @@ void StageBuilder::Persistent() {
     grad_[b] = Buffer(absl::StrCat("grad.", bk.name), BufferRole::kGradFull, b, whole,
                       p_.reduce_dtype, false);
     grad_written_[b].assign(bk.params.size(), false);
-    if (!p_.all_reduce && !p_.gather_per_micro_batch) {
-      gathered_[b] = Buffer(absl::StrCat("gathered.", bk.name), BufferRole::kGathered, b,
-                            whole, p_.param_dtype, false);
-    }
   }
 }
 
@@ -498,7 +504,7 @@ void StageBuilder::Compute(NodeKind kind, int u, int m, int c, uint8_t segments,
     for (const ParamRef& r : layout_.unit_params[u]) {
       // A block part writes the gradients of its segments' parameters only.
       const ParamSlot& slot = layout_.buckets[r.bucket].params[r.slot];
-      if (segments != 0 && !(segments & SegmentBit(ParamSegment(slot.name)))) {
+      if (slot.frozen || (segments != 0 && !(segments & SegmentBit(ParamSegment(slot.name))))) {
         acc.push_back(false);
         continue;
       }
@@ -646,6 +652,7 @@ void StageBuilder::GradWritten(int u) {
   for (const ParamRef& r : layout_.unit_params[u]) {
     if (std::find(done.begin(), done.end(), r.bucket) != done.end()) continue;
     done.push_back(r.bucket);
+    if (layout_.buckets[r.bucket].frozen) continue;
     if (--writes_left_[r.bucket] == 0) Reduce(r.bucket);
   }
 }
@@ -820,6 +827,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
   }
   for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
     const int b = *it;
+    if (layout_.buckets[b].frozen) continue;
     const std::string& name = layout_.buckets[b].name;
     Node& o = Add(NodeKind::kOptimizer, kComputeStream, {gshard_[b], master_[b], m1_[b], m2_[b]},
                   {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", name));

@@ -254,6 +254,32 @@ TEST(ParallelGraphTest, GatherPerMicroBatchRegathersEveryPass) {
             std::string::npos) << bad.status();
 }
 
+// LoRA: a stage gathers its frozen base buckets and never reduces or
+// updates them; its adapter buckets are reduced and updated.
+TEST(ParallelGraphTest, FrozenBucketsAreGatheredNeverReduced) {
+  const ModelSpec tiny = *ModelPreset("tiny");
+  Policy p = Parallel(1, false, 1, 2, 4);
+  p.layout.lora_rank = 4;
+  auto step = BuildParallelStep(tiny, p, 4, 64, 1, {}, {}, /*plan_memory=*/true);
+  ASSERT_TRUE(step.ok()) << step.status();
+  for (const StepGraph& g : step->stages) {
+    ASSERT_TRUE(VerifyStepGraph(g).ok()) << VerifyStepGraph(g);
+    int frozen_gathers = 0, adapter_updates = 0;
+    for (const Node& n : g.nodes) {
+      if (n.bucket < 0) continue;
+      const bool frozen = g.layout.buckets[n.bucket].frozen;
+      if (n.kind == NodeKind::kAllGather) frozen_gathers += frozen;
+      if (n.kind == NodeKind::kReduceScatter || n.kind == NodeKind::kOptimizer ||
+          n.kind == NodeKind::kCast) {
+        EXPECT_FALSE(frozen) << n.name;
+        adapter_updates += n.kind == NodeKind::kOptimizer;
+      }
+    }
+    EXPECT_GT(frozen_gathers, 0);
+    EXPECT_EQ(adapter_updates, 2);  // the stage's 2 blocks' adapters
+  }
+}
+
 TEST(ParallelGraphTest, StageLayers) {
   const ModelSpec m405 = *ModelPreset("llama3-405b");
   Policy p = Parallel(8, true, 1, 16, 16);
