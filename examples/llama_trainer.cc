@@ -202,11 +202,14 @@ void LlamaRank::AllocateActs(Acts& acts) {
     a.q = Buf(T * Q * e);
     a.k = Buf(T * KV * e);
     a.v = Buf(T * KV * e);
-    if (SelectiveRecompute(b)) {
-      if (shared_o_ == nullptr) {
-        shared_o_ = Buf(T * Q * e);
-        shared_lse_ = static_cast<float*>(Buf(heads_rows * 4));
-      }
+    if (SelectiveRecompute(b) && shared_o_ == nullptr) {
+      shared_o_ = Buf(T * Q * e);
+      shared_lse_ = static_cast<float*>(Buf(heads_rows * 4));
+    }
+    // zb-h1: the deferred weight pass reads the attention output (wo's
+    // input), so each block keeps its own; the recompute still rebuilds it
+    // and the softmax statistics (shared) before the input-gradient pass.
+    if (SelectiveRecompute(b) && !zb_) {
       a.o = shared_o_;
     } else {
       a.o = Buf(T * Q * e);
@@ -258,12 +261,10 @@ Status LlamaRank::Allocate() {
   dg_ = Buf(T * F * e);
   du_ = Buf(T * F * e);
   frozen_dw_ = Buf(H * 4);
-  if (zb_ && (policy.tensor_parallel > 1 || policy.layout.lora_rank > 0 ||
-              policy.recompute == scheduler::Recompute::kSelective)) {
+  if (zb_ && (policy.tensor_parallel > 1 || policy.layout.lora_rank > 0)) {
     // The weight pass reads each block's matrices' inputs whole and
-    // unadapted; selective recompute shares one attention output.
-    return absl::UnimplementedError(
-        "llama trainer: zb-h1 with tensor parallelism, LoRA or selective recompute");
+    // unadapted.
+    return absl::UnimplementedError("llama trainer: zb-h1 with tensor parallelism or LoRA");
   }
   if (zb_) AllocateDeferred();
   const scheduler::LayoutOptions& lo = graph_.policy.layout;

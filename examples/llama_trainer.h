@@ -10,7 +10,8 @@
 // gradients belong to the executor. Under selective recompute the blocks it
 // covers keep no attention output or softmax statistics of their own: one
 // scratch serves them all, and each recompute node refills it for its
-// block's backward.
+// block's backward (under zb-h1 the attention output stays per block: the
+// deferred weight pass reads it).
 //
 // Data: sequence number n = ((step * micro_steps + m) * ranks + rank) * batch
 // + j (for sequence j of micro-step m on `rank`), so any split of the same
@@ -111,7 +112,7 @@ class LlamaRank {
   // keeps the gradients at its weights' outputs per micro-step, and the
   // later kBackwardWeight call, which turns them into the weight gradients
   // (every micro-step's activations and those gradients are kept; not with
-  // tensor parallelism, LoRA or selective recompute: Unimplemented).
+  // tensor parallelism or LoRA: Unimplemented).
   //
   // Tensor parallelism (a graph of BuildParallelStep with tensor_slices:
   // its model is this rank's slice, scheduler/tensor_parallel.h):

@@ -433,12 +433,6 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     // The weight pass runs the base GEMMs' dw, not the adapters'.
     Fail("--pp-schedule=zb-h1 with LoRA adapters does not run yet (1f1b and interleaved do)");
   }
-  if (p.pipeline_schedule == scheduler::PipelineSchedule::kZbH1 &&
-      p.recompute == scheduler::Recompute::kSelective) {
-    // The deferred weight pass reads each block's attention output, which
-    // selective recompute keeps in one scratch for all blocks.
-    Fail("--pp-schedule=zb-h1 with selective recompute does not run yet (full does)");
-  }
 }
 
 scheduler::Policy PolicyFromFlags(const Flags& f) {

@@ -62,7 +62,7 @@ reference_equal lora 1 0.95
 
 # ZB-H1: each backward split into the input-gradient pass and the deferred
 # weight-gradient pass, alone (bit for bit the unsharded run; with full
-# recompute too), with FSDP2 inside the stages, and on ucx processes.
+# and selective recompute too), with FSDP2 inside the stages, and on ucx processes.
 run zb-h1 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
   --check-reference --json --trace="$t/zb.json"
 has zb-h1 '^pipeline bubble \(step 20, .*stages [0-9.]+%, [0-9.]+%; 1F1B .* = 20.0%; ZB-H1 with F = B = W \(p-1\)/\(3m\+p-1\) = 7.7%; the simulator on these stage graphs, .*: stages 7.7%, 7.7%$'
@@ -70,8 +70,12 @@ has zb-h1 '^pipeline: 2 stages of 1, 1 blocks .*zb-h1, 4 micro-batches'
 has zb-h1 '^unsharded 1-rank reference: largest relative loss difference 0 over 20 steps$'
 equal zb-h1 1
 run zb-h1-recompute 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
-  --recompute=full --check-reference --json
+  --recompute=full --recompute-layers=all --check-reference --json
 equal zb-h1-recompute 1
+run zb-h1-selective 0 "${model[@]}" --pp=2 --nranks=2 --micro-steps=4 --pp-schedule=zb-h1 \
+  --recompute=selective --recompute-layers=all --check-reference --json
+has zb-h1-selective '^unsharded 1-rank reference: largest relative loss difference 0 over 20 steps$'
+equal zb-h1-selective 1
 run zb-h1-fsdp2 0 "${model[@]}" --pp=2 --nranks=4 --micro-steps=3 --policy=fsdp2 \
   --pp-schedule=zb-h1 --check-reference --json
 equal zb-h1-fsdp2 1
@@ -100,8 +104,6 @@ bad not-dividing "is not a multiple of --pp=2" "${model[@]}" --pp=2 --nranks=3
 bad more-stages "more than the model's 2 blocks" "${model[@]}" --pp=3 --nranks=3
 bad zb-h1-tp "zb-h1 with --tp is simulated only" "${model[@]}" --pp=2 --tp=2 --nranks=4 \
   --pp-schedule=zb-h1
-bad zb-h1-selective "zb-h1 with selective recompute does not run yet" "${model[@]}" --pp=2 \
-  --nranks=2 --pp-schedule=zb-h1 --recompute=selective
 bad interleaved-m "to be a multiple of --pp=2" "${model[@]/--layers=2/--layers=4}" --pp=2 \
   --vpp=2 --pp-schedule=interleaved --nranks=2 --micro-steps=3
 bad interleaved-layers "blocks to be a multiple of --pp x --vpp = 4" \
