@@ -12,8 +12,7 @@
 //     flags (examples/technique_flags.h: --optimizer, --recompute,
 //     --offload, --lora-rank / --lora-alpha / --lora-targets, --base-dtype)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
-//     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...
-//      --pp-gather=step|micro]
+//     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...]
 //     [--tp=T [--tp-overlap]]
 //
 // --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
@@ -35,6 +34,8 @@
 // FLOPs with --pp-layers=flops, or as --pp-layers=N,N,... gives) run as 1F1B over
 // --micro-steps micro-batches; --nranks is then data x P ranks, each stage's
 // parameters sharded over its data ranks by the policy. docs/parallel.md.
+// --pp-gather=micro re-gathers them before each micro-batch's passes
+// (Policy::gather_per_micro_batch) instead of once per step.
 //
 // --save-dir=DIR --save-every=N saves a checkpoint (scheduler/checkpoint.h)
 // to DIR/step-S after every N-th step, in the background; --resume=DIR
@@ -429,7 +430,8 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     Fail("--tp with LoRA adapters or NF4 base weights does not run yet");
   }
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
-  if (p.pipeline_schedule == scheduler::PipelineSchedule::kZbH1 && p.layout.lora_rank > 0) {
+  if (p.pipeline_schedule == scheduler::PipelineSchedule::kZbH1 &&
+      p.layout.lora_rank > 0) {
     // The weight pass runs the base GEMMs' dw, not the adapters'.
     Fail("--pp-schedule=zb-h1 with LoRA adapters does not run yet (1f1b and interleaved do)");
   }

@@ -56,6 +56,10 @@
 //             (all-reduce under all_reduce; with replicas an all-reduce of
 //             the shard over them), overlapping the rest of the backward;
 //   optimizer the optimizer and cast of each bucket on the compute stream.
+// A frozen bucket (LoRA's base weights) is gathered like the others and
+// gets no gradient, reduction, optimizer or cast; its adapters' bucket is
+// trained. NF4 base weights are gathered as stored (no dequantize node:
+// the simulator's figure, not run by the executor).
 // Edges and waits are derived from the buffers as for data-parallel graphs
 // (scheduler/step_graph.h); cross-stage order is the send / receive pairs
 // (the simulator runs the stages together, sim/pipeline_loop.h). The
