@@ -78,8 +78,10 @@ Status LlamaRank::BindSaved(const scheduler::ComputeContext& ctx) {
   a.rstd1 = static_cast<float*>(stats[0]);
   a.lse = static_cast<float*>(stats[1]);
   a.rstd2 = static_cast<float*>(stats[2]);
-  if (SelectiveRecompute(b)) {  // the recompute refills the shared scratch
-    a.o = shared_o_;
+  if (SelectiveRecompute(b)) {
+    // The recompute refills the shared scratch (as AllocateActs does:
+    // under zb-h1 the weight pass reads the block's own attention output).
+    if (!zb_) a.o = shared_o_;
     a.lse = shared_lse_;
   }
   return absl::OkStatus();
