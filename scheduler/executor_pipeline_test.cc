@@ -274,8 +274,10 @@ TEST(ExecutorPipelineTest, AStagePlansItsInFlightInputsNotEveryMicroBatch) {
 
 TEST(ExecutorPipelineTest, TheMeasuredBubbleIsOneFOneBs) {
   // 2 stages x 1 data rank, 4 micro-batches; each stage's one block sleeps
-  // 10 ms forward and 20 ms backward (the rest is instant): equal stages, so
-  // 1F1B idles each stage (p - 1) / (m + p - 1) = 20% of its span.
+  // 20 ms forward and 40 ms backward (the rest is instant): equal stages, so
+  // 1F1B idles each stage (p - 1) / (m + p - 1) = 20% of its span. (Long
+  // enough that a loaded machine's late wake-ups, a few ms, stay small
+  // against them; the test runs exclusive, see BUILD.)
   constexpr int kRanks = 2, kMicro = 4;
   auto step = Build(PipelinePolicy(kMicro), kRanks);
   ASSERT_TRUE(step.ok()) << step.status();
@@ -296,7 +298,7 @@ TEST(ExecutorPipelineTest, TheMeasuredBubbleIsOneFOneBs) {
     StepCallbacks cb;
     cb.compute = [](const ComputeContext& ctx) -> Status {
       if (ctx.spec->kind != UnitKind::kBlock) return absl::OkStatus();
-      const int ms = ctx.kind == NodeKind::kBackward ? 20 : 10;
+      const int ms = ctx.kind == NodeKind::kBackward ? 40 : 20;
       return ctx.stream->Enqueue([ms] {
         std::this_thread::sleep_for(std::chrono::milliseconds(ms));
         return absl::OkStatus();
