@@ -266,6 +266,7 @@ Status LlamaRank::Allocate() {
         "llama trainer: zb-h1 with tensor parallelism, LoRA or selective recompute");
   }
   if (zb_) AllocateDeferred();
+  BATON_RETURN_IF_ERROR(AllocateVocabParallel());
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   if (lo.lora_rank > 0) {
     lora_xa_.assign(spec_.layers, std::vector<void*>(scheduler::kNumLoraTargets, nullptr));
@@ -372,6 +373,7 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
   Deferred* keep = ctx.weight_deferred ? &deferred_[m] : nullptr;
   switch (ctx.spec->kind) {
     case scheduler::UnitKind::kEmbedding: {
+      if (vocab_parallel_) return VocabEmbedding(ctx);
       const ops::EmbeddingShape s{T, V, H, dtype_};
       if (!backward) {
         return ops::EmbeddingForward(st, s, ids_[m], ctx.params[0].data, acts.h[0]);
@@ -424,6 +426,7 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
       return absl::OkStatus();
     }
     case scheduler::UnitKind::kLmHead: {
+      if (vocab_parallel_) return VocabHead(ctx);
       const ops::LinearShape s{T, H, V, dtype_};
       if (!backward) {
         BATON_RETURN_IF_ERROR(ops::LinearForward(st, s, acts.nf, ctx.params[0].data, acts.logits));

@@ -18,7 +18,8 @@
 // --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
 // column-parallel QKV and gate / up, row-parallel output and down
 // projections, heads, KV heads and FFN split T ways, all-reduces in the
-// blocks; norms, embedding and head replicated); --nranks is then data x T
+// blocks; norms replicated; the embedding and the head split by vocabulary
+// rows, with the parallel cross-entropy); --nranks is then data x T
 // ranks, each tensor rank's slice sharded over its data ranks by the policy.
 // The step graph is BuildParallelStep's with the layout of tensor slices: a
 // block runs as two compute nodes each way, the forward's all-reduces are
@@ -171,7 +172,7 @@ const char kUsage[] =
     "  [--pp-layers=even|flops|N,N,...] (blocks per stage: even, balancing each\n"
     "   unit's training FLOPs, or given)\n"
     "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
-    "   heads, KV heads and FFN width) [--tp-overlap] (the forward's all-reduces\n"
+    "   heads, KV heads, FFN width and vocabulary) [--tp-overlap] (the forward's all-reduces\n"
     "   in T row chunks, each beside the next chunk's GEMM)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
@@ -1089,12 +1090,14 @@ int Main(int argc, char** argv) {
   }
   if (job.tp > 1) {
     std::printf("tensor parallel: %d ranks (per rank %lld of %lld heads, %lld of %lld KV heads, "
-                "FFN %lld of %lld; norms, embedding and head replicated), %d data ranks\n",
+                "FFN %lld of %lld, vocabulary %lld of %lld; norms replicated), %d data ranks\n",
                 job.tp, static_cast<long long>(job.slice.heads),
                 static_cast<long long>(job.spec.heads), static_cast<long long>(job.slice.kv_heads),
                 static_cast<long long>(job.spec.kv_heads),
                 static_cast<long long>(job.slice.intermediate),
-                static_cast<long long>(job.spec.intermediate), nranks / job.tp / f.pp);
+                static_cast<long long>(job.spec.intermediate),
+                static_cast<long long>(job.slice.vocab), static_cast<long long>(job.spec.vocab),
+                nranks / job.tp / f.pp);
   }
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
               res.losses.back(), 100 * (1 - res.losses.back() / res.losses.front()));

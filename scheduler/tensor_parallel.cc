@@ -16,10 +16,16 @@ StatusOr<ModelSpec> TensorParallelSlice(const ModelSpec& spec, int tp) {
   BATON_RETURN_IF_ERROR(check("heads", spec.heads));
   BATON_RETURN_IF_ERROR(check("KV heads", spec.kv_heads));
   BATON_RETURN_IF_ERROR(check("FFN width", spec.intermediate));
+  if (spec.vocab % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vocab=", spec.vocab, " not divisible by --tp=", tp,
+        " (the embedding and the head split by vocabulary rows; ", spec.name, ")"));
+  }
   ModelSpec s = spec;
   s.heads /= tp;
   s.kv_heads /= tp;
   s.intermediate /= tp;
+  s.vocab /= tp;
   return s;
 }
 
@@ -30,6 +36,10 @@ TensorSplit TensorSplitOf(const std::string& name) {
     return TensorSplit::kRows;
   }
   if (p == "wo" || p == "w_down") return TensorSplit::kColumns;
+  // The vocabulary-parallel embedding and head: a block of vocabulary rows.
+  if (name == "embedding.tok_embeddings.weight" || name == "lm_head.output.weight") {
+    return TensorSplit::kRows;
+  }
   return TensorSplit::kReplicated;
 }
 

@@ -16,7 +16,17 @@ TEST(TensorParallel, SliceDividesHeadsKvHeadsAndFfn) {
   EXPECT_EQ(s->intermediate, spec.intermediate / 2);
   EXPECT_EQ(s->hidden, spec.hidden);
   EXPECT_EQ(s->head_dim, spec.head_dim);
-  EXPECT_EQ(s->vocab, spec.vocab);
+  EXPECT_EQ(s->vocab, spec.vocab / 2);
+}
+
+TEST(TensorParallel, RefusesAVocabularyThatDoesNotDivide) {
+  ModelSpec spec = *ModelPreset("tiny");
+  spec.vocab = 129;
+  auto s = TensorParallelSlice(spec, 2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("--vocab=129 not divisible by --tp=2"), std::string::npos)
+      << s.status();
 }
 
 TEST(TensorParallel, RefusesWhatDoesNotDivide) {
@@ -41,7 +51,11 @@ TEST(TensorParallel, SplitsByParameter) {
   }
   EXPECT_EQ(TensorSplitOf("block0.wo"), TensorSplit::kColumns);
   EXPECT_EQ(TensorSplitOf("block0.w_down"), TensorSplit::kColumns);
-  for (const char* n : {"block0.attn_norm.weight", "embedding.weight", "lm_head.weight"}) {
+  for (const char* n : {"embedding.tok_embeddings.weight", "lm_head.output.weight"}) {
+    EXPECT_EQ(TensorSplitOf(n), TensorSplit::kRows) << n;  // vocabulary rows
+  }
+  for (const char* n : {"block0.attn_norm.weight", "block1.mlp_norm.weight",
+                        "final_norm.norm.weight"}) {
     EXPECT_EQ(TensorSplitOf(n), TensorSplit::kReplicated) << n;
   }
 }
