@@ -138,7 +138,14 @@ LlamaRank::LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& confi
       tensor_rank_(tensor_rank),
       micro_steps_(graph.policy.micro_steps),
       dtype_(graph.policy.param_dtype),
-      d_(MakeDims(spec_, config, dtype_)) {}
+      d_(MakeDims(spec_, config, dtype_)) {
+  const scheduler::Policy& p = graph.policy;
+  sp_ = p.sequence_parallel && p.tensor_parallel > 1;
+  sp_rows_ = sp_ ? d_.T / p.tensor_parallel : d_.T;
+  sp_norm_ = d_.norm;
+  sp_norm_.tokens = sp_rows_;
+  io_bytes_ = static_cast<size_t>(sp_rows_ * d_.H) * DataTypeSize(dtype_);
+}
 
 LlamaRank::Dims LlamaRank::MakeDims(const scheduler::ModelSpec& spec, const TrainConfig& config,
                                     DataType dtype) {
@@ -266,6 +273,27 @@ Status LlamaRank::Allocate() {
         "llama trainer: zb-h1 with tensor parallelism, LoRA or selective recompute");
   }
   if (zb_) AllocateDeferred();
+  if (sp_) {
+    if (d_.T % policy.tensor_parallel != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence parallelism: ", d_.T, " tokens per micro-step do not divide by tp=",
+          policy.tensor_parallel));
+    }
+    if (policy.recompute == scheduler::Recompute::kFull && policy.recompute_blocks != 0) {
+      return absl::UnimplementedError(
+          "llama trainer: sequence parallelism with full recompute (the recompute's "
+          "gathers are not run)");
+    }
+    if (policy.layout.lora_rank > 0) {
+      // The adapters' kept x a^T is whole-tensor (the overlap's row blocks).
+      return absl::UnimplementedError("llama trainer: sequence parallelism with LoRA adapters");
+    }
+    sp_dn_ = Buf(sp_rows_ * H * e);
+    if (policy.tp_comm_overlap) {
+      sp_dy_ = Buf(T * H * e);
+      sp_stage_ = Buf(T * H * e);
+    }
+  }
   BATON_RETURN_IF_ERROR(AllocateVocabParallel());
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   if (lo.lora_rank > 0) {
@@ -304,10 +332,12 @@ Status LlamaRank::LoadBatch(Stream& stream, int64_t step) {
 
 StatusOr<double> LlamaRank::LossSum(Stream& stream) {
   if (!has_head_) return 0.0;  // a pipeline stage before the last
-  if (tensor_rank_ != 0) return 0.0;  // tensor rank 0 counts it
-  std::vector<float> host(micro_steps_ * d_.T);
+  // Tensor rank 0 counts it; under sequence parallelism each its shard's.
+  if (tensor_rank_ != 0 && !sp_) return 0.0;
+  const int64_t n = sp_rows_;
+  std::vector<float> host(micro_steps_ * n);
   for (int m = 0; m < micro_steps_; ++m) {
-    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data() + m * d_.T, loss_[m], d_.T * 4));
+    BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data() + m * n, loss_[m], n * 4));
   }
   BATON_RETURN_IF_ERROR(stream.Synchronize());
   double sum = 0;
@@ -343,18 +373,18 @@ Status LlamaRank::Compute(const scheduler::ComputeContext& ctx) {
   const int b = ctx.spec->block;
   const bool backward = ctx.kind == scheduler::NodeKind::kBackward;
   if (!backward && pipe.input != nullptr) {
-    BATON_RETURN_IF_ERROR(st.MemcpyAsync(acts.h[b], pipe.input, d_.act_bytes));
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(acts.h[b], pipe.input, io_bytes_));
   }
   if (backward && pipe.output_grad != nullptr) {
     cur_ = 0;
-    BATON_RETURN_IF_ERROR(st.MemcpyAsync(gres_[cur_], pipe.output_grad, d_.act_bytes));
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(gres_[cur_], pipe.output_grad, io_bytes_));
   }
   BATON_RETURN_IF_ERROR(ComputeUnit(ctx));
   if (!backward && pipe.output != nullptr) {
-    BATON_RETURN_IF_ERROR(st.MemcpyAsync(pipe.output, acts.h[b + 1], d_.act_bytes));
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(pipe.output, acts.h[b + 1], io_bytes_));
   }
   if (backward && pipe.input_grad != nullptr) {
-    BATON_RETURN_IF_ERROR(st.MemcpyAsync(pipe.input_grad, gres_[cur_], d_.act_bytes));
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(pipe.input_grad, gres_[cur_], io_bytes_));
   }
   return absl::OkStatus();
 }
@@ -367,6 +397,7 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
   const bool backward = ctx.kind == scheduler::NodeKind::kBackward;
   const ops::RmsNormShape& norm = d_.norm;
   if (ctx.kind == scheduler::NodeKind::kBackwardWeight) return WeightUnit(ctx);
+  if (sp_) return SpComputeUnit(ctx);  // llama_trainer_sp.cc
   if (ctx.weight_deferred && !zb_) {
     return absl::InternalError("a deferred weight gradient on a graph that is not zb-h1");
   }

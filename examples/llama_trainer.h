@@ -34,7 +34,9 @@
 #ifndef BATON_EXAMPLES_LLAMA_TRAINER_H_
 #define BATON_EXAMPLES_LLAMA_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,15 +128,17 @@ class LlamaRank {
   // Backward, the column-parallel GEMMs' input gradients are all-reduced
   // on ctx.tensor.comm inside the node (the graph's fused collectives),
   // and so are a whole-block recompute's forward outputs. Norms are
-  // replicated; the embedding and the head are vocabulary-parallel
-  // (llama_trainer_vocab.cc): the embedding looks up this rank's
-  // vocabulary rows and all-reduces its output, the head computes its
-  // slice's logits and the parallel cross-entropy (all-reduces MAX of the
-  // row maxima, SUM of the sums of exp and of the target logits), and its
-  // input gradient is all-reduced; these run on ctx.tensor.stream with
-  // events both ways. LossSum is 0 on tensor ranks other than 0 (every
-  // tensor rank computes the same loss). With sequence parallelism the
-  // embedding's all-reduce would become a reduce-scatter (not run here).
+  // replicated. Without sequence parallelism the embedding and the head
+  // are vocabulary-parallel (llama_trainer_vocab.cc): the embedding looks
+  // up this rank's vocabulary rows and all-reduces its output, the head
+  // computes its slice's logits and the parallel cross-entropy
+  // (all-reduces MAX of the row maxima, SUM of the sums of exp and of the
+  // target logits), and its input gradient is all-reduced; these run on
+  // ctx.tensor.stream with events both ways. LossSum is 0 on tensor ranks
+  // other than 0 (every tensor rank computes the same loss). With
+  // sequence_parallel the blocks, norms, embedding and loss run as
+  // "Sequence parallelism" below says (the embedding and head replicated);
+  // full recompute and LoRA adapters are then Unimplemented.
   static StatusOr<std::unique_ptr<LlamaRank>> Create(
       const scheduler::StepGraph& graph, const TrainConfig& config,
       const Corpus& corpus, Device& device, int ranks, int rank,
@@ -153,6 +157,16 @@ class LlamaRank {
   // of tokens.
   StatusOr<double> LossSum(Stream& stream);
   int64_t tokens_per_step() const;
+
+  // Sequence parallelism on the host device: when on, the compute
+  // stream's time in the tensor collectives inside the nodes (its own
+  // reduce-scatters and gradient all-reduces, and under tp_comm_overlap
+  // its waits for the tensor stream's gathers and reduce-scatters) is
+  // timed by host work around them. TakeTensorWaitMs (after the step has
+  // completed): that time since the last call, ms. Off by default; Unimplemented
+  // on other devices.
+  Status MeasureTensorWaits(bool on);
+  double TakeTensorWaitMs();
 
  private:
   LlamaRank(const scheduler::StepGraph& graph, const TrainConfig& config,
@@ -179,6 +193,72 @@ class LlamaRank {
   Status RowParallelResidual(const scheduler::ComputeContext& ctx, const char* w,
                              const ops::LinearShape& shape, const void* res, const void* x,
                              void* out);
+  // Sequence parallelism (Policy::sequence_parallel with tensor_slices;
+  // llama_trainer_sp.cc): the residual stream, norms, embedding and head
+  // run on this tensor rank's sequence shard, rows [rank T / tp, (rank + 1)
+  // T / tp) of the micro-step's [T, H] tokens (sp_rows_ of them). Forward,
+  // a norm node writes its normed shard to ctx.tensor.output (the graph's
+  // AG-TP gathers it); the attention / MLP node reads the gathered input
+  // from ctx.tensor.input and writes its row-parallel partial output, this
+  // rank's residual shard added on its own rows, to ctx.tensor.output (the
+  // graph's RS-TP sums and scatters it into the next part's input).
+  // Backward, the node reads the gathered output gradient from
+  // ctx.tensor.input, reduce-scatters the column-parallel input gradient
+  // on ctx.stream over ctx.tensor.comm (kFirstTrainerTag) and writes its
+  // input gradient's shard to ctx.tensor.output (or keeps it in gres_ for
+  // the embedding / a pipeline send). The loss is computed on the shard
+  // (each tensor rank's LossSum is its shard's); the replicated
+  // parameters' gradients (norms, embedding, head) are then partial per
+  // tensor rank: SpGradAllReduce sums each over the tensor group in place
+  // after the last micro-step's backward has written it (on ctx.stream, in
+  // the gradient's dtype), before the data-parallel reduction.
+  Status SpComputeUnit(const scheduler::ComputeContext& ctx);
+  Status SpBlockForward(const scheduler::ComputeContext& ctx);
+  Status SpMlpBackward(const scheduler::ComputeContext& ctx);
+  Status SpAttentionBackward(const scheduler::ComputeContext& ctx);
+  // out [T, H] = x w^T with `res` (this rank's [T / tp, H] shard) added on
+  // this rank's rows: the tensor group's sum is the whole res + x w^T.
+  Status SpRowParallel(const scheduler::ComputeContext& ctx, const char* w,
+                       const ops::LinearShape& shape, const void* res, const void* x, void* out);
+  // dn [T, H] (a column-parallel input gradient, partial per tensor rank)
+  // reduce-scattered into sp_dn_ [T / tp, H].
+  Status SpReduceScatter(const scheduler::ComputeContext& ctx, const void* dn);
+  Status SpGradAllReduce(const scheduler::ComputeContext& ctx, int param);
+  // f() (enqueueing on `cs`), timed on cs when MeasureTensorWaits is on.
+  Status SpTimed(Stream& cs, const std::function<Status()>& f);
+  bool measure_tp_ = false;
+  int64_t tp_mark_ns_ = 0;                 // cs's worker thread only
+  std::atomic<int64_t> tp_wait_ns_{0};
+  // Under tp_comm_overlap (llama_trainer_sp_overlap.cc; no AG-TP / RS-TP
+  // nodes: each node does its own, on ctx.tensor.stream, ordered against
+  // ctx.stream by events both ways; the node ends with ctx.stream waiting
+  // for them). SpGatherRows: this rank's block of `buf` ([T, width], rows
+  // rank T / tp..) is already written; each rank's block is broadcast from
+  // it into `buf` (tp broadcasts), and rows_fn(first row, rows) runs on
+  // ctx.stream for this rank's block at once and for each other block as
+  // it arrives. SpScatterRows: `out` [T / tp, H] = this rank's shard of
+  // the tensor group's sum of the [T, H] rows rows_fn(first row, rows,
+  // dst) computes (res, if not null, added on this rank's rows), in tp
+  // chunks (rows j T / tp^2.. of every block), each chunk's reduce-scatter
+  // beside the next chunk's GEMMs. The same sums as the graph's nodes.
+  Status SpEnsureEvents(int n);
+  Status SpGatherRows(const scheduler::ComputeContext& ctx, void* buf, int64_t width,
+                      const std::function<Status(int64_t, int64_t)>& rows_fn);
+  Status SpScatterRows(const scheduler::ComputeContext& ctx, void* out, const void* res,
+                       const std::function<Status(int64_t, int64_t, void*)>& rows_fn);
+  Status SpOverlapForward(const scheduler::ComputeContext& ctx);
+  Status SpOverlapMlpBackward(const scheduler::ComputeContext& ctx);
+  Status SpOverlapAttentionBackward(const scheduler::ComputeContext& ctx);
+  void* sp_dy_ = nullptr;     // [T, H]: the gathered output gradient
+  void* sp_stage_ = nullptr;  // [T, H]: the reduce-scatters' chunks
+  std::vector<std::unique_ptr<Event>> sp_events_;
+  bool sp_ = false;
+  int64_t sp_rows_ = 0;          // T / tp
+  ops::RmsNormShape sp_norm_;    // [T / tp, H]
+  void* sp_dn_ = nullptr;        // [T / tp, H]
+  // The activation bytes a pipeline stage sends and receives (a shard's
+  // under sequence parallelism).
+  size_t io_bytes_ = 0;
   // A norm weight's gradient slot: pointer, dtype, = or += (a frozen one's
   // goes to the scratch frozen_dw_).
   struct NormGrad {

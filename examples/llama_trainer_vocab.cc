@@ -10,7 +10,10 @@
 namespace baton::examples {
 
 Status LlamaRank::AllocateVocabParallel() {
-  vocab_parallel_ = graph_.tensor_slices && graph_.policy.tensor_parallel > 1;
+  // Sequence parallelism keeps the embedding and head whole
+  // (llama_trainer_sp.cc; scheduler/tensor_parallel.h).
+  vocab_parallel_ = graph_.tensor_slices && graph_.policy.tensor_parallel > 1 &&
+                    !graph_.policy.sequence_parallel;
   if (!vocab_parallel_) return absl::OkStatus();
   vp_max_ = static_cast<float*>(Buf(d_.T * 4));
   vp_sum_ = static_cast<float*>(Buf(d_.T * 4));

@@ -13,7 +13,7 @@
 //     --offload, --lora-rank / --lora-alpha / --lora-targets, --base-dtype)
 //     [--save-dir=DIR --save-every=N] [--resume=DIR]
 //     [--pp=P --pp-schedule=1f1b|interleaved --vpp=V --pp-layers=even|flops|N,N,...]
-//     [--tp=T [--tp-overlap]]
+//     [--tp=T [--tp-overlap] [--sp]]
 //
 // --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
 // column-parallel QKV and gate / up, row-parallel output and down
@@ -27,7 +27,18 @@
 // inside the compute nodes (scheduler/executor.h). --tp-overlap
 // (Policy::tp_comm_overlap) drops the all-reduce nodes: each block part
 // all-reduces its row-parallel output in T row chunks on the tensor
-// stream, each beside the next chunk's GEMM (the same sums).
+// stream, each beside the next chunk's GEMM (the same sums). --sp
+// (Policy::sequence_parallel) runs Megatron's sequence parallelism: the
+// residual stream, norms, embedding and loss on each tensor rank's T-th of
+// the tokens, an all-gather node before each column-parallel part and a
+// reduce-scatter node after each row-parallel one (all-gathers of the
+// output gradients backward), the input gradients' reduce-scatters and
+// the replicated parameters' gradient all-reduces over the tensor group in
+// the compute nodes (examples/llama_trainer.h). With --tp-overlap the
+// nodes do the gathers and reduce-scatters themselves, decomposed around
+// the GEMMs (each rank's block of the gathered input computed on as it
+// arrives, the row-parallel output reduce-scattered in T chunks beside the
+// next chunk's GEMMs; the same sums).
 //
 // --pp=P splits the model into P pipeline stages (scheduler/parallel_graph.h:
 // the embedding and the first blocks on the first, the last blocks, final
@@ -138,7 +149,7 @@ struct Flags {
   int pp = 1;  // --pp: pipeline stages
   int vpp = 1;  // --vpp: model chunks per stage (interleaved)
   int tp = 1;  // --tp: tensor ranks
-  bool sp = false;  // --sp: sequence parallelism (refused: not run yet)
+  bool sp = false;  // --sp: sequence parallelism
   bool tp_overlap = false;  // --tp-overlap: the forward's all-reduces decomposed
   std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
   scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
@@ -172,8 +183,12 @@ const char kUsage[] =
     "  [--pp-layers=even|flops|N,N,...] (blocks per stage: even, balancing each\n"
     "   unit's training FLOPs, or given)\n"
     "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
-    "   heads, KV heads, FFN width and vocabulary) [--tp-overlap] (the forward's all-reduces\n"
-    "   in T row chunks, each beside the next chunk's GEMM)\n"
+    "   heads, KV heads, FFN width and, without --sp, the vocabulary) [--tp-overlap]\n"
+    "   (the forward's all-reduces in T row chunks, each beside the next chunk's\n"
+    "   GEMM) [--sp] (sequence\n"
+    "   parallelism: norms, residual stream and loss on each tensor rank's T-th\n"
+    "   of the tokens; all-gathers and reduce-scatters instead of all-reduces;\n"
+    "   with --tp-overlap decomposed around the GEMMs)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -347,8 +362,9 @@ Flags Parse(int argc, char** argv) {
   if (f.tp_overlap && f.tp == 1) Fail("--tp-overlap needs --tp > 1");
   if (f.tp > 1) {
     // What tensor parallelism does not run with yet, one line each.
-    if (f.sp) {
-      Fail("--sp is simulated only (simulate); train_tiny runs --tp with all-reduces");
+    if (f.sp && (f.seq * f.batch) % f.tp != 0) {
+      Fail(absl::StrCat("--sp shards each rank's --seq x --batch = ", f.seq * f.batch,
+                        " tokens over --tp=", f.tp, ", which does not divide them"));
     }
     if (f.backend == "nccl") Fail("--tp runs on --backend=inproc or ucx (nccl not yet)");
     if (f.check_schedule) Fail("--check-schedule is not run with --tp yet");
@@ -410,6 +426,7 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
   }
   p.tensor_parallel = f.tp;
   p.tp_comm_overlap = f.tp_overlap;
+  p.sequence_parallel = f.sp;
   if (f.tp > 1 &&
       (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4)) {
     // The stage graphs keep no frozen buckets apart, and the adapters have
@@ -417,6 +434,9 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     Fail("--tp with LoRA adapters or NF4 base weights does not run yet");
   }
   if (f.recompute_layers >= -1) p.recompute_blocks = static_cast<int>(f.recompute_layers);
+  if (f.sp && p.recompute == scheduler::Recompute::kFull && p.recompute_blocks != 0) {
+    Fail("--sp with full recompute does not run yet (--recompute=selective does)");
+  }
   if (p.pipeline_schedule == scheduler::PipelineSchedule::kZbH1 &&
       p.recompute == scheduler::Recompute::kSelective) {
     // The deferred weight pass reads each block's attention output, which
@@ -476,6 +496,11 @@ struct RunResult {
   // --tp --trace on inproc: per rank, the last step's tensor all-reduces
   // exposed on the compute stream (StepTrace::ExposedWaitMs), ms.
   std::vector<double> tp_exposed_ms;
+  // --sp --trace on inproc: this rank's last step's time of the compute
+  // stream in the tensor collectives inside the nodes
+  // (LlamaRank::MeasureTensorWaits); RunInproc: per rank in tp_inner_ms_all.
+  double tp_inner_ms = 0;
+  std::vector<double> tp_inner_ms_all;
   // --arrivals: means over the steps after the first.
   double straggler_ms = 0;  // the mean rank's wait for later ranks per step
   double max_skew_ms = 0;   // the step's largest arrival skew
@@ -516,10 +541,11 @@ StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
     const int tp = job.tp;
     // Each element's value is the whole parameter's (a tensor rank's slice
     // takes its elements' values), so every layout starts the same.
-    BATON_RETURN_IF_ERROR(executor.InitParameters([seed, tp, tp_rank](
+    const bool vocab_parallel = !job.policy.sequence_parallel;  // tensor_parallel.h
+    BATON_RETURN_IF_ERROR(executor.InitParameters([seed, tp, tp_rank, vocab_parallel](
                                                       const scheduler::ParamSlot& slot,
                                                       float* values) {
-      const scheduler::TensorSplit split = scheduler::TensorSplitOf(slot.name);
+      const scheduler::TensorSplit split = scheduler::TensorSplitOf(slot.name, vocab_parallel);
       for (int64_t i = 0; i < slot.numel; ++i) {
         values[i] = examples::InitialParameter(
             slot.name, scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank, i), seed);
@@ -578,6 +604,10 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
   BATON_ASSIGN_OR_RETURN(auto model,
                          LlamaRank::Create(*graph, job.config, corpus, device, ranks,
                                            graph->mesh.position(rank, data), tp_rank));
+  if (observer != nullptr && graph->policy.sequence_parallel && device.kind() == DeviceKind::kHost) {
+    // --sp --trace: the tensor collectives inside the nodes, timed too.
+    BATON_RETURN_IF_ERROR(model->MeasureTensorWaits(true));
+  }
   scheduler::ExecutorOptions options;
   options.observer = observer;
   options.check_schedule = job.check_schedule;
@@ -612,6 +642,7 @@ Status TrainRank(const Job& job, std::shared_ptr<const scheduler::StepGraph> gra
     BATON_RETURN_IF_ERROR(model->LoadBatch(executor->compute_stream(), step));
     BATON_RETURN_IF_ERROR(executor->Step(callbacks));
     BATON_RETURN_IF_ERROR(executor->Synchronize());
+    out->tp_inner_ms = model->TakeTensorWaitMs();  // the last step's stays
     BATON_ASSIGN_OR_RETURN(double local, model->LossSum(executor->compute_stream()));
     // The global mean: sum the ranks' loss sums (a tag the step never uses).
     float sum = static_cast<float>(local);
@@ -835,10 +866,12 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
     for (const auto& g : graphs.stages) stages.push_back(g.get());
     BATON_ASSIGN_OR_RETURN(results[0].sim_stage_bubble, sim::ScheduleBubble(stages, {}));
   }
-  if (trace && job.tp > 1 && !job.policy.tp_comm_overlap && !results[0].losses.empty()) {
+  const bool sp = job.policy.sequence_parallel;
+  if (trace && job.tp > 1 && (sp || !job.policy.tp_comm_overlap) && !results[0].losses.empty()) {
     const int64_t last = results[0].first_step + results[0].losses.size() - 1;
     for (const auto& [r, ms] : step_trace.ExposedWaitMs(last, scheduler::StreamClass::kTensor)) {
       results[0].tp_exposed_ms.push_back(ms);
+      if (sp) results[0].tp_inner_ms_all.push_back(results[r].tp_inner_ms);
     }
   }
   if (job.final_params) {
@@ -921,7 +954,7 @@ int Main(int argc, char** argv) {
                         f.pp > 1 ? " x pipeline stages)" : ")"));
     }
     if (f.tp > 1) {
-      auto slice = scheduler::TensorParallelSlice(job.spec, f.tp);
+      auto slice = scheduler::TensorParallelSlice(job.spec, f.tp, /*vocab_parallel=*/!f.sp);
       if (!slice.ok()) Fail(std::string(slice.status().message()));
       job.tp = f.tp;
       job.slice = *slice;
@@ -1036,6 +1069,7 @@ int Main(int argc, char** argv) {
     ref.tp = 1;
     ref.policy.tensor_parallel = 1;
     ref.policy.tp_comm_overlap = false;
+    ref.policy.sequence_parallel = false;
     ref.config.batch = job.config.batch * (nranks / f.pp / f.tp);
     ref.progress = false;
     auto r = RunInproc(ref, *corpus, f.device, 1, "train_tiny_reference",
@@ -1089,14 +1123,19 @@ int Main(int argc, char** argv) {
                 static_cast<long long>(job.policy.micro_steps), nranks / f.pp / f.tp);
   }
   if (job.tp > 1) {
+    const int64_t tokens = job.config.seq * job.config.batch;
+    const std::string rest =
+        f.sp ? absl::StrCat("norms, embedding and head replicated, run on sequence shards of ",
+                            tokens / job.tp, " of ", tokens, " tokens")
+             : absl::StrCat("vocabulary ", job.slice.vocab, " of ", job.spec.vocab,
+                            "; norms replicated");
     std::printf("tensor parallel: %d ranks (per rank %lld of %lld heads, %lld of %lld KV heads, "
-                "FFN %lld of %lld, vocabulary %lld of %lld; norms replicated), %d data ranks\n",
+                "FFN %lld of %lld; %s), %d data ranks\n",
                 job.tp, static_cast<long long>(job.slice.heads),
                 static_cast<long long>(job.spec.heads), static_cast<long long>(job.slice.kv_heads),
                 static_cast<long long>(job.spec.kv_heads),
                 static_cast<long long>(job.slice.intermediate),
-                static_cast<long long>(job.spec.intermediate),
-                static_cast<long long>(job.slice.vocab), static_cast<long long>(job.spec.vocab),
+                static_cast<long long>(job.spec.intermediate), rest.c_str(),
                 nranks / job.tp / f.pp);
   }
   std::printf("loss: first %.6f, last %.6f (%.1f%% lower)\n", res.losses.front(),
@@ -1150,7 +1189,7 @@ int Main(int argc, char** argv) {
                 static_cast<long long>(f.steps), stages.c_str(), 100 * (p - 1) / (m + p - 1),
                 zb.c_str(), simulated.c_str());
   }
-  if (!res.tp_exposed_ms.empty()) {
+  if (!res.tp_exposed_ms.empty() && !f.sp) {
     const auto& ms = res.tp_exposed_ms;
     double sum = 0;
     for (double x : ms) sum += x;
@@ -1159,6 +1198,26 @@ int Main(int argc, char** argv) {
                 "its compute nodes\n",
                 static_cast<long long>(f.steps), sum / ms.size(),
                 *std::max_element(ms.begin(), ms.end()));
+  }
+  if (!res.tp_exposed_ms.empty() && f.sp &&
+      res.tp_inner_ms_all.size() == res.tp_exposed_ms.size()) {
+    // Sequence parallelism: the graph's AG-TP / RS-TP nodes (none under
+    // --tp-overlap) and the collectives inside the nodes.
+    const size_t n = res.tp_exposed_ms.size();
+    double nodes = 0, inner = 0, largest = 0;
+    for (size_t i = 0; i < n; ++i) {
+      nodes += res.tp_exposed_ms[i];
+      inner += res.tp_inner_ms_all[i];
+      largest = std::max(largest, res.tp_exposed_ms[i] + res.tp_inner_ms_all[i]);
+    }
+    std::printf("tensor collectives exposed (step %lld, compute stream): waiting on AG-TP / "
+                "RS-TP nodes mean %.2f ms (from the trace), inside the nodes mean %.2f ms (%s); "
+                "total mean %.2f ms, largest %.2f ms per rank\n",
+                static_cast<long long>(f.steps), nodes / n, inner / n,
+                f.tp_overlap ? "waits for the decomposed gathers / reduce-scatters, the "
+                               "gradient all-reduces"
+                             : "the input gradients' reduce-scatters, the gradient all-reduces",
+                (nodes + inner) / n, largest);
   }
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
@@ -1202,6 +1261,7 @@ int Main(int argc, char** argv) {
     j["backend"] = f.backend;
     j["nranks"] = nranks;
     j["tensor_parallel"] = job.tp;
+    j["sequence_parallel"] = job.policy.sequence_parallel;
     j["device"] = f.device;
     j["dtype"] = f.dtype;
     j["optimizer"] = scheduler::OptimizerName(job.policy.optimizer);
@@ -1220,6 +1280,7 @@ int Main(int argc, char** argv) {
     if (!res.stage_bubble.empty()) j["stage_bubble"] = res.stage_bubble;
     if (!res.sim_stage_bubble.empty()) j["sim_stage_bubble"] = res.sim_stage_bubble;
     if (!res.tp_exposed_ms.empty()) j["tp_exposed_ms"] = res.tp_exposed_ms;
+    if (!res.tp_inner_ms_all.empty()) j["tp_inner_ms"] = res.tp_inner_ms_all;
     j["arena_bytes"] = res.arena_bytes;
     j["lower_bound_bytes"] = res.lower_bound_bytes;
     j["persistent_bytes"] = res.persistent_bytes;

@@ -26,8 +26,9 @@ constexpr size_t kStateAlign = 256;
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // Parallel graphs run when they are 1F1B or interleaved pipeline stage
-// graphs, with or without tensor parallelism (all-reduces, on the layout
-// of tensor slices); the rest is simulated only.
+// graphs, with or without tensor parallelism (all-reduces, or sequence
+// parallelism's all-gathers and reduce-scatters, on the layout of tensor
+// slices); the rest is simulated only.
 // Pipeline messages' tags (communicator tags are 0..255): per direction
 // and the receiving virtual stage's chunk, after the step's and trainer's.
 constexpr int kMaxExecutedVirtualStages = 100;
@@ -48,11 +49,6 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
         "1F1B pipeline stages and tensor parallelism");
   }
   if (p.tensor_parallel > 1) {
-    if (p.sequence_parallel) {
-      return absl::UnimplementedError(
-          "executor: sequence parallelism is simulated only; the executor runs tensor "
-          "parallelism with all-reduces");
-    }
     if (!graph.tensor_slices) {
       return absl::InvalidArgumentError(
           "executor: a tensor-parallel graph runs on the layout of tensor slices "
@@ -653,9 +649,9 @@ ComputeContext Executor::MakeComputeContext(int i) {
     ctx.tensor.size = tp.size();
     ctx.tensor.stream = &stream(graph_.stream_for(StreamClass::kTensor));
     for (const FusedComm& f : n.fused) {
-      if (f.kind == FusedComm::Kind::kAllReduce && f.group == kTensorGroup) {
-        ctx.tensor.chunks = f.chunks;
-      }
+      // An all-reduce's, or sequence parallelism's gathers and
+      // reduce-scatters': the same tensor_parallel chunks.
+      if (f.group == kTensorGroup) ctx.tensor.chunks = f.chunks;
     }
     for (int r : n.reads) {
       if (tensor_written_[r]) ctx.tensor.input = BufferData(r);
@@ -714,6 +710,14 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
                                         in.dtype, s, co);
     }
     case NodeKind::kReduceScatter: {
+      if (n.group == kTensorGroup) {
+        // Sequence parallelism: a block part's partial output, summed and
+        // scattered into the tensor ranks' sequence shards (its dtype).
+        const GraphBuffer& out = graph_.buffers[n.writes[0]];
+        co.accumulate_fp32 = accumulate_fp32_;
+        return CommFor(n.group).ReduceScatter(BufferData(n.reads[0]), BufferData(n.writes[0]),
+                                              out.numel, out.dtype, ReduceOp::kSum, s, co);
+      }
       const Bucket& bk = layout.buckets[n.bucket];
       co.accumulate_fp32 = accumulate_fp32_;
       return CommFor(n.group).ReduceScatter(

@@ -54,8 +54,8 @@
 // and ZB-H1 (without tensor parallelism: each backward two calls,
 // ComputeContext::weight_deferred) run.
 //
-// Tensor parallelism (tensor_parallel > 1, inside pipeline stages or not,
-// all-reduces: no sequence parallelism; the graph built with
+// Tensor parallelism (tensor_parallel > 1, inside pipeline stages or not;
+// the graph built with
 // BuildParallelStep's tensor_slices, so each rank's buffers hold its tensor
 // slice, sharded over its data ranks): a block's compute nodes each run a
 // part of it (ComputeContext::tensor), the forward's all-reduces are graph
@@ -64,10 +64,15 @@
 // the compute by events both ways; the backward's are fused into the
 // compute nodes, run by the trainer on ctx.tensor.comm (under
 // tp_comm_overlap the forward's too, decomposed: ComputeContext::Tensor).
-// Gradients are
+// With sequence_parallel the forward's graph nodes are the all-gathers of
+// the normed shards and the reduce-scatters of the partial outputs, and
+// the backward's the all-gathers of the output gradients (AG-TP / RS-TP,
+// the same streams and events); the input gradients' reduce-scatters and
+// the replicated parameters' gradient all-reduces over the tensor group
+// are the trainer's, inside its nodes. Gradients are
 // summed over the data ranks only (grad_scale), each tensor rank keeping
 // its slice's. Refused (Unimplemented) until they run: context
-// parallelism, sequence parallelism, the zero-bubble
+// parallelism, sequence parallelism with tp_comm_overlap, the zero-bubble
 // schedule with tensor parallelism, adamw8bit on any
 // parallel graph (its stage graphs keep fp32 moments); InvalidArgument
 // with check_schedule or an optimizer driver, or a tensor-parallel graph
@@ -171,7 +176,14 @@ struct ComputeContext {
   // `stream` (the tensor stream, idle otherwise: the trainer orders it
   // against ctx.stream with events both ways and ends the node with
   // ctx.stream waiting on it) while the next chunk's GEMM runs; 0: one
-  // all-reduce after the GEMM.
+  // all-reduce after the GEMM. With sequence_parallel the graph's AG-TP /
+  // RS-TP nodes take the all-reduces' place: `output` is a norm node's
+  // normed sequence shard (gathered by AG-TP) or an attention / MLP node's
+  // partial output (reduce-scattered by RS-TP), `input` the gathered input
+  // or the reduce-scattered shard; backward, `input` the gathered output
+  // gradient and `output` the input gradient's shard (for the next
+  // gather). Under tp_comm_overlap there are no such nodes and `chunks`
+  // says to decompose the node's own gathers and reduce-scatters.
   struct Tensor {
     uint8_t segments = 0;
     const void* input = nullptr;

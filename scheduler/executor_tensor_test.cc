@@ -50,11 +50,9 @@ TEST(ExecutorTensorTest, RefusesWhatDoesNotRunYet) {
   auto e = Executor::Create(whole->stages[0], *group->device, *group->comms[0]);
   EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
   EXPECT_NE(e.status().message().find("tensor slices"), std::string::npos) << e.status();
-  Policy sp = TensorPolicy(2, 1);
-  sp.sequence_parallel = true;
   Policy w8 = TensorPolicy(2, 1);  // its graphs keep fp32 moments
   w8.optimizer = OptimizerKind::kAdamW8bit;
-  for (const Policy& p : {sp, w8}) {
+  for (const Policy& p : {w8}) {
     auto step = Build(p, 4);
     ASSERT_TRUE(step.ok()) << step.status();
     auto exec = Executor::Create(step->stages[0], *group->device, *group->comms[0]);
@@ -259,6 +257,97 @@ TEST(ExecutorTensorTest, OverlapLeavesTheAllReducesToTheBlockParts) {
   });
   for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
   EXPECT_EQ(parts.load(), kRanks * 4 * static_cast<int>(ModelPreset("micro")->layers));
+  EXPECT_EQ(bad.load(), 0);
+}
+
+
+// Sequence parallelism: each norm node's shard is gathered in tensor-rank
+// order into the next attention / MLP node's input, each part's partial
+// output is reduce-scattered into the next norm's (or the final norm's)
+// shard, and backward each part gets its output gradient gathered from
+// the shards the nodes after it wrote.
+TEST(ExecutorTensorTest, SequenceParallelNodesGatherAndReduceScatter) {
+  constexpr int kTp = 2;
+  Policy p = TensorPolicy(kTp, 1);
+  p.sequence_parallel = true;
+  auto step = Build(p, kTp);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const StepGraph& g = step->stages[0];
+  const int64_t act = kSeq * kBatch * ModelPreset("micro")->hidden;
+  const int64_t shard = act / kTp;
+  auto group = CreateInprocGroup(kTp);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::atomic<int> gathered{0}, scattered{0}, bad{0};
+  std::vector<Status> status(kTp);
+  RunRanks(kTp, [&](int r) {
+    auto exec = Executor::Create(g, *group->device, *group->comms[r]);
+    if (!exec.ok()) {
+      status[r] = exec.status();
+      return;
+    }
+    StepCallbacks cb;
+    cb.compute = [&](const ComputeContext& ctx) -> Status {
+      if (ctx.kind == NodeKind::kRecompute) return absl::OkStatus();
+      const ComputeContext::Tensor tc = ctx.tensor;
+      const uint8_t norms =
+          SegmentBit(BlockSegment::kAttnNorm) | SegmentBit(BlockSegment::kMlpNorm);
+      const bool block = ctx.spec->kind == UnitKind::kBlock;
+      // A node reading a gather: a forward attention / MLP part, or any
+      // backward block part. Its input: rank t's shard filled with t + 1.
+      const bool reads_gather = block && (ctx.kind == NodeKind::kBackward || !(tc.segments & norms));
+      // A node reading a reduce-scatter: a forward norm after a block part.
+      const bool reads_sum = ctx.kind == NodeKind::kForward && tc.input != nullptr && !reads_gather;
+      const int t = tc.rank;
+      const void* in = tc.input;
+      void* out = tc.output;
+      // Writes: the forward norms' shards and backward shards get t + 1;
+      // the forward parts' partial outputs 10 (t + 1) (summed: 30).
+      const bool partial = block && ctx.kind == NodeKind::kForward && !(tc.segments & norms);
+      const int64_t out_n = partial ? act : shard;
+      const float fill = partial ? 10.0f * (t + 1) : static_cast<float>(t + 1);
+      if (reads_gather && in == nullptr) ++bad;
+      return ctx.stream->Enqueue([=, &gathered, &scattered, &bad] {
+        if (reads_gather && in != nullptr) {
+          ++gathered;
+          const float* f = static_cast<const float*>(in);
+          for (int64_t i = 0; i < act; ++i) {
+            if (f[i] != static_cast<float>(i / shard + 1)) {
+              ++bad;
+              break;
+            }
+          }
+        }
+        if (reads_sum) {
+          ++scattered;
+          const float* f = static_cast<const float*>(in);
+          for (int64_t i = 0; i < shard; ++i) {
+            if (f[i] != 30.0f) {
+              ++bad;
+              break;
+            }
+          }
+        }
+        if (out != nullptr) {
+          float* f = static_cast<float*>(out);
+          for (int64_t i = 0; i < out_n; ++i) f[i] = fill;
+        }
+        return absl::OkStatus();
+      });
+    };
+    cb.optimizer = [](const OptimizerContext&) { return absl::OkStatus(); };
+    Status st = (*exec)->InitParameters([](const ParamSlot& slot, float* v) {
+      for (int64_t i = 0; i < slot.numel; ++i) v[i] = 0.5f;
+    });
+    if (st.ok()) st = (*exec)->Step(cb);
+    if (st.ok()) st = (*exec)->Synchronize();
+    status[r] = st;
+  });
+  for (int r = 0; r < kTp; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+  const int layers = static_cast<int>(ModelPreset("micro")->layers);
+  // Per rank and block: 2 forward gathers, 2 backward; 2 reduce-scatters
+  // read (the MLP norm's and the next block's or final norm's).
+  EXPECT_EQ(gathered.load(), kTp * layers * 4);
+  EXPECT_EQ(scattered.load(), kTp * layers * 2);
   EXPECT_EQ(bad.load(), 0);
 }
 

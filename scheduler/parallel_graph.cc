@@ -531,7 +531,10 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in) {
                        absl::StrCat("AG-TP ", un, ".", what, t), m);
       covers = body;
     }
-    const int partial = Act(absl::StrCat("act.", un, ".", what, "_partial", t), false, false);
+    // Under tp_comm_overlap the node's own reduce-scatter leaves the
+    // sequence shard (sequence_parallel) of the part's output.
+    const int partial =
+        Act(absl::StrCat("act.", un, ".", what, "_partial", t), sp && ov, false);
     Compute(NodeKind::kForward, u, m, c, covers, reads(cur), {partial}, false,
             absl::StrCat("F ", un, ".", what, t));
     Node& bn = g_.nodes.back();
@@ -832,7 +835,9 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
   const bool sliced = tensor_slices && policy.tensor_parallel > 1;
   ModelSpec laid_out = spec;
   if (sliced) {
-    BATON_ASSIGN_OR_RETURN(laid_out, TensorParallelSlice(spec, policy.tensor_parallel));
+    // Sequence parallelism's executor keeps the embedding and head whole.
+    BATON_ASSIGN_OR_RETURN(laid_out, TensorParallelSlice(spec, policy.tensor_parallel,
+                                                         !policy.sequence_parallel));
   }
   BATON_ASSIGN_OR_RETURN(ModelLayout layout, BuildLayout(laid_out, policy.layout, sharding));
   std::vector<std::vector<int>> vs_units(nv);

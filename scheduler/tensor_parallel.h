@@ -18,7 +18,10 @@
 // laid out as the model TensorParallelSlice returns (heads / tp,
 // kv_heads / tp, intermediate / tp, vocab / tp), so its ModelLayout,
 // sharded over the data ranks, stores exactly the rank's TP slice: FSDP
-// of TP-sharded parameters.
+// of TP-sharded parameters. Under sequence parallelism the executed
+// trainer keeps the embedding and the head replicated (run on sequence
+// shards; the vocabulary-parallel form with its reduce-scatter and gather
+// is simulated only): callers then pass vocab_parallel = false.
 //
 // Plain functions; thread-safe.
 #ifndef BATON_SCHEDULER_TENSOR_PARALLEL_H_
@@ -37,8 +40,10 @@ namespace baton::scheduler {
 // width and the vocabulary divided by tp; hidden and head_dim unchanged.
 // InvalidArgument, one line naming the model's size, for tp < 1 or tp not
 // dividing the heads, the KV heads, the FFN width or the vocabulary
-// ("--vocab=V not divisible by --tp=T ...").
-StatusOr<ModelSpec> TensorParallelSlice(const ModelSpec& spec, int tp);
+// ("--vocab=V not divisible by --tp=T ..."). vocab_parallel false: the
+// vocabulary is whole (not divided, not checked).
+StatusOr<ModelSpec> TensorParallelSlice(const ModelSpec& spec, int tp,
+                                        bool vocab_parallel = true);
 
 // How a parameter (by its name "<unit>.<param>") is split over the tensor
 // ranks.
@@ -48,7 +53,8 @@ enum class TensorSplit : uint8_t {
                 // output (vocabulary) rows
   kColumns,     // row-parallel linears: a block of input columns
 };
-TensorSplit TensorSplitOf(const std::string& name);
+// ranks; vocab_parallel false: the embedding and head kReplicated.
+TensorSplit TensorSplitOf(const std::string& name, bool vocab_parallel);
 
 // The index in the whole parameter of element `i` of tensor rank `rank`'s
 // slice, whose shape is `slice_shape` (the slice model's, row-major; 1 or 2

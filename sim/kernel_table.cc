@@ -127,11 +127,10 @@ TimeCurve MakeCurve(std::vector<std::pair<double, double>> points) {
   return c;
 }
 
-// The fastest (largest) log rate among the kNearest keys nearest to
-// `query` (KernelTable::GemmSeconds says why the fastest, not a mean).
-double FastestNearbyLogRate(const std::vector<std::vector<double>>& keys,
-                            const std::vector<double>& log_rates,
-                            const std::vector<double>& query) {
+// The (squared distance, index) pairs of the 4 keys nearest to `query`,
+// nearest first (fewer when there are fewer keys).
+std::vector<std::pair<double, size_t>> NearestKeys(const std::vector<std::vector<double>>& keys,
+                                                   const std::vector<double>& query) {
   constexpr size_t kNearest = 4;
   std::vector<std::pair<double, size_t>> d(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -144,8 +143,18 @@ double FastestNearbyLogRate(const std::vector<std::vector<double>>& keys,
   }
   const size_t n = std::min(kNearest, d.size());
   std::partial_sort(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(n), d.end());
+  d.resize(n);
+  return d;
+}
+
+// The fastest (largest) log rate among the keys nearest to `query`
+// (KernelTable::GemmSeconds says why the fastest, not a mean).
+double FastestNearbyLogRate(const std::vector<std::vector<double>>& keys,
+                            const std::vector<double>& log_rates,
+                            const std::vector<double>& query) {
+  const std::vector<std::pair<double, size_t>> d = NearestKeys(keys, query);
   double best = log_rates[d[0].second];
-  for (size_t i = 1; i < n; ++i) best = std::max(best, log_rates[d[i].second]);
+  for (size_t i = 1; i < d.size(); ++i) best = std::max(best, log_rates[d[i].second]);
   return best;
 }
 
@@ -153,21 +162,10 @@ double FastestNearbyLogRate(const std::vector<std::vector<double>>& keys,
 double IdwLogRate(const std::vector<std::vector<double>>& keys,
                   const std::vector<double>& log_rates,
                   const std::vector<double>& query) {
-  constexpr size_t kNearest = 4;
-  std::vector<std::pair<double, size_t>> d(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    double s = 0;
-    for (size_t j = 0; j < query.size(); ++j) {
-      const double x = keys[i][j] - query[j];
-      s += x * x;
-    }
-    d[i] = {s, i};
-  }
-  const size_t n = std::min(kNearest, d.size());
-  std::partial_sort(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(n), d.end());
+  const std::vector<std::pair<double, size_t>> d = NearestKeys(keys, query);
   if (d[0].first < 1e-12) return log_rates[d[0].second];
   double wsum = 0, vsum = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < d.size(); ++i) {
     const double w = 1 / d[i].first;
     wsum += w;
     vsum += w * log_rates[d[i].second];
