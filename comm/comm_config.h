@@ -45,6 +45,15 @@ struct CommConfig {
   // comm/hang_report.h names world ranks). Empty: 0..size-1. Split fills
   // it for its children.
   std::vector<int> world_ranks;
+  // ucx: the store prefix under which the communicators of one job record
+  // which rank failed (comm/ucx/blame.h), so that every survivor names the
+  // same rank whichever communicator it saw the failure in. Empty: `group`.
+  // Split gives its children the parent's.
+  std::string failure_group;
+  // ucx: how failure messages name a world rank, e.g. "rank 3 (pipeline
+  // stage 1)"; empty: "rank N". Split's children inherit it. Called on a
+  // failing thread; must not call back into the communicator.
+  std::function<std::string(int world_rank)> rank_name;
   // The flight recorder this communicator records into
   // (comm/flight_recorder.h); null: a new one. Children of Split share
   // their parent's. One per rank: ranks never share one (CreateInprocGroup

@@ -209,11 +209,14 @@ void LlamaRank::AllocateActs(Acts& acts) {
     a.q = Buf(T * Q * e);
     a.k = Buf(T * KV * e);
     a.v = Buf(T * KV * e);
-    if (SelectiveRecompute(b)) {
-      if (shared_o_ == nullptr) {
-        shared_o_ = Buf(T * Q * e);
-        shared_lse_ = static_cast<float*>(Buf(heads_rows * 4));
-      }
+    if (SelectiveRecompute(b) && shared_o_ == nullptr) {
+      shared_o_ = Buf(T * Q * e);
+      shared_lse_ = static_cast<float*>(Buf(heads_rows * 4));
+    }
+    // zb-h1: the deferred weight pass reads the attention output (wo's
+    // input), so each block keeps its own; the recompute still rebuilds it
+    // and the softmax statistics (shared) before the input-gradient pass.
+    if (SelectiveRecompute(b) && !zb_) {
       a.o = shared_o_;
     } else {
       a.o = Buf(T * Q * e);
@@ -265,12 +268,10 @@ Status LlamaRank::Allocate() {
   dg_ = Buf(T * F * e);
   du_ = Buf(T * F * e);
   frozen_dw_ = Buf(H * 4);
-  if (zb_ && (policy.tensor_parallel > 1 || policy.layout.lora_rank > 0 ||
-              policy.recompute == scheduler::Recompute::kSelective)) {
+  if (zb_ && (policy.tensor_parallel > 1 || policy.layout.lora_rank > 0)) {
     // The weight pass reads each block's matrices' inputs whole and
-    // unadapted; selective recompute shares one attention output.
-    return absl::UnimplementedError(
-        "llama trainer: zb-h1 with tensor parallelism, LoRA or selective recompute");
+    // unadapted.
+    return absl::UnimplementedError("llama trainer: zb-h1 with tensor parallelism or LoRA");
   }
   if (zb_) AllocateDeferred();
   if (sp_) {
@@ -297,7 +298,10 @@ Status LlamaRank::Allocate() {
   BATON_RETURN_IF_ERROR(AllocateVocabParallel());
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   if (lo.lora_rank > 0) {
-    lora_xa_.assign(spec_.layers, std::vector<void*>(scheduler::kNumLoraTargets, nullptr));
+    // Per micro-batch whose activations are kept (pipeline stages hold
+    // several in flight), block and target.
+    lora_xa_.assign(acts_.size() * spec_.layers,
+                    std::vector<void*>(scheduler::kNumLoraTargets, nullptr));
     for (auto& block : lora_xa_) {
       for (int t = 0; t < scheduler::kNumLoraTargets; ++t) {
         if (lo.lora_targets & (1u << t)) block[t] = Buf(T * lo.lora_rank * e);
@@ -627,6 +631,11 @@ int TargetOf(const char* w) {
 
 }  // namespace
 
+void* LlamaRank::LoraXa(const scheduler::ComputeContext& ctx, const char* w) const {
+  const size_t slot = static_cast<size_t>(ctx.micro_step) % acts_.size();
+  return lora_xa_[slot * spec_.layers + ctx.spec->block][TargetOf(w)];
+}
+
 Status LlamaRank::Project(const scheduler::ComputeContext& ctx, const char* w,
                           const ops::LinearShape& s, const void* x, void* y, bool acc) {
   const int iw = Find(ctx, w);
@@ -636,7 +645,7 @@ Status LlamaRank::Project(const scheduler::ComputeContext& ctx, const char* w,
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   const ops::LoraShape ls{s.rows, s.in, s.out, lo.lora_rank,
                           static_cast<float>(lo.lora_alpha / lo.lora_rank), s.dtype};
-  void* xa = lora_xa_[ctx.spec->block][TargetOf(w)];
+  void* xa = LoraXa(ctx, w);
   return ops::LoraForward(*ctx.stream, ls, x, ctx.params[iw].data, ctx.params[ia].data,
                           ctx.params[ib].data, xa, y, acc);
 }
@@ -668,7 +677,7 @@ Status LlamaRank::ProjectBackward(const scheduler::ComputeContext& ctx, const ch
                    static_cast<bool>(ctx.grad_accumulate[ia]),
                    static_cast<bool>(ctx.grad_accumulate[ib])};
   return ops::LoraBackward(*ctx.stream, ls, dy, x, ctx.params[iw].data, ctx.params[ia].data,
-                           ctx.params[ib].data, lora_xa_[ctx.spec->block][TargetOf(w)],
+                           ctx.params[ib].data, LoraXa(ctx, w),
                            lora_u_, g);
 }
 

@@ -10,7 +10,8 @@
 // gradients belong to the executor. Under selective recompute the blocks it
 // covers keep no attention output or softmax statistics of their own: one
 // scratch serves them all, and each recompute node refills it for its
-// block's backward.
+// block's backward (under zb-h1 the attention output stays per block: the
+// deferred weight pass reads it).
 //
 // Data: sequence number n = ((step * micro_steps + m) * ranks + rank) * batch
 // + j (for sequence j of micro-step m on `rank`), so any split of the same
@@ -114,7 +115,7 @@ class LlamaRank {
   // keeps the gradients at its weights' outputs per micro-step, and the
   // later kBackwardWeight call, which turns them into the weight gradients
   // (every micro-step's activations and those gradients are kept; not with
-  // tensor parallelism, LoRA or selective recompute: Unimplemented).
+  // tensor parallelism or LoRA: Unimplemented).
   //
   // Tensor parallelism (a graph of BuildParallelStep with tensor_slices:
   // its model is this rank's slice, scheduler/tensor_parallel.h):
@@ -415,9 +416,11 @@ class LlamaRank {
   float* vp_sum_ = nullptr;
   float* vp_target_ = nullptr;
   std::unique_ptr<Event> vp_events_[2];
-  // LoRA: per block and target (scheduler::LoraTarget), the forward's
-  // s (x a^T) [T, rank]; and one [T, rank] scratch for the backward.
+  // LoRA: per kept micro-batch (as acts_) and block, per target
+  // (scheduler::LoraTarget), the forward's s (x a^T) [T, rank]; and one
+  // [T, rank] scratch for the backward.
   std::vector<std::vector<void*>> lora_xa_;
+  void* LoraXa(const scheduler::ComputeContext& ctx, const char* w) const;
   void* lora_u_ = nullptr;
 };
 

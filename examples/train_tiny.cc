@@ -46,6 +46,8 @@
 // FLOPs with --pp-layers=flops, or as --pp-layers=N,N,... gives) run as 1F1B over
 // --micro-steps micro-batches; --nranks is then data x P ranks, each stage's
 // parameters sharded over its data ranks by the policy. docs/parallel.md.
+// --pp-gather=micro re-gathers them before each micro-batch's passes
+// (Policy::gather_per_micro_batch) instead of once per step.
 //
 // --save-dir=DIR --save-every=N saves a checkpoint (scheduler/checkpoint.h)
 // to DIR/step-S after every N-th step, in the background; --resume=DIR
@@ -153,6 +155,7 @@ struct Flags {
   bool tp_overlap = false;  // --tp-overlap: the forward's all-reduces decomposed
   std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
   scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
+  bool pp_gather_micro = false;  // --pp-gather=micro: Policy::gather_per_micro_batch
 };
 
 [[noreturn]] void Fail(const std::string& message) {
@@ -182,6 +185,8 @@ const char kUsage[] =
     "  [--pp-schedule=1f1b|interleaved] [--vpp=V] (interleaved: V model chunks per stage)\n"
     "  [--pp-layers=even|flops|N,N,...] (blocks per stage: even, balancing each\n"
     "   unit's training FLOPs, or given)\n"
+    "  [--pp-gather=step|micro] (a stage gathers its buckets once per step and keeps\n"
+    "   them, or before each micro-batch's passes, unit by unit, and frees them)\n"
     "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
     "   heads, KV heads, FFN width and, without --sp, the vocabulary) [--tp-overlap]\n"
     "   (the forward's all-reduces in T row chunks, each beside the next chunk's\n"
@@ -276,6 +281,10 @@ Flags Parse(int argc, char** argv) {
       if (v.empty()) Fail("--pp-layers needs even, flops or blocks per stage (e.g. 3,5)");
       f.pp_layers = v;
     }
+    else if (key == "--pp-gather") {
+      if (v != "step" && v != "micro") Fail("--pp-gather must be step or micro, got '" + v + "'");
+      f.pp_gather_micro = v == "micro";
+    }
     else if (key == "--pp-schedule") {
       auto sched = scheduler::ParsePipelineSchedule(v);
       if (!sched.ok()) Fail(absl::StrCat("--pp-schedule: ", sched.status().message()));
@@ -341,6 +350,9 @@ Flags Parse(int argc, char** argv) {
   }
   if (f.pp_schedule != scheduler::PipelineSchedule::k1F1B && f.pp == 1) {
     Fail("--pp-schedule needs --pp > 1");
+  }
+  if (f.pp_gather_micro && f.pp == 1) {
+    Fail("--pp-gather needs --pp > 1 (the data-parallel graphs gather per micro-step)");
   }
   if (f.vpp > 1 && f.pp_layers == "flops") {
     Fail("--pp-layers=flops balances stages without virtual stages; give even or N,N,...");
@@ -419,9 +431,11 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     p.pipeline_parallel = f.pp;
     p.pipeline_schedule = f.pp_schedule;
     p.virtual_stages = f.vpp;
-    if (p.layout.lora_rank > 0 || p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
-      // The stage graphs keep no frozen buckets apart (scheduler/parallel_graph.h).
-      Fail("--pp with LoRA adapters or NF4 base weights does not run yet");
+    if (f.pp_gather_micro) p.gather_per_micro_batch = true;
+    if (p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
+      // The stage graphs gather frozen buckets as they are stored, with no
+      // dequantize (scheduler/parallel_graph.h).
+      Fail("--pp with NF4 base weights does not run yet (LoRA over --dtype base weights does)");
     }
   }
   p.tensor_parallel = f.tp;
@@ -438,10 +452,9 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     Fail("--sp with full recompute does not run yet (--recompute=selective does)");
   }
   if (p.pipeline_schedule == scheduler::PipelineSchedule::kZbH1 &&
-      p.recompute == scheduler::Recompute::kSelective) {
-    // The deferred weight pass reads each block's attention output, which
-    // selective recompute keeps in one scratch for all blocks.
-    Fail("--pp-schedule=zb-h1 with selective recompute does not run yet (full does)");
+      p.layout.lora_rank > 0) {
+    // The weight pass runs the base GEMMs' dw, not the adapters'.
+    Fail("--pp-schedule=zb-h1 with LoRA adapters does not run yet (1f1b and interleaved do)");
   }
 }
 
@@ -882,9 +895,16 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   return results[0];
 }
 
-// This process is one rank of a ucx / nccl job started by a launcher.
+// "train_tiny: rank r (pipeline stage s of p): <status>" on stderr.
+void PrintRankFailure(int rank, const std::string& stage, const Status& s) {
+  std::fprintf(stderr, "train_tiny: rank %d%s: %s\n", rank, stage.c_str(), s.ToString().c_str());
+}
+
+// This process is one rank of a ucx / nccl job started by a launcher. A
+// failure of the training is printed here at once (*printed = true), before
+// rank 0's store waits for the other ranks to leave.
 StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const Flags& f,
-                                   const LaunchInfo& info) {
+                                   const LaunchInfo& info, bool* printed) {
   BATON_ASSIGN_OR_RETURN(const Graphs graphs, BuildGraphs(job, info.world_size));
   const std::shared_ptr<const scheduler::StepGraph> graph = graphs.ForRank(info.rank);
   const absl::Duration timeout = absl::Seconds(f.timeout_s);
@@ -899,12 +919,23 @@ StatusOr<RunResult> RunProcessRank(const Job& job, const Corpus& corpus, const F
   cfg.group = "train_tiny";
   cfg.timeout = timeout;
   cfg.device_arrivals = f.arrivals;  // nccl: the GPU's arrival, not the host's
+  if (graphs.stages.size() > 1) {  // ucx names a failed rank with its stage
+    cfg.rank_name = [mesh = graphs.mesh](int r) {
+      return absl::StrCat("rank ", r, " (pipeline stage ",
+                          mesh.coord(r, scheduler::MeshDim::kPipeline), ")");
+    };
+  }
   BATON_ASSIGN_OR_RETURN(auto comm, CreateCommunicator(cfg));
   RunResult result;
   scheduler::StepTrace step_trace;  // rank 0's tracks only
   const bool traced = !f.trace.empty() && info.rank == 0;
-  BATON_RETURN_IF_ERROR(TrainRank(job, graph, corpus, *device, *comm, &result,
-                                  traced ? step_trace.ForRank(0, *graph) : nullptr));
+  if (Status s = TrainRank(job, graph, corpus, *device, *comm, &result,
+                           traced ? step_trace.ForRank(0, *graph) : nullptr);
+      !s.ok()) {
+    PrintRankFailure(info.rank, StageOf(graphs, info.rank), s);
+    *printed = true;
+    return s;
+  }
   if (traced) result.trace_json = step_trace.Json();
   BATON_RETURN_IF_ERROR(store->Barrier("train_tiny_done", timeout));
   return result;
@@ -1027,7 +1058,9 @@ int Main(int argc, char** argv) {
     }
     rank = info->rank;
     nranks = info->world_size;
-    result = RunProcessRank(job, *corpus, f, *info);
+    bool printed = false;
+    result = RunProcessRank(job, *corpus, f, *info, &printed);
+    if (printed) return 1;
   } else {
     // Final parameters against the reference's: every rank's are at hand.
     job.final_params = f.check_reference;
@@ -1044,8 +1077,7 @@ int Main(int argc, char** argv) {
                              " of ", f.pp, ")");
       }
     }
-    std::fprintf(stderr, "train_tiny: rank %d%s: %s\n", rank, stage.c_str(),
-                 result.status().ToString().c_str());
+    PrintRankFailure(rank, stage, result.status());
     return 1;
   }
   if (rank != 0) return 0;
@@ -1066,6 +1098,7 @@ int Main(int argc, char** argv) {
     ref.policy.pipeline_parallel = 1;  // the whole model on one rank
     ref.policy.virtual_stages = 1;
     ref.policy.pipeline_schedule = scheduler::PipelineSchedule::k1F1B;
+    ref.policy.gather_per_micro_batch = false;
     ref.tp = 1;
     ref.policy.tensor_parallel = 1;
     ref.policy.tp_comm_overlap = false;
@@ -1116,11 +1149,13 @@ int Main(int argc, char** argv) {
   }
   if (f.pp > 1) {
     std::printf("pipeline: %d %sstages of %s blocks (--pp-layers=%s), %s, %lld micro-batches, "
-                "%d data ranks per stage\n",
+                "%d data ranks per stage, buckets gathered %s\n",
                 f.pp * f.vpp, f.vpp > 1 ? "virtual " : "",
                 absl::StrJoin(job.stage_layers, ", ").c_str(), f.pp_layers.c_str(),
                 scheduler::PipelineScheduleName(job.policy.pipeline_schedule),
-                static_cast<long long>(job.policy.micro_steps), nranks / f.pp / f.tp);
+                static_cast<long long>(job.policy.micro_steps), nranks / f.pp / f.tp,
+                job.policy.gather_per_micro_batch ? "per micro-batch pass (--pp-gather=micro)"
+                                                  : "once per step");
   }
   if (job.tp > 1) {
     const int64_t tokens = job.config.seq * job.config.batch;

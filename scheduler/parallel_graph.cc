@@ -335,6 +335,13 @@ class StageBuilder {
                   p_.param_dtype, false);
   }
   std::vector<int> Params(int u) const;
+  // gather_per_micro_batch: before unit u's compute in a pass ("fwd",
+  // "bwd", "wgt"), all-gathers of its buckets not gathered in this pass
+  // yet into buffers of their own, which Params reads for the rest of the
+  // pass; EndUnit after the unit's compute nodes.
+  void GatherUnit(int u, int m, int c, const char* phase);
+  void EndUnit();
+  void BeginPass() { std::fill(pass_gathered_.begin(), pass_gathered_.end(), -1); }
   // recompute_blocks N: the first N blocks of each virtual stage (-1: all).
   bool Recomputed(int u) const {
     return layout_.units[u].kind == UnitKind::kBlock &&
@@ -378,12 +385,23 @@ class StageBuilder {
   std::vector<int> writes_left_;  // bucket -> gradient writes still to come
   std::vector<std::vector<bool>> grad_written_;
   std::vector<int> position_;  // unit -> its index among its virtual stage's blocks
+  // gather_per_micro_batch: bucket -> the gathered buffer the current pass
+  // reads (-1: not gathered in it yet); the last compute node of each unit
+  // pass, and the window edges: a unit's gathers wait for the compute of
+  // the unit pass two before it, so at most two units' gathered buckets
+  // are held (the one computing, the next one prefetched), as FSDP's
+  // prefetch of 1.
+  std::vector<int> pass_gathered_;
+  std::vector<int> unit_ends_;
+  std::vector<GraphEdge> window_edges_;
 };
 
 std::vector<int> StageBuilder::Params(int u) const {
   std::vector<int> reads;
   for (const ParamRef& r : layout_.unit_params[u]) {
-    const int buf = p_.all_reduce ? shard_[r.bucket] : gathered_[r.bucket];
+    const int buf = p_.all_reduce                 ? shard_[r.bucket]
+                    : p_.gather_per_micro_batch ? pass_gathered_[r.bucket]
+                                                : gathered_[r.bucket];
     if (std::find(reads.begin(), reads.end(), buf) == reads.end()) reads.push_back(buf);
   }
   return reads;
@@ -402,8 +420,11 @@ void StageBuilder::Persistent() {
       for (const ParamRef& r : layout_.unit_params[u]) {
         if (std::find(seen.begin(), seen.end(), r.bucket) != seen.end()) continue;
         seen.push_back(r.bucket);
-        if (writes_left_[r.bucket] == 0) buckets_.push_back(r.bucket);
-        writes_left_[r.bucket] += p_.micro_steps;
+        if (std::find(buckets_.begin(), buckets_.end(), r.bucket) == buckets_.end()) {
+          buckets_.push_back(r.bucket);
+        }
+        // A frozen bucket (LoRA's base weights) gets no gradient.
+        if (!layout_.buckets[r.bucket].frozen) writes_left_[r.bucket] += p_.micro_steps;
       }
     }
   }
@@ -417,6 +438,13 @@ void StageBuilder::Persistent() {
     const int64_t shard = p_.all_reduce ? whole : (whole + data - 1) / data;
     shard_[b] = Buffer(absl::StrCat("shard.", bk.name), BufferRole::kShard, b, shard,
                        p_.param_dtype, true);
+    if (!p_.all_reduce && !p_.gather_per_micro_batch) {
+      gathered_[b] = Buffer(absl::StrCat("gathered.", bk.name), BufferRole::kGathered, b,
+                            whole, p_.param_dtype, false);
+    }
+    // A frozen bucket: the shard only, gathered for compute, never reduced
+    // or updated.
+    if (bk.frozen) continue;
     master_[b] = Buffer(absl::StrCat("master.", bk.name), BufferRole::kMaster, b, shard,
                         DataType::kF32, true);
     gshard_[b] = Buffer(absl::StrCat("grad_shard.", bk.name), BufferRole::kGradShard, b,
@@ -428,10 +456,6 @@ void StageBuilder::Persistent() {
     grad_[b] = Buffer(absl::StrCat("grad.", bk.name), BufferRole::kGradFull, b, whole,
                       p_.reduce_dtype, false);
     grad_written_[b].assign(bk.params.size(), false);
-    if (!p_.all_reduce) {
-      gathered_[b] = Buffer(absl::StrCat("gathered.", bk.name), BufferRole::kGathered, b,
-                            whole, p_.param_dtype, false);
-    }
   }
 }
 
@@ -480,7 +504,7 @@ void StageBuilder::Compute(NodeKind kind, int u, int m, int c, uint8_t segments,
     for (const ParamRef& r : layout_.unit_params[u]) {
       // A block part writes the gradients of its segments' parameters only.
       const ParamSlot& slot = layout_.buckets[r.bucket].params[r.slot];
-      if (segments != 0 && !(segments & SegmentBit(ParamSegment(slot.name)))) {
+      if (slot.frozen || (segments != 0 && !(segments & SegmentBit(ParamSegment(slot.name))))) {
         acc.push_back(false);
         continue;
       }
@@ -593,11 +617,45 @@ void StageBuilder::AddRing(Node& n, bool backward) {
                      p_.context_parallel});
 }
 
+void StageBuilder::GatherUnit(int u, int m, int c, const char* phase) {
+  if (!p_.gather_per_micro_batch || p_.all_reduce) return;
+  const std::string t = absl::StrCat(" ", phase, Tag(m, c));
+  const int window_src = unit_ends_.size() >= 2 ? unit_ends_[unit_ends_.size() - 2] : -1;
+  for (const ParamRef& r : layout_.unit_params[u]) {
+    const int b = r.bucket;
+    if (pass_gathered_[b] >= 0) continue;  // gathered for this pass already
+    const Bucket& bk = layout_.buckets[b];
+    const int64_t whole = sliced_ ? bk.padded_numel
+                                  : (bk.padded_numel + p_.tensor_parallel - 1) /
+                                        p_.tensor_parallel;
+    pass_gathered_[b] = Buffer(absl::StrCat("gathered.", bk.name, t), BufferRole::kGathered, b,
+                               whole, p_.param_dtype, false);
+    Node& n = Add(NodeKind::kAllGather, g_.stream_for(StreamClass::kAllGather), {shard_[b]},
+                  {pass_gathered_[b]}, absl::StrCat("AG ", bk.name, t));
+    n.bucket = b;
+    n.group = ParallelDataGroup(p_);
+    n.micro_step = m;
+    n.chunk = c;
+    if (window_src >= 0) {
+      window_edges_.push_back({window_src, static_cast<int>(g_.nodes.size()) - 1,
+                               EdgeKind::kWindow});
+    }
+  }
+}
+
+void StageBuilder::EndUnit() {
+  if (!p_.gather_per_micro_batch || p_.all_reduce) return;
+  int last = static_cast<int>(g_.nodes.size()) - 1;
+  while (last >= 0 && g_.nodes[last].stream != kComputeStream) --last;
+  unit_ends_.push_back(last);
+}
+
 void StageBuilder::GradWritten(int u) {
   std::vector<int> done;
   for (const ParamRef& r : layout_.unit_params[u]) {
     if (std::find(done.begin(), done.end(), r.bucket) != done.end()) continue;
     done.push_back(r.bucket);
+    if (layout_.buckets[r.bucket].frozen) continue;
     if (--writes_left_[r.bucket] == 0) Reduce(r.bucket);
   }
 }
@@ -624,6 +682,7 @@ void StageBuilder::Forward(int m, int c) {
   const std::string t = Tag(m, c);
   const bool sp = p_.sequence_parallel;
   int cur = -1;
+  BeginPass();
   if (vs > 0) {
     cur = Act(absl::StrCat("recv.act", t), sp, false);
     Node& r = Add(NodeKind::kRecv, g_.stream_for(StreamClass::kPipelineRecv), {}, {cur},
@@ -637,8 +696,10 @@ void StageBuilder::Forward(int m, int c) {
   }
   for (int u : vs_units_[vs]) {
     const UnitSpec& unit = layout_.units[u];
+    GatherUnit(u, m, c, "fwd");
     if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
       cur = ForwardBlock(u, m, c, cur);
+      EndUnit();
       continue;
     }
     const int out = Act(absl::StrCat("act.", unit.name, t), sp, false);
@@ -647,6 +708,7 @@ void StageBuilder::Forward(int m, int c) {
     Compute(NodeKind::kForward, u, m, c, 0, reads, {out}, false,
             absl::StrCat("F ", unit.name, t));
     if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), false);
+    EndUnit();
     cur = out;
   }
   if (vs < nv - 1) {
@@ -665,6 +727,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
   const std::string t = Tag(m, c);
   const bool sp = p_.sequence_parallel;
   int cur = -1;
+  BeginPass();
   if (vs < nv - 1) {
     cur = Act(absl::StrCat("recv.grad", t), sp, true);
     Node& r = Add(NodeKind::kRecv, g_.stream_for(StreamClass::kPipelineRecv), {}, {cur},
@@ -679,6 +742,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
     const int u = *it;
     const UnitSpec& unit = layout_.units[u];
+    GatherUnit(u, m, c, "bwd");
     if (Recomputed(u)) {
       Compute(NodeKind::kRecompute, u, m, c, 0, Params(u), {}, false,
               absl::StrCat("R ", unit.name, t));
@@ -696,6 +760,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
       if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), true);
       cur = out;
     }
+    EndUnit();
     if (!split) GradWritten(u);
   }
   if (vs > 0) {
@@ -711,9 +776,12 @@ void StageBuilder::Backward(int m, int c, bool split) {
 
 void StageBuilder::Weight(int m, int c) {
   const std::vector<int>& units = vs_units_[VStage(c)];
+  BeginPass();
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
+    GatherUnit(*it, m, c, "wgt");
     Compute(NodeKind::kBackwardWeight, *it, m, c, 0, Params(*it), {}, true,
             absl::StrCat("W ", layout_.units[*it].name, Tag(m, c)));
+    EndUnit();
     GradWritten(*it);
   }
 }
@@ -733,6 +801,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
     }
   }
   Persistent();
+  pass_gathered_.assign(layout_.buckets.size(), -1);
   recv_act_.assign(static_cast<size_t>(p_.micro_steps) * p_.virtual_stages, -1);
   {
     // About 10 nodes and 8 buffers per unit pass with tensor parallelism.
@@ -743,7 +812,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
     g_.nodes.reserve(passes * per + 4 * buckets_.size());
     g_.buffers.reserve(g_.buffers.size() + passes * per);
   }
-  if (!p_.all_reduce) {
+  if (!p_.all_reduce && !p_.gather_per_micro_batch) {
     for (int b : buckets_) {
       Node& n = Add(NodeKind::kAllGather, g_.stream_for(StreamClass::kAllGather), {shard_[b]},
                     {gathered_[b]}, absl::StrCat("AG ", layout_.buckets[b].name));
@@ -761,6 +830,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
   }
   for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
     const int b = *it;
+    if (layout_.buckets[b].frozen) continue;
     const std::string& name = layout_.buckets[b].name;
     Node& o = Add(NodeKind::kOptimizer, kComputeStream, {gshard_[b], master_[b], m1_[b], m2_[b]},
                   {master_[b], m1_[b], m2_[b]}, absl::StrCat("OPT ", name));
@@ -771,7 +841,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
     cast.bucket = b;
     cast.micro_step = p_.micro_steps - 1;
   }
-  internal::DeriveDataEdges(g_, {});
+  internal::DeriveDataEdges(g_, window_edges_);
   if (plan_memory_) {
     BATON_RETURN_IF_ERROR(internal::PlanBuffers(g_, true, p_.reuse_edges));
     BATON_RETURN_IF_ERROR(internal::DeriveFinalUsesAndWaits(g_));

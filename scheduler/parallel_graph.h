@@ -11,6 +11,12 @@
 //             replicated over them), issued at the start and kept for the
 //             whole step (Megatron's distributed optimizer with
 //             --overlap-param-gather; torchtitan's FSDP under pipelining);
+//             with gather_per_micro_batch instead before each unit's
+//             compute in every pass (forward, backward, zb-h1's weight
+//             pass), into buffers of that pass freed after it, each gather
+//             waiting (a window edge) for the compute of the unit two
+//             before it: two units' parameters held, 2 (zb-h1: 3) x m
+//             gathers per bucket (ZeRO-3 style);
 //   passes    the pipeline schedule's passes in order (PipelineOrder):
 //             F(m, c), B(m, c), and for zero-bubble W(m, c), micro-batch m
 //             of this stage's model chunk c. F: a kRecv of the input
@@ -50,6 +56,10 @@
 //             (all-reduce under all_reduce; with replicas an all-reduce of
 //             the shard over them), overlapping the rest of the backward;
 //   optimizer the optimizer and cast of each bucket on the compute stream.
+// A frozen bucket (LoRA's base weights) is gathered like the others and
+// gets no gradient, reduction, optimizer or cast; its adapters' bucket is
+// trained. NF4 base weights are gathered as stored (no dequantize node:
+// the simulator's figure, not run by the executor).
 // Edges and waits are derived from the buffers as for data-parallel graphs
 // (scheduler/step_graph.h); cross-stage order is the send / receive pairs
 // (the simulator runs the stages together, sim/pipeline_loop.h). The

@@ -192,6 +192,94 @@ TEST(ParallelGraphTest, ZeroBubbleSplitsTheBackward) {
   }
 }
 
+// gather_per_micro_batch: every pass gathers its chunk's buckets into
+// buffers of its own (the weight pass reads its backward's), so a stage
+// gathers 2 x m times per bucket instead of once and its plan holds less.
+TEST(ParallelGraphTest, GatherPerMicroBatchRegathersEveryPass) {
+  const ModelSpec tiny = *ModelPreset("tiny");
+  for (PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kZbH1}) {
+    Policy p = Parallel(1, false, 1, 2, 4);
+    p.pipeline_schedule = schedule;
+    auto step = BuildParallelStep(tiny, p, 4, 64, 1, {}, {}, /*plan_memory=*/true);
+    p.gather_per_micro_batch = true;
+    auto micro = BuildParallelStep(tiny, p, 4, 64, 1, {}, {}, /*plan_memory=*/true);
+    ASSERT_TRUE(step.ok() && micro.ok()) << step.status() << micro.status();
+    for (int s = 0; s < 2; ++s) {
+      const StepGraph& g = micro->stages[s];
+      ASSERT_TRUE(VerifyStepGraph(g).ok()) << VerifyStepGraph(g);
+      std::map<int, int> gathers;       // bucket -> all-gathers
+      std::map<int, int> gathered_by;   // gathered buffer -> the all-gather writing it
+      for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+        const Node& n = g.nodes[i];
+        if (n.kind != NodeKind::kAllGather) continue;
+        ++gathers[n.bucket];
+        gathered_by[n.writes[0]] = i;
+      }
+      ASSERT_FALSE(gathers.empty());
+      // Forward and backward (zb-h1: and the weight pass) of 4 micro-batches.
+      const int passes = schedule == PipelineSchedule::kZbH1 ? 3 : 2;
+      for (const auto& [bucket, n] : gathers) EXPECT_EQ(n, passes * 4) << bucket;
+      int computes = 0;
+      for (const Node& n : g.nodes) {
+        if (n.kind != NodeKind::kForward && n.kind != NodeKind::kBackward &&
+            n.kind != NodeKind::kBackwardWeight && n.kind != NodeKind::kRecompute) {
+          continue;
+        }
+        for (int r : n.reads) {
+          if (g.buffers[r].role != BufferRole::kGathered) continue;
+          ++computes;
+          // Gathered for this micro-batch and pass.
+          const Node& ag = g.nodes[gathered_by.at(r)];
+          EXPECT_EQ(ag.micro_step, n.micro_step) << n.name;
+          const char* pass = n.kind == NodeKind::kForward          ? " fwd"
+                             : n.kind == NodeKind::kBackwardWeight ? " wgt"
+                                                                   : " bwd";
+          EXPECT_NE(g.buffers[r].name.find(pass), std::string::npos)
+              << n.name << " reads " << g.buffers[r].name;
+        }
+      }
+      EXPECT_GT(computes, 0);
+      const StepGraph& once = step->stages[s];
+      EXPECT_LT(g.plan.arena_bytes + g.persistent_bytes,
+                once.plan.arena_bytes + once.persistent_bytes)
+          << "stage " << s << " " << PipelineScheduleName(schedule);
+    }
+  }
+  Policy alone = Parallel(1, false, 1, 1, 4);
+  alone.tensor_parallel = 2;
+  alone.gather_per_micro_batch = true;
+  auto bad = BuildParallelStep(tiny, alone, 4, 64, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("gather_per_micro_batch needs pipeline_parallel > 1"),
+            std::string::npos) << bad.status();
+}
+
+// LoRA: a stage gathers its frozen base buckets and never reduces or
+// updates them; its adapter buckets are reduced and updated.
+TEST(ParallelGraphTest, FrozenBucketsAreGatheredNeverReduced) {
+  const ModelSpec tiny = *ModelPreset("tiny");
+  Policy p = Parallel(1, false, 1, 2, 4);
+  p.layout.lora_rank = 4;
+  auto step = BuildParallelStep(tiny, p, 4, 64, 1, {}, {}, /*plan_memory=*/true);
+  ASSERT_TRUE(step.ok()) << step.status();
+  for (const StepGraph& g : step->stages) {
+    ASSERT_TRUE(VerifyStepGraph(g).ok()) << VerifyStepGraph(g);
+    int frozen_gathers = 0, adapter_updates = 0;
+    for (const Node& n : g.nodes) {
+      if (n.bucket < 0) continue;
+      const bool frozen = g.layout.buckets[n.bucket].frozen;
+      if (n.kind == NodeKind::kAllGather) frozen_gathers += frozen;
+      if (n.kind == NodeKind::kReduceScatter || n.kind == NodeKind::kOptimizer ||
+          n.kind == NodeKind::kCast) {
+        EXPECT_FALSE(frozen) << n.name;
+        adapter_updates += n.kind == NodeKind::kOptimizer;
+      }
+    }
+    EXPECT_GT(frozen_gathers, 0);
+    EXPECT_EQ(adapter_updates, 2);  // the stage's 2 blocks' adapters
+  }
+}
+
 TEST(ParallelGraphTest, StageLayers) {
   const ModelSpec m405 = *ModelPreset("llama3-405b");
   Policy p = Parallel(8, true, 1, 16, 16);

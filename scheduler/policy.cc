@@ -193,6 +193,10 @@ Status ValidateParallelKnobs(const Policy& p) {
       p.pipeline_parallel < 2) {
     return bad("pipeline_first_layers / pipeline_last_layers need pipeline_parallel > 1");
   }
+  if (p.gather_per_micro_batch && p.pipeline_parallel < 2) {
+    return bad("gather_per_micro_batch needs pipeline_parallel > 1 (data-parallel graphs "
+               "gather per micro-step under reshard_after_forward)");
+  }
   if (IsParallel(p) && (p.offload != Offload::kNone || p.zenflow || p.hpz_group > 0)) {
     return bad("tensor, context and pipeline parallelism are not modelled with ",
                p.offload != Offload::kNone ? "offload" : "hpz_group");

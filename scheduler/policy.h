@@ -183,6 +183,13 @@
 //       Megatron's --decoder-first/last-pipeline-num-layers).
 //       recompute_blocks N in a parallel graph: the first N blocks of each
 //       virtual stage (Megatron's --recompute-num-layers per model chunk).
+//   gather_per_micro_batch (needs pipeline_parallel > 1)
+//       false: each stage gathers its buckets once per step and keeps
+//       them (Megatron's distributed optimizer, torchtitan's FSDP under
+//       pipelining). true (ZeRO-3 style): each pass re-gathers the buckets
+//       of its chunk before it runs and frees them after (the backward's
+//       kept for zb-h1's weight pass): less memory, 2 x m gathers per
+//       bucket instead of one.
 //       Data parallelism inside a parallel graph is Megatron's distributed
 //       optimizer (torchtitan's FSDP under pipelining alike): each stage's
 //       parameters are gathered once per step and kept, its gradients
@@ -267,6 +274,7 @@ struct Policy {
   int pipeline_parallel = 1;
   int virtual_stages = 1;
   PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
+  bool gather_per_micro_batch = false;
   int pipeline_first_layers = 0;  // 0: balanced
   int pipeline_last_layers = 0;
   // Buckets and resident parameters (layout.h).
@@ -320,7 +328,8 @@ std::vector<std::string> PolicyPresetNames();
 // a parallel size < 1, sequence_parallel or tp_comm_overlap without
 // tensor_parallel > 1, virtual_stages > 1 without the interleaved schedule
 // (or interleaved with fewer than 2), zb-h1 or interleaved without
-// pipeline_parallel > 1, first / last layers without it or negative,
+// pipeline_parallel > 1, first / last layers or gather_per_micro_batch
+// without it, negative first / last layers,
 // tensor / context / pipeline parallelism with offload, zenflow or hpz_group;
 // adamw8bit with a half parameter dtype or with zenflow, a lora_rank
 // outside [0, kMaxLoraRank], a non-positive lora_alpha, no LoRA targets,

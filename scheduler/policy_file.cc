@@ -101,6 +101,7 @@ const std::vector<Field>& Fields() {
       {"pipeline_schedule", &Policy::pipeline_schedule},
       {"pipeline_first_layers", &Policy::pipeline_first_layers, 0, kMaxModelLayers},
       {"pipeline_last_layers", &Policy::pipeline_last_layers, 0, kMaxModelLayers},
+      {"gather_per_micro_batch", &Policy::gather_per_micro_batch},
   };
   return *fields;
 }

@@ -75,6 +75,7 @@ Policy UnusualParallel() {
   p.pipeline_schedule = PipelineSchedule::kInterleaved;
   p.pipeline_first_layers = 5;
   p.pipeline_last_layers = 6;
+  p.gather_per_micro_batch = true;
   return p;
 }
 
@@ -109,7 +110,7 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
   for (const std::string& key : PolicyFileFields()) {
     EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
   }
-  EXPECT_EQ(PolicyFileFields().size(), 41u);
+  EXPECT_EQ(PolicyFileFields().size(), 42u);
   // Each knob of Unusual() differs from the default, and SamePolicy sees
   // each one: set them one at a time through the file.
   const std::string unusual = PolicyToJson(Unusual());
@@ -124,6 +125,7 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
       {"pipeline_schedule", ", \"pipeline_parallel\": 2, \"virtual_stages\": 2"},
       {"pipeline_first_layers", ", \"pipeline_parallel\": 2"},
       {"pipeline_last_layers", ", \"pipeline_parallel\": 2"},
+      {"gather_per_micro_batch", ", \"pipeline_parallel\": 2"},
   };
   for (const std::string& key : PolicyFileFields()) {
     // false / true in both

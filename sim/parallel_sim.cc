@@ -78,12 +78,49 @@ std::pair<double, int> StageActivations(const StepGraph& g, const std::vector<Pi
   return {peak, most};
 }
 
+// The gathered buckets' bytes held at most at once in issue order, each
+// from the moment its all-gather may start (after the node its window edge
+// waits for, else at its issue) to its last reader: every bucket of the stage when
+// they are gathered once per step, about two units' under
+// gather_per_micro_batch (the one computing, the next prefetched).
+double GatheredPeakBytes(const StepGraph& g) {
+  const int nb = static_cast<int>(g.buffers.size());
+  std::vector<int> first(nb, -1), last(nb, -1);
+  const int nn = static_cast<int>(g.nodes.size());
+  std::vector<int> may_start(nn);
+  for (int i = 0; i < nn; ++i) may_start[i] = i;
+  for (const scheduler::GraphEdge& e : g.edges) {
+    if (e.kind == scheduler::EdgeKind::kWindow && e.from < e.to) {
+      may_start[e.to] = std::min(may_start[e.to], e.from + 1);
+    }
+  }
+  for (int i = 0; i < nn; ++i) {
+    for (int w : g.nodes[i].writes) {
+      if (g.buffers[w].role == BufferRole::kGathered && first[w] < 0) first[w] = may_start[i];
+    }
+    for (int r : g.nodes[i].reads) {
+      if (g.buffers[r].role == BufferRole::kGathered) last[r] = i;
+    }
+  }
+  std::vector<double> delta(nn + 1, 0.0);
+  for (int b = 0; b < nb; ++b) {
+    if (first[b] < 0) continue;
+    delta[first[b]] += static_cast<double>(g.buffers[b].bytes());
+    delta[std::max(first[b], last[b]) + 1] -= static_cast<double>(g.buffers[b].bytes());
+  }
+  double live = 0, peak = 0;
+  for (double d : delta) {
+    live += d;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
 double StateBytesOf(const StepGraph& g) {
-  double bytes = 0;
+  double bytes = GatheredPeakBytes(g);
   const bool whole = g.policy.all_reduce;
   for (const scheduler::GraphBuffer& b : g.buffers) {
     switch (b.role) {
-      case BufferRole::kGathered:
       case BufferRole::kGradFull:
       case BufferRole::kMaster:
       case BufferRole::kMoment1:

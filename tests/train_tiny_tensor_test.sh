@@ -87,7 +87,7 @@ equal tp2-tied-fsdp2 1
 # 3D: TP inside 1F1B pipeline stages, with fsdp2 inside each (tensor, stage).
 run tp2-pp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
   --check-reference --json
-has tp2-pp2 '^pipeline: 2 stages of 1, 1 blocks .*, 1 data ranks per stage$'
+has tp2-pp2 '^pipeline: 2 stages of 1, 1 blocks .*, 1 data ranks per stage, buckets gathered once per step$'
 equal tp2-pp2 1
 run tp2-pp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=8 --micro-steps=3 \
   --policy=fsdp2 --check-reference --json

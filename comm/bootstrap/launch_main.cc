@@ -1,11 +1,12 @@
 // launch: start N local ranks of a command (like torchrun --standalone).
 //
 //   launch --nproc=N [--master-port=P] [--store-port=P] [--timeout=SECONDS]
-//          -- cmd [args...]
+//          [--keep-going] -- cmd [args...]
 //
 // The ranks get MASTER_PORT (torchrun's variable; free port by default),
 // BATON_STORE_PORT (baton's store; another free port by default) and a
-// fresh BATON_STORE_TOKEN.
+// fresh BATON_STORE_TOKEN. When a rank fails the others are stopped, unless
+// --keep-going (fault tests: watch how the survivors fail on their own).
 //
 // Exit code: 0 if every rank exited 0, else the first failing rank's code;
 // 2 for bad usage.
@@ -23,7 +24,8 @@ namespace {
 int Usage(const char* why) {
   std::fprintf(stderr,
                "launch: %s\nusage: launch --nproc=N [--master-port=P] "
-               "[--store-port=P] [--timeout=SECONDS] -- command [args...]\n",
+               "[--store-port=P] [--timeout=SECONDS] [--keep-going] -- command "
+               "[args...]\n",
                why);
   return 2;
 }
@@ -44,7 +46,9 @@ int main(int argc, char** argv) {
       break;
     }
     int v = 0;
-    if (absl::StartsWith(a, "--nproc=")) {
+    if (a == "--keep-going") {
+      o.stop_all_on_failure = false;
+    } else if (absl::StartsWith(a, "--nproc=")) {
       if (!absl::SimpleAtoi(a.substr(8), &v) || v < 1) {
         return Usage("--nproc needs a positive integer");
       }

@@ -32,9 +32,14 @@ bool StoreUnreachable(const Status& s) {
           s.message().find("did not appear") == absl::string_view::npos);
 }
 
-Status StoreDown(const Status& store_status, const Status& own) {
+std::string Name(const BlameOptions& o, int rank) {
+  return o.name ? o.name(rank) : absl::StrCat("rank ", rank);
+}
+
+Status StoreDown(const BlameOptions& o, const Status& store_status,
+                 const Status& own) {
   return absl::UnavailableError(absl::StrCat(
-      "rank 0 failed or stopped (its store is unreachable: ",
+      Name(o, 0), " failed or stopped (its store is unreachable: ",
       store_status.message(), "); on this rank: ", own.message()));
 }
 
@@ -47,18 +52,18 @@ Status AttributeFailure(Store* store, const BlameOptions& o, const Status& own,
   const std::string claims_key = absl::StrCat(o.prefix, "failure/claims");
   std::string claim;
   if (suspect.dead) {
-    claim = absl::StrCat("rank ", suspect.rank, " failed (seen first by rank ",
+    claim = absl::StrCat(Name(o, suspect.rank), " failed (seen first by rank ",
                          o.rank, "): ", own.message());
   } else {
     // Say whom we wait on, then give the ranks that saw a death time to
     // post it.
     Status set = store->Set(absl::StrCat(o.prefix, "silent/", o.rank),
                             absl::StrCat(suspect.rank), o.store_timeout);
-    if (StoreUnreachable(set)) return StoreDown(set, own);
+    if (StoreUnreachable(set)) return StoreDown(o, set, own);
     StatusOr<std::string> posted = store->Get(first_key, o.grace);
     if (posted.ok()) return FromRecord(*posted, o.rank, own);
     if (StoreUnreachable(posted.status())) {
-      return StoreDown(posted.status(), own);
+      return StoreDown(o, posted.status(), own);
     }
     // Nobody did: follow who waits on whom to a rank that waits on no one.
     int culprit = suspect.rank;
@@ -84,13 +89,13 @@ Status AttributeFailure(Store* store, const BlameOptions& o, const Status& own,
     // Every rank on the chain waits on another: no one to single out.
     if (cycle) culprit = suspect.rank;
     claim = absl::StrCat(
-        "rank ", culprit,
+        Name(o, culprit),
         " went silent: it neither sent nor took data in time (dead, stopped,"
         " or it never issued the collective; seen first by rank ",
         o.rank, "): ", own.message());
   }
   StatusOr<int64_t> n = store->Add(claims_key, 1, o.store_timeout);
-  if (!n.ok()) return StoreDown(n.status(), own);
+  if (!n.ok()) return StoreDown(o, n.status(), own);
   if (*n == 1) {
     (void)store->Set(first_key, Record(suspect.dead, claim), o.store_timeout);
     return Status(suspect.dead ? absl::StatusCode::kUnavailable
@@ -99,7 +104,7 @@ Status AttributeFailure(Store* store, const BlameOptions& o, const Status& own,
   }
   StatusOr<std::string> posted = store->Get(first_key, o.store_timeout);
   if (posted.ok()) return FromRecord(*posted, o.rank, own);
-  if (StoreUnreachable(posted.status())) return StoreDown(posted.status(), own);
+  if (StoreUnreachable(posted.status())) return StoreDown(o, posted.status(), own);
   return own;
 }
 

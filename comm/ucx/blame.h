@@ -17,11 +17,18 @@
 // A rank posts before it returns its error to the caller, so before it can
 // close its connections: a consequence never gets posted before its cause.
 // If the store itself is unreachable, rank 0 (which hosts it) is named.
+//
+// Ranks here are world ranks, and a job's communicators (a communicator and
+// the ones Split makes from it) share one prefix: a rank that dies is named
+// alike by every survivor, whichever communicator each saw it in (a
+// pipeline's stage neighbours, a data group's members, the world), and the
+// chain of waits crosses communicators.
 // Every store call has a deadline; the whole attribution takes at most
 // about 2 x grace + 3 x store_timeout.
 #ifndef BATON_COMM_UCX_BLAME_H_
 #define BATON_COMM_UCX_BLAME_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/time/time.h"
@@ -33,14 +40,17 @@ namespace baton::ucx_internal {
 
 struct BlameOptions {
   std::string prefix;  // store keys, e.g. "<group>/ucx/"
-  int rank = 0;
-  int size = 1;
+  int rank = 0;        // this rank's world rank
+  int size = 1;        // the world size (ranks read from the store are below)
+  // How the messages name a world rank ("rank 3 (pipeline stage 1)");
+  // empty: "rank N".
+  std::function<std::string(int)> name;
   absl::Duration grace = absl::Milliseconds(500);
   absl::Duration store_timeout = absl::Seconds(2);
 };
 
 // The status this rank reports for its failure `own`, which points at
-// `suspect`. With no suspect (or no store) returns `own` unchanged.
+// `suspect` (its world rank). With no suspect (or no store) returns `own` unchanged.
 // Otherwise the message starts with the failed rank as the first rank to
 // see it named it, e.g. "rank 2 failed (seen first by rank 3): ...; on
 // rank 5: <own message>"; the code is Unavailable for a failure the

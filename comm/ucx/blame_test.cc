@@ -119,6 +119,30 @@ TEST(BlameTest, WithOnlyTimeoutsTheChainOfWaitsEndsAtTheSilentRank) {
   }
 }
 
+TEST(BlameTest, TheRankNameNamesTheFailedRankInEveryClaim) {
+  const int n = 4;
+  Ranks ranks(n);
+  auto opts = [](int r) {
+    BlameOptions o = Opts("d/", r, n);
+    o.name = [](int w) { return absl::StrCat("rank ", w, " (pipeline stage ", w / 2, ")"); };
+    return o;
+  };
+  // Rank 3 died: rank 2 saw it, rank 0 only waits on rank 2.
+  Status two = AttributeFailure(ranks.store(2), opts(2),
+                                Own(2, "transfer failed with", 3), {3, true});
+  Status zero = AttributeFailure(ranks.store(0), opts(0),
+                                 absl::DeadlineExceededError("waiting on rank 2"), {2, false});
+  for (const Status& s : {two, zero}) {
+    EXPECT_TRUE(absl::StartsWith(s.message(), "rank 3 (pipeline stage 1) failed (seen first by rank 2)"))
+        << s;
+  }
+  ranks.KillStore();
+  Status down = AttributeFailure(ranks.store(1), opts(1), Own(1, "endpoint error with", 0),
+                                 {0, true});
+  EXPECT_TRUE(absl::StartsWith(down.message(), "rank 0 (pipeline stage 0) failed or stopped"))
+      << down;
+}
+
 TEST(BlameTest, UnreachableStoreNamesRankZeroAndNoSuspectChangesNothing) {
   const int n = 3;
   Ranks ranks(n);

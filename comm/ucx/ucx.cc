@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "baton/comm/backend_util.h"
@@ -185,6 +186,7 @@ class UcxCommunicator : public CommunicatorBase {
         absl::StrCat(group_, "/split", number, "/", all[2 * rank_]);
     child.recorder = rec_.recorder;
     child.world_ranks = ChildWorldRanks(pairs, rank_, WorldRanks(config_));
+    child.failure_group = FailureGroup();
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> c,
                            UcxCommunicator::Create(child));
     return std::unique_ptr<Communicator>(std::move(c));
@@ -466,10 +468,25 @@ class UcxCommunicator : public CommunicatorBase {
       // give it a whole timeout (a busy rank 0 answers late, not never).
       ho.store_timeout = std::clamp(timeout, absl::Seconds(1), absl::Seconds(5));
       ho.sink = config_.on_hang_report;
+      // Who failed is named in world ranks, under the job's failure group
+      // (shared with the parent and the siblings of a Split).
+      const std::vector<int> world = WorldRanks(config_);
       ucx_internal::BlameOptions bo;
-      bo.prefix = absl::StrCat(group_, "/ucx/");
-      bo.rank = rank_;
-      bo.size = size_;
+      bo.prefix = absl::StrCat(FailureGroup(), "/ucx/");
+      bo.rank = world[rank_];
+      bo.size = std::max(store_ != nullptr ? store_->world_size() : size_,
+                         *std::max_element(world.begin(), world.end()) + 1);
+      bo.name = config_.rank_name;
+      ucx_internal::Suspect suspect = sub->suspect;
+      if (suspect.rank >= 0 && suspect.rank < size_) {
+        suspect.rank = world[suspect.rank];
+      }
+      if (world != DefaultWorld()) {
+        // The transport's own message counts in this communicator's ranks.
+        s = Status(s.code(), absl::StrCat(s.message(), " (ranks of '", group_,
+                                          "': world ranks ",
+                                          absl::StrJoin(world, ","), ")"));
+      }
       bo.grace = std::min(timeout / 4, absl::Seconds(5));
       bo.store_timeout = ho.store_timeout;
       FlightRecorder& rec = *rec_.recorder;
@@ -480,7 +497,7 @@ class UcxCommunicator : public CommunicatorBase {
       if (reporter) report.Publish();
       // Name the rank that failed as the first rank to see it did (this
       // happens before the caller can react, e.g. by closing connections).
-      s = ucx_internal::AttributeFailure(store_, bo, s, sub->suspect);
+      s = ucx_internal::AttributeFailure(store_, bo, s, suspect);
       if (reporter) {
         s = report.Conclude(s);
         rec.FinishReport(report.verdict());
@@ -493,6 +510,15 @@ class UcxCommunicator : public CommunicatorBase {
       health_.Fail(s);
     }
     return s;
+  }
+
+  std::string FailureGroup() const {
+    return config_.failure_group.empty() ? group_ : config_.failure_group;
+  }
+  std::vector<int> DefaultWorld() const {
+    std::vector<int> w(size_);
+    for (int r = 0; r < size_; ++r) w[r] = r;
+    return w;
   }
 
   void Loop() {
