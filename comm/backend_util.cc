@@ -13,7 +13,8 @@ CollectiveHeader MakeHeader(CollectiveKind kind, size_t count, DataType type,
   h.kind = static_cast<uint8_t>(kind);
   h.type = static_cast<uint8_t>(type);
   h.op = static_cast<uint8_t>(op);
-  h.accumulate_fp32 = options.accumulate_fp32 ? 1 : 0;
+  // The maximum is exact in any type: never widened.
+  h.accumulate_fp32 = options.accumulate_fp32 && op != ReduceOp::kMax ? 1 : 0;
   h.root = root;
   h.tag = options.tag;
   h.seq = seq;

@@ -214,6 +214,7 @@ struct CollectiveOptions {
   // bf16/f16 reductions: keep partial sums in fp32 and round once at the
   // end. On the ucx ring this sends fp32 partials (twice the bytes).
   // Unsupported (InvalidArgument) on nccl: reduce an fp32 buffer instead.
+  // Ignored for ReduceOp::kMax (exact in any type; comm/reduce.h).
   bool accumulate_fp32 = false;
   // Its place in the schedule (see SchedulePosition).
   SchedulePosition position;

@@ -342,7 +342,7 @@ bool ParseRecord(const std::vector<absl::string_view>& f, size_t ncomms,
       Num<uint32_t>(f[3], 0, 255, &r->tag) && U64(f[4], &r->seq) &&
       Num<int>(f[5], 0, static_cast<int>(CollectiveKind::kRecv), &kind) &&
       Num<int>(f[6], 0, static_cast<int>(DataType::kI32), &type) &&
-      Num<int>(f[7], 0, static_cast<int>(ReduceOp::kAvg), &op) &&
+      Num<int>(f[7], 0, static_cast<int>(ReduceOp::kMax), &op) &&
       Num<int32_t>(f[8], -1, INT32_MAX, &r->root) && U64(f[9], &r->count) &&
       Num<int64_t>(f[10], -1, INT64_MAX, &p.step) &&
       Num<int32_t>(f[11], -1, INT32_MAX, &p.node) &&

@@ -83,12 +83,12 @@ TEST_P(InprocSweepTest, EveryCountTypeAndPlacementIsExact) {
     for (size_t count : counts) {
       for (DataType type : types) {
         for (bool in_place : {false, true}) {
-          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
             const bool reduces = kind == CollectiveKind::kReduceScatter ||
                                  kind == CollectiveKind::kAllReduce;
-            if (!reduces && op == ReduceOp::kAvg) continue;
-            // avg only at one mid-size count, to keep the sweep short.
-            if (op == ReduceOp::kAvg && count != 1000) continue;
+            if (!reduces && op != ReduceOp::kSum) continue;
+            // avg and max only at one mid-size count, to keep the sweep short.
+            if (op != ReduceOp::kSum && count != 1000) continue;
             for (bool acc : {false, true}) {
               if (acc && (!reduces || DataTypeSize(type) != 2)) continue;
               CheckCase c;
@@ -141,10 +141,10 @@ void EventProtocolSweep(Group& g, int n) {
         for (DataType type : {DataType::kF32, DataType::kBF16, DataType::kF16,
                               DataType::kI32}) {
           for (bool in_place : {false, true}) {
-            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
               const bool reduces = kind == CollectiveKind::kReduceScatter ||
                                    kind == CollectiveKind::kAllReduce;
-              if (op == ReduceOp::kAvg && (!reduces || count != 1000)) continue;
+              if (op != ReduceOp::kSum && (!reduces || count != 1000)) continue;
               CheckCase c{kind, type, op, n, count, (seed + 1) % n, seed};
               ++seed;
               auto wrong = RunChecked(*g.rank(r).comm, g.device(),

@@ -51,12 +51,18 @@ TEST_F(NcclTest, OneRankSuiteIsExact) {
       for (DataType type : {DataType::kF32, DataType::kBF16, DataType::kF16,
                             DataType::kI32}) {
         for (bool in_place : {false, true}) {
-          CheckCase c{kind, type, ReduceOp::kSum, 1, count, 0, seed++};
-          auto wrong =
-              RunChecked(**comm, *device_, *stream_, c, in_place);
-          ASSERT_TRUE(wrong.ok()) << wrong.status();
-          ASSERT_EQ(*wrong, 0u) << CollectiveName(kind) << " " << count
-                                << " " << DataTypeName(type);
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+            const bool reduces = kind == CollectiveKind::kReduceScatter ||
+                                 kind == CollectiveKind::kAllReduce;
+            if (op == ReduceOp::kMax && (!reduces || count != 1000)) continue;
+            CheckCase c{kind, type, op, 1, count, 0, seed++};
+            auto wrong =
+                RunChecked(**comm, *device_, *stream_, c, in_place);
+            ASSERT_TRUE(wrong.ok()) << wrong.status();
+            ASSERT_EQ(*wrong, 0u) << CollectiveName(kind) << " " << count
+                                  << " " << DataTypeName(type) << " "
+                                  << ReduceOpName(op);
+          }
         }
       }
     }

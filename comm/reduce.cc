@@ -15,15 +15,21 @@
 namespace baton {
 
 const char* ReduceOpName(ReduceOp op) {
-  return op == ReduceOp::kSum ? "sum" : "avg";
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
 }
 
 StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
   if (n == "sum") return ReduceOp::kSum;
   if (n == "avg") return ReduceOp::kAvg;
+  if (n == "max") return ReduceOp::kMax;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown reduction '", name, "' (sum, avg)"));
+      absl::StrCat("unknown reduction '", name, "' (sum, avg, max)"));
 }
 
 
@@ -169,6 +175,64 @@ void ReduceSources(void* out, const void* const* srcs, int nsrc, size_t count,
       DivideInPlace(acc, t, n, divisor);
       std::memcpy(static_cast<char*>(out) + off, acc, n * esize);
     }
+  }
+}
+
+namespace {
+
+template <typename T>
+T MaxOf(T a, T b) {
+  if (a != a) return a;  // NaN propagates
+  if (b != b) return b;
+  return a < b ? b : a;
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void Max16(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = Store(MaxOf(Load(a[i]), Load(b[i])));
+}
+
+}  // namespace
+
+void MaxInto(void* dst, const void* a, const void* b, DataType t, size_t count) {
+  switch (t) {
+    case DataType::kF32:
+      for (size_t i = 0; i < count; ++i) {
+        static_cast<float*>(dst)[i] =
+            MaxOf(static_cast<const float*>(a)[i], static_cast<const float*>(b)[i]);
+      }
+      return;
+    case DataType::kI32:
+      for (size_t i = 0; i < count; ++i) {
+        static_cast<int32_t*>(dst)[i] =
+            MaxOf(static_cast<const int32_t*>(a)[i], static_cast<const int32_t*>(b)[i]);
+      }
+      return;
+    case DataType::kBF16:
+      Max16<Bf16ToFloat, FloatToBf16>(static_cast<uint16_t*>(dst),
+                                      static_cast<const uint16_t*>(a),
+                                      static_cast<const uint16_t*>(b), count);
+      return;
+    case DataType::kF16:
+      Max16<F16ToFloat, FloatToF16>(static_cast<uint16_t*>(dst),
+                                    static_cast<const uint16_t*>(a),
+                                    static_cast<const uint16_t*>(b), count);
+      return;
+  }
+}
+
+void MaxSources(void* out, const void* const* srcs, int nsrc, size_t count, DataType t) {
+  constexpr size_t kPiece = 8192;
+  alignas(64) float acc[kPiece];  // also holds int32 or 16-bit values
+  const size_t esize = DataTypeSize(t);
+  for (size_t begin = 0; begin < count; begin += kPiece) {
+    const size_t n = std::min(kPiece, count - begin);
+    const size_t off = begin * esize;
+    std::memcpy(acc, static_cast<const char*>(srcs[0]) + off, n * esize);
+    for (int q = 1; q < nsrc; ++q) {
+      MaxInto(acc, acc, static_cast<const char*>(srcs[q]) + off, t, n);
+    }
+    std::memcpy(static_cast<char*>(out) + off, acc, n * esize);
   }
 }
 

@@ -16,9 +16,11 @@
 
 namespace baton {
 
-enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1 };
+// kMax: the element-wise maximum (exact in any type: no fp32 widening,
+// CollectiveOptions::accumulate_fp32 is ignored for it).
+enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1, kMax = 2 };
 
-const char* ReduceOpName(ReduceOp op);  // "sum", "avg"
+const char* ReduceOpName(ReduceOp op);  // "sum", "avg", "max"
 StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 
 // AddInto (dst = a + b in type t) is in runtime/dtype.h.
@@ -36,6 +38,13 @@ void DivideInPlace(void* x, DataType t, size_t count, int divisor);
 // either way.
 void ReduceSources(void* out, const void* const* srcs, int nsrc, size_t count,
                    DataType t, bool accumulate_fp32, int divisor);
+
+// dst[i] = max(a[i], b[i]) in type t for `count` elements; dst may alias a
+// or b. A NaN in either operand gives NaN (as NCCL's max on floats).
+void MaxInto(void* dst, const void* a, const void* b, DataType t, size_t count);
+
+// out[i] = max over q of srcs[q][i]; `out` may alias any source.
+void MaxSources(void* out, const void* const* srcs, int nsrc, size_t count, DataType t);
 
 // memcpy for host collectives: copies of at least 1 MiB between
 // non-overlapping buffers use non-temporal stores, which keep several

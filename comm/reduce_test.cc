@@ -1,5 +1,6 @@
 #include "baton/comm/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -12,9 +13,35 @@ namespace {
 TEST(ReduceTest, ParseReduceOpNamesAndRejectsUnknown) {
   EXPECT_EQ(*ParseReduceOp("sum"), ReduceOp::kSum);
   EXPECT_EQ(*ParseReduceOp("avg"), ReduceOp::kAvg);
-  auto bad = ParseReduceOp("max");
+  EXPECT_EQ(*ParseReduceOp("max"), ReduceOp::kMax);
+  EXPECT_STREQ(ReduceOpName(ReduceOp::kMax), "max");
+  auto bad = ParseReduceOp("min");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("max"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("min"), std::string::npos);
+}
+
+TEST(ReduceTest, MaxSourcesTakesTheLargestWithNegativesAndNaN) {
+  for (DataType t : {DataType::kF32, DataType::kBF16, DataType::kF16, DataType::kI32}) {
+    const size_t n = 20000;  // spans several internal pieces
+    const size_t es = DataTypeSize(t);
+    std::vector<char> a(n * es), b(n * es), c(n * es);
+    for (size_t i = 0; i < n; ++i) {
+      StoreFromDouble(a.data(), t, i, static_cast<double>(i % 7) - 5.0);
+      StoreFromDouble(b.data(), t, i, -static_cast<double>(i % 5));
+      StoreFromDouble(c.data(), t, i, -3.0);
+    }
+    const void* srcs[3] = {a.data(), b.data(), c.data()};
+    MaxSources(b.data(), srcs, 3, n, t);  // out aliases a source
+    for (size_t i = 0; i < n; ++i) {
+      const double want = std::max({static_cast<double>(i % 7) - 5.0,
+                                    -static_cast<double>(i % 5), -3.0});
+      ASSERT_EQ(LoadAsDouble(b.data(), t, i), want) << DataTypeName(t) << " i=" << i;
+    }
+  }
+  float x[2] = {1.0f, std::nanf("")}, y[2] = {std::nanf(""), 2.0f}, z[2];
+  MaxInto(z, x, y, DataType::kF32, 2);
+  EXPECT_TRUE(std::isnan(z[0]));
+  EXPECT_TRUE(std::isnan(z[1]));
 }
 
 TEST(ReduceTest, ReduceSourcesSumsAvgAndAliases) {

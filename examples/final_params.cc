@@ -12,6 +12,9 @@ StatusOr<std::vector<ParamPiece>> FinalParamPieces(const scheduler::ModelLayout&
                                                    scheduler::Executor& executor, int tp,
                                                    int tp_rank) {
   std::vector<ParamPiece> out;
+  // The embedding and head are split by vocabulary rows unless sequence
+  // parallelism keeps them whole (scheduler/tensor_parallel.h).
+  const bool vocab_parallel = !executor.graph().policy.sequence_parallel;
   for (int b = 0; b < static_cast<int>(layout.buckets.size()); ++b) {
     StatusOr<std::vector<float>> master = executor.ReadMaster(b);
     if (absl::IsOutOfRange(master.status())) continue;  // another stage's bucket
@@ -25,7 +28,8 @@ StatusOr<std::vector<ParamPiece>> FinalParamPieces(const scheduler::ModelLayout&
       if (lo >= hi) continue;
       // Runs of consecutive elements of the whole parameter.
       const scheduler::TensorSplit split =
-          tp > 1 ? scheduler::TensorSplitOf(slot.name) : scheduler::TensorSplit::kReplicated;
+          tp > 1 ? scheduler::TensorSplitOf(slot.name, vocab_parallel)
+                 : scheduler::TensorSplit::kReplicated;
       const int64_t whole =
           split == scheduler::TensorSplit::kReplicated ? slot.numel : slot.numel * tp;
       auto at = [&](int64_t i) {

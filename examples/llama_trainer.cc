@@ -307,6 +307,7 @@ Status LlamaRank::Allocate() {
       sp_stage_ = Buf(T * H * e);
     }
   }
+  BATON_RETURN_IF_ERROR(AllocateVocabParallel());
   const scheduler::LayoutOptions& lo = graph_.policy.layout;
   if (lo.lora_rank > 0) {
     // Per micro-batch whose activations are kept (pipeline stages hold
@@ -420,6 +421,7 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
   Deferred* keep = ctx.weight_deferred ? &deferred_[m] : nullptr;
   switch (ctx.spec->kind) {
     case scheduler::UnitKind::kEmbedding: {
+      if (vocab_parallel_) return VocabEmbedding(ctx);
       const ops::EmbeddingShape s{T, V, H, dtype_};
       if (!backward) {
         return ops::EmbeddingForward(st, s, ids_[m], ctx.params[0].data, acts.h[0]);
@@ -472,6 +474,7 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
       return absl::OkStatus();
     }
     case scheduler::UnitKind::kLmHead: {
+      if (vocab_parallel_) return VocabHead(ctx);
       const ops::LinearShape s{T, H, V, dtype_};
       if (!backward) {
         BATON_RETURN_IF_ERROR(ops::LinearForward(st, s, acts.nf, ctx.params[0].data, acts.logits));

@@ -48,6 +48,7 @@
 #include "baton/ops/linear.h"
 #include "baton/ops/rmsnorm.h"
 #include "baton/ops/rotary.h"
+#include "baton/ops/vocab_parallel.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
 #include "baton/scheduler/executor.h"
@@ -142,11 +143,18 @@ class LlamaRank {
   // block outputs).
   // Backward, the column-parallel GEMMs' input gradients are all-reduced
   // on ctx.tensor.comm inside the node (the graph's fused collectives),
-  // and so are a whole-block recompute's forward outputs. Norms, embedding
-  // and head are replicated. LossSum is 0 on tensor ranks other than 0
-  // (every tensor rank computes the same loss). With sequence_parallel the
-  // blocks, norms, embedding and loss run as "Sequence parallelism" below
-  // says; full recompute and LoRA adapters are then Unimplemented.
+  // and so are a whole-block recompute's forward outputs. Norms are
+  // replicated. Without sequence parallelism the embedding and the head
+  // are vocabulary-parallel (llama_trainer_vocab.cc): the embedding looks
+  // up this rank's vocabulary rows and all-reduces its output, the head
+  // computes its slice's logits and the parallel cross-entropy
+  // (all-reduces MAX of the row maxima, SUM of the sums of exp and of the
+  // target logits), and its input gradient is all-reduced; these run on
+  // ctx.tensor.stream with events both ways. LossSum is 0 on tensor ranks
+  // other than 0 (every tensor rank computes the same loss). With
+  // sequence_parallel the blocks, norms, embedding and loss run as
+  // "Sequence parallelism" below says (the embedding and head replicated);
+  // full recompute and LoRA adapters are then Unimplemented.
   static StatusOr<std::unique_ptr<LlamaRank>> Create(
       const scheduler::StepGraph& graph, const TrainConfig& config,
       const Corpus& corpus, Device& device, int ranks, int rank,
@@ -283,6 +291,16 @@ class LlamaRank {
   Status MlpBackward(const scheduler::ComputeContext& ctx);
   Status AttentionBackward(const scheduler::ComputeContext& ctx);
   Status Allocate();
+  // Vocabulary parallelism (llama_trainer_vocab.cc): its scratch and
+  // events; this rank's rows; the embedding and head units; an in-place
+  // all-reduce over the tensor group on ctx.tensor.stream (ctx.stream
+  // waits for it).
+  Status AllocateVocabParallel();
+  ops::VocabShard Shard() const;
+  Status VocabEmbedding(const scheduler::ComputeContext& ctx);
+  Status VocabHead(const scheduler::ComputeContext& ctx);
+  Status TensorReduce(const scheduler::ComputeContext& ctx, void* x, size_t count, DataType type,
+                      ReduceOp op);
   struct Acts;
   void AllocateActs(Acts& acts);
   void* Buf(size_t bytes);
@@ -411,6 +429,14 @@ class LlamaRank {
   Status BindSaved(const scheduler::ComputeContext& ctx);
   std::vector<Deferred> deferred_;
   void* wdx_ = nullptr;
+  // Vocabulary parallelism: the per-token row maxima, sums of exp and
+  // target logits of the parallel cross-entropy (one micro-step at a
+  // time), and the events between the compute and tensor streams.
+  bool vocab_parallel_ = false;
+  float* vp_max_ = nullptr;
+  float* vp_sum_ = nullptr;
+  float* vp_target_ = nullptr;
+  std::unique_ptr<Event> vp_events_[2];
   // LoRA: per kept micro-batch (as acts_) and block, per target
   // (scheduler::LoraTarget), the forward's s (x a^T) [T, rank]; and one
   // [T, rank] scratch for the backward.

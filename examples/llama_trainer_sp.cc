@@ -23,7 +23,10 @@ Status LlamaRank::SpGradAllReduce(const scheduler::ComputeContext& ctx, int i) {
   if (i < 0 || ctx.grads[i].data == nullptr || ctx.micro_step != micro_steps_ - 1) {
     return absl::OkStatus();
   }
-  if (scheduler::TensorSplitOf(ctx.params[i].param->name) != scheduler::TensorSplit::kReplicated) {
+  // Sequence parallelism keeps the embedding and head whole (no
+  // vocabulary split: scheduler/tensor_parallel.h).
+  if (scheduler::TensorSplitOf(ctx.params[i].param->name, /*vocab_parallel=*/false) !=
+      scheduler::TensorSplit::kReplicated) {
     return absl::InternalError(absl::StrCat(ctx.params[i].param->name,
                                             ": not a replicated parameter"));
   }

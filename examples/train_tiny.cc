@@ -18,7 +18,8 @@
 // --tp=T runs tensor parallelism over T ranks (scheduler/tensor_parallel.h:
 // column-parallel QKV and gate / up, row-parallel output and down
 // projections, heads, KV heads and FFN split T ways, all-reduces in the
-// blocks; norms, embedding and head replicated); --nranks is then data x T
+// blocks; norms replicated; the embedding and the head split by vocabulary
+// rows, with the parallel cross-entropy); --nranks is then data x T
 // ranks, each tensor rank's slice sharded over its data ranks by the policy.
 // The step graph is BuildParallelStep's with the layout of tensor slices: a
 // block runs as two compute nodes each way, the forward's all-reduces are
@@ -187,8 +188,9 @@ const char kUsage[] =
     "  [--pp-gather=step|micro] (a stage gathers its buckets once per step and keeps\n"
     "   them, or before each micro-batch's passes, unit by unit, and frees them)\n"
     "  [--tp=T] (tensor parallelism; --nranks = data ranks x T; T divides the\n"
-    "   heads, KV heads and FFN width) [--tp-overlap] (the forward's all-reduces\n"
-    "   in T row chunks, each beside the next chunk's GEMM) [--sp] (sequence\n"
+    "   heads, KV heads, FFN width and, without --sp, the vocabulary) [--tp-overlap]\n"
+    "   (the forward's all-reduces in T row chunks, each beside the next chunk's\n"
+    "   GEMM) [--sp] (sequence\n"
     "   parallelism: norms, residual stream and loss on each tensor rank's T-th\n"
     "   of the tokens; all-gathers and reduce-scatters instead of all-reduces;\n"
     "   with --tp-overlap decomposed around the GEMMs)\n"
@@ -557,10 +559,11 @@ StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
     const int tp = job.tp;
     // Each element's value is the whole parameter's (a tensor rank's slice
     // takes its elements' values), so every layout starts the same.
-    BATON_RETURN_IF_ERROR(executor.InitParameters([seed, tp, tp_rank](
+    const bool vocab_parallel = !job.policy.sequence_parallel;  // tensor_parallel.h
+    BATON_RETURN_IF_ERROR(executor.InitParameters([seed, tp, tp_rank, vocab_parallel](
                                                       const scheduler::ParamSlot& slot,
                                                       float* values) {
-      const scheduler::TensorSplit split = scheduler::TensorSplitOf(slot.name);
+      const scheduler::TensorSplit split = scheduler::TensorSplitOf(slot.name, vocab_parallel);
       for (int64_t i = 0; i < slot.numel; ++i) {
         values[i] = examples::InitialParameter(
             slot.name, scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank, i), seed);
@@ -1009,7 +1012,7 @@ int Main(int argc, char** argv) {
                         f.pp > 1 ? " x pipeline stages)" : ")"));
     }
     if (f.tp > 1) {
-      auto slice = scheduler::TensorParallelSlice(job.spec, f.tp);
+      auto slice = scheduler::TensorParallelSlice(job.spec, f.tp, /*vocab_parallel=*/!f.sp);
       if (!slice.ok()) Fail(std::string(slice.status().message()));
       job.tp = f.tp;
       job.slice = *slice;
@@ -1186,7 +1189,8 @@ int Main(int argc, char** argv) {
     const std::string rest =
         f.sp ? absl::StrCat("norms, embedding and head replicated, run on sequence shards of ",
                             tokens / job.tp, " of ", tokens, " tokens")
-             : "norms, embedding and head replicated";
+             : absl::StrCat("vocabulary ", job.slice.vocab, " of ", job.spec.vocab,
+                            "; norms replicated");
     std::printf("tensor parallel: %d ranks (per rank %lld of %lld heads, %lld of %lld KV heads, "
                 "FFN %lld of %lld; %s), %d data ranks\n",
                 job.tp, static_cast<long long>(job.slice.heads),

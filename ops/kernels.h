@@ -51,6 +51,25 @@ int LaunchAttentionBackward(const void* dout, const void* q, const void* k,
                             int64_t seq, int64_t heads, int64_t kv_heads,
                             int64_t head_dim, int dtype, void* stream);
 
+// ops/vocab_parallel.h: `start` / `rows` this rank's vocabulary rows out
+// of `vocab`.
+int LaunchVocabEmbeddingForward(const int32_t* ids, const void* table, void* y, int64_t tokens,
+                                int64_t start, int64_t rows, int64_t vocab, int64_t hidden,
+                                int dtype, void* stream);
+int LaunchVocabEmbeddingBackward(const int32_t* ids, const void* dy, void* dtable,
+                                 int dtable_dtype, bool accumulate, int64_t tokens,
+                                 int64_t start, int64_t rows, int64_t vocab, int64_t hidden,
+                                 int dtype, void* stream);
+int LaunchVocabRowMax(const void* logits, float* row_max, int64_t tokens, int64_t rows,
+                      int dtype, void* stream);
+int LaunchVocabSums(const void* logits, const int32_t* targets, const float* row_max,
+                    float* sum_exp, float* target_logit, int64_t tokens, int64_t start,
+                    int64_t rows, int64_t vocab, int dtype, void* stream);
+int LaunchVocabLoss(const void* logits, const int32_t* targets, const float* row_max,
+                    const float* sum_exp, const float* target_logit, float* loss, void* dlogits,
+                    float grad_scale, int64_t tokens, int64_t start, int64_t rows, int64_t vocab,
+                    int dtype, void* stream);
+
 int LaunchCrossEntropy(const void* logits, const int32_t* targets, float* loss,
                        void* dlogits, float grad_scale, int64_t tokens,
                        int64_t vocab, int dtype, void* stream);

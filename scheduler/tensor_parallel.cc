@@ -4,7 +4,7 @@
 
 namespace baton::scheduler {
 
-StatusOr<ModelSpec> TensorParallelSlice(const ModelSpec& spec, int tp) {
+StatusOr<ModelSpec> TensorParallelSlice(const ModelSpec& spec, int tp, bool vocab_parallel) {
   if (tp < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--tp must be at least 1, got ", tp));
   }
@@ -16,20 +16,31 @@ StatusOr<ModelSpec> TensorParallelSlice(const ModelSpec& spec, int tp) {
   BATON_RETURN_IF_ERROR(check("heads", spec.heads));
   BATON_RETURN_IF_ERROR(check("KV heads", spec.kv_heads));
   BATON_RETURN_IF_ERROR(check("FFN width", spec.intermediate));
+  if (vocab_parallel && spec.vocab % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vocab=", spec.vocab, " not divisible by --tp=", tp,
+        " (the embedding and the head split by vocabulary rows; ", spec.name, ")"));
+  }
   ModelSpec s = spec;
   s.heads /= tp;
   s.kv_heads /= tp;
   s.intermediate /= tp;
+  if (vocab_parallel) s.vocab /= tp;
   return s;
 }
 
-TensorSplit TensorSplitOf(const std::string& name) {
+TensorSplit TensorSplitOf(const std::string& name, bool vocab_parallel) {
   const size_t dot = name.rfind('.');
   const std::string p = dot == std::string::npos ? name : name.substr(dot + 1);
   if (p == "wq" || p == "wk" || p == "wv" || p == "w_gate" || p == "w_up") {
     return TensorSplit::kRows;
   }
   if (p == "wo" || p == "w_down") return TensorSplit::kColumns;
+  // The vocabulary-parallel embedding and head: a block of vocabulary rows.
+  if (vocab_parallel &&
+      (name == "embedding.tok_embeddings.weight" || name == "lm_head.output.weight")) {
+    return TensorSplit::kRows;
+  }
   return TensorSplit::kReplicated;
 }
 

@@ -16,7 +16,24 @@ TEST(TensorParallel, SliceDividesHeadsKvHeadsAndFfn) {
   EXPECT_EQ(s->intermediate, spec.intermediate / 2);
   EXPECT_EQ(s->hidden, spec.hidden);
   EXPECT_EQ(s->head_dim, spec.head_dim);
-  EXPECT_EQ(s->vocab, spec.vocab);
+  EXPECT_EQ(s->vocab, spec.vocab / 2);
+}
+
+TEST(TensorParallel, RefusesAVocabularyThatDoesNotDivide) {
+  ModelSpec spec = *ModelPreset("tiny");
+  spec.vocab = 129;
+  auto s = TensorParallelSlice(spec, 2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("--vocab=129 not divisible by --tp=2"), std::string::npos)
+      << s.status();
+  // Sequence parallelism's replicated embedding and head: any vocabulary.
+  s = TensorParallelSlice(spec, 2, /*vocab_parallel=*/false);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->vocab, 129);
+  EXPECT_EQ(TensorSplitOf("embedding.tok_embeddings.weight", false), TensorSplit::kReplicated);
+  EXPECT_EQ(TensorSplitOf("lm_head.output.weight", false), TensorSplit::kReplicated);
+  EXPECT_EQ(TensorSplitOf("block0.wq", false), TensorSplit::kRows);
 }
 
 TEST(TensorParallel, RefusesWhatDoesNotDivide) {
@@ -37,12 +54,16 @@ TEST(TensorParallel, RefusesWhatDoesNotDivide) {
 
 TEST(TensorParallel, SplitsByParameter) {
   for (const char* n : {"block0.wq", "block3.wk", "block0.wv", "block1.w_gate", "block1.w_up"}) {
-    EXPECT_EQ(TensorSplitOf(n), TensorSplit::kRows) << n;
+    EXPECT_EQ(TensorSplitOf(n, true), TensorSplit::kRows) << n;
   }
-  EXPECT_EQ(TensorSplitOf("block0.wo"), TensorSplit::kColumns);
-  EXPECT_EQ(TensorSplitOf("block0.w_down"), TensorSplit::kColumns);
-  for (const char* n : {"block0.attn_norm.weight", "embedding.weight", "lm_head.weight"}) {
-    EXPECT_EQ(TensorSplitOf(n), TensorSplit::kReplicated) << n;
+  EXPECT_EQ(TensorSplitOf("block0.wo", true), TensorSplit::kColumns);
+  EXPECT_EQ(TensorSplitOf("block0.w_down", true), TensorSplit::kColumns);
+  for (const char* n : {"embedding.tok_embeddings.weight", "lm_head.output.weight"}) {
+    EXPECT_EQ(TensorSplitOf(n, true), TensorSplit::kRows) << n;  // vocabulary rows
+  }
+  for (const char* n : {"block0.attn_norm.weight", "block1.mlp_norm.weight",
+                        "final_norm.norm.weight"}) {
+    EXPECT_EQ(TensorSplitOf(n, true), TensorSplit::kReplicated) << n;
   }
 }
 

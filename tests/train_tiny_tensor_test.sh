@@ -1,7 +1,8 @@
 #!/bin/bash
 # train_tiny --tp: tensor parallelism executed against the unsharded one-rank
 # run (losses and final parameters within 1e-5 relative, f32): TP 2 and 4
-# (4 with --kv-heads=4), with and without --tp-overlap (bit for bit the
+# (4 with --kv-heads=4; the embedding and the head vocabulary-parallel with
+# the parallel cross-entropy; also tied), with and without --tp-overlap (bit for bit the
 # same), alone and with FSDP2 sharding of each tensor rank's
 # slice over the data ranks, with selective recompute, inside 1F1B pipeline
 # stages (3D), and on ucx processes; --sp (sequence parallelism) likewise
@@ -34,7 +35,7 @@ assert json.loads(sys.stdin.read())["tensor_parallel"] in (2, 4)' ||
 
 run tp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --check-reference --json \
   --trace="$t/tp.json"
-has tp2 '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; .*\), 1 data ranks$'
+has tp2 '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; vocabulary 64 of 128; norms replicated\), 1 data ranks$'
 has tp2 '^final parameters: largest relative difference '
 has tp2 '^tensor all-reduces exposed \(step 20, from the trace: compute waiting on AR-TP\): mean [0-9.]+ ms, largest [0-9.]+ ms per rank'
 equal tp2 1
@@ -74,10 +75,19 @@ same tp4-overlap "$t/tp4.out"
 run tp4-fsdp2 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=8 --policy=fsdp2 --check-reference \
   --json
 equal tp4-fsdp2 1
+# Tied embeddings: the head reads the embedding's vocabulary rows.
+cat > "$t/tied.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+ "tie_word_embeddings": true, "rms_norm_eps": 1e-5, "rope_theta": 10000}
+JSON
+run tp2-tied-fsdp2 0 --hf-config="$t/tied.json" --seq=32 --lr=1e-3 --steps=20 --dtype=f32 \
+  --tp=2 --nranks=4 --policy=fsdp2 --check-reference --json
+equal tp2-tied-fsdp2 1
 # 3D: TP inside 1F1B pipeline stages, with fsdp2 inside each (tensor, stage).
 run tp2-pp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
   --check-reference --json
-has tp2-pp2 '^pipeline: 2 stages of 1, 1 blocks .*, 1 data ranks per stage$'
+has tp2-pp2 '^pipeline: 2 stages of 1, 1 blocks .*, 1 data ranks per stage, buckets gathered once per step$'
 equal tp2-pp2 1
 run tp2-pp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=8 --micro-steps=3 \
   --policy=fsdp2 --check-reference --json
@@ -146,6 +156,8 @@ bad heads "--tp=3 does not divide the model's 4 heads" "${model[@]}" --tp=3 --nr
 bad kv-heads "--tp=4 does not divide the model's 2 KV heads" "${model[@]}" --kv-heads=2 \
   --tp=4 --nranks=4
 bad ffn "--tp=4 does not divide the model's 126 FFN width" "${model[@]/--ffn=128/--ffn=126}" \
+  --kv-heads=4 --tp=4 --nranks=4
+bad vocab "--vocab=130 not divisible by --tp=4" "${model[@]/--vocab=128/--vocab=130}" \
   --kv-heads=4 --tp=4 --nranks=4
 bad more-than-ranks "--tp=4 is more than the 2 ranks" "${model[@]}" --tp=4 --nranks=2
 bad not-dividing "--nranks=3 is not a multiple of --tp=2" "${model[@]}" --tp=2 --nranks=3

@@ -55,14 +55,17 @@ int ChildSweep(bool big) {
       for (DataType type : {DataType::kF32, DataType::kBF16, DataType::kF16,
                             DataType::kI32}) {
         for (bool in_place : {false, true}) {
-          for (int variant = 0; variant < 3; ++variant) {
-            // 0: sum; 1: avg; 2: fp32 accumulation (16-bit reductions).
+          for (int variant = 0; variant < 4; ++variant) {
+            // 0: sum; 1: avg; 2: fp32 accumulation (16-bit reductions);
+            // 3: max.
             if (variant > 0 && (!reduces || count != 1000)) continue;
             if (variant == 2 && DataTypeSize(type) != 2) continue;
             CheckCase c;
             c.kind = kind;
             c.type = type;
-            c.op = variant == 1 ? ReduceOp::kAvg : ReduceOp::kSum;
+            c.op = variant == 1   ? ReduceOp::kAvg
+                   : variant == 3 ? ReduceOp::kMax
+                                  : ReduceOp::kSum;
             c.nranks = n;
             c.count = count;
             c.root = (seed + 1) % n;

@@ -19,7 +19,15 @@ void MoveShare(const CollectiveHeader& h, const std::vector<RankBuffers>& a,
   const size_t chunk = h.count * esize;
   const int divisor = static_cast<ReduceOp>(h.op) == ReduceOp::kAvg ? n : 1;
   const bool acc = h.accumulate_fp32 != 0;
+  const bool max = static_cast<ReduceOp>(h.op) == ReduceOp::kMax;
   std::vector<const void*> srcs(n);
+  auto reduce = [&](void* out, size_t count) {
+    if (max) {
+      MaxSources(out, srcs.data(), n, count, type);
+    } else {
+      ReduceSources(out, srcs.data(), n, count, type, acc, divisor);
+    }
+  };
   switch (static_cast<CollectiveKind>(h.kind)) {
     case CollectiveKind::kAllGather:
       for (int q = 0; q < n; ++q) {
@@ -31,7 +39,7 @@ void MoveShare(const CollectiveHeader& h, const std::vector<RankBuffers>& a,
       for (int q = 0; q < n; ++q) {
         srcs[q] = static_cast<const char*>(a[q].send) + rank * chunk;
       }
-      ReduceSources(a[rank].recv, srcs.data(), n, h.count, type, acc, divisor);
+      reduce(a[rank].recv, h.count);
       return;
     case CollectiveKind::kAllReduce: {
       const size_t begin = h.count * rank / n;
@@ -41,7 +49,7 @@ void MoveShare(const CollectiveHeader& h, const std::vector<RankBuffers>& a,
         srcs[q] = static_cast<const char*>(a[q].send) + begin * esize;
       }
       char* mine = static_cast<char*>(a[rank].recv) + begin * esize;
-      ReduceSources(mine, srcs.data(), n, end - begin, type, acc, divisor);
+      reduce(mine, end - begin);
       for (int q = 0; q < n; ++q) {
         if (q == rank) continue;
         CopyBytes(static_cast<char*>(a[q].recv) + begin * esize, mine,
@@ -130,6 +138,7 @@ Status EnqueueOnCuda(const CollectiveHeader& h,
       return KernelResult(
           LaunchReduce(outs.data(), n, srcs.data(), n, h.count, rs ? n : 1,
                        rs ? 0 : 1, static_cast<int>(type), divisor,
+                       static_cast<ReduceOp>(h.op) == ReduceOp::kMax ? 1 : 0,
                        stream.native_handle()),
           "reduction");
     }

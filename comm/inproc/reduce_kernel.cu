@@ -26,17 +26,23 @@ struct ReduceArgs {
   size_t total;  // nblocks * count
   int all_outputs;
   int divisor;
+  int max;  // the maximum instead of the sum
 };
 
 template <typename T>
 __global__ void ReduceFloat(ReduceArgs a) {
   for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
        e < a.total; e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    float acc = 0.f;
-    for (int q = 0; q < a.nsrc; ++q) {
-      acc += ToFloat(static_cast<const T*>(a.srcs.p[q])[e]);
+    float acc = a.max ? ToFloat(static_cast<const T*>(a.srcs.p[0])[e]) : 0.f;
+    for (int q = a.max ? 1 : 0; q < a.nsrc; ++q) {
+      const float x = ToFloat(static_cast<const T*>(a.srcs.p[q])[e]);
+      if (!a.max) {
+        acc += x;
+      } else if (x != x || x > acc) {
+        if (acc == acc) acc = x;  // NaN propagates
+      }
     }
-    if (a.divisor != 1) acc /= static_cast<float>(a.divisor);
+    if (!a.max && a.divisor != 1) acc /= static_cast<float>(a.divisor);
     const T v = FromFloat<T>(acc);
     if (a.all_outputs) {
       for (int o = 0; o < a.nout; ++o) {
@@ -53,11 +59,14 @@ __global__ void ReduceInt(ReduceArgs a) {
   for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
        e < a.total; e += static_cast<size_t>(gridDim.x) * blockDim.x) {
     unsigned acc = 0;
+    int hi = static_cast<const int*>(a.srcs.p[0])[e];
     for (int q = 0; q < a.nsrc; ++q) {
-      acc += static_cast<unsigned>(static_cast<const int*>(a.srcs.p[q])[e]);
+      const int x = static_cast<const int*>(a.srcs.p[q])[e];
+      acc += static_cast<unsigned>(x);
+      hi = x > hi ? x : hi;
     }
-    int v = static_cast<int>(acc);
-    if (a.divisor != 1) v /= a.divisor;
+    int v = a.max ? hi : static_cast<int>(acc);
+    if (!a.max && a.divisor != 1) v /= a.divisor;
     if (a.all_outputs) {
       for (int o = 0; o < a.nout; ++o) {
         const_cast<int*>(static_cast<const int*>(a.outs.p[o]))[e] = v;
@@ -108,7 +117,7 @@ int Blocks(size_t work, int threads, int cap) {
 
 int LaunchReduce(void* const* outs, int nout, const void* const* srcs,
                  int nsrc, size_t count, int nblocks, int all_outputs,
-                 int dtype, int divisor, void* stream) {
+                 int dtype, int divisor, int max, void* stream) {
   if (count == 0 || nblocks == 0) return 0;
   if (nsrc < 1 || nsrc > kMaxReduceSources || nout < 1 ||
       nout > kMaxReduceSources || (!all_outputs && nout != nblocks)) {
@@ -123,6 +132,7 @@ int LaunchReduce(void* const* outs, int nout, const void* const* srcs,
   a.total = count * static_cast<size_t>(nblocks);
   a.all_outputs = all_outputs;
   a.divisor = divisor;
+  a.max = max;
   const int threads = 256;
   const int blocks = Blocks(a.total, threads, 4096);
   auto st = static_cast<cudaStream_t>(stream);

@@ -4,6 +4,7 @@
 //
 // LaunchReduce: for b in [0, nblocks), i in [0, count):
 //   v = (sum over q of srcs[q][b * count + i]) / divisor
+//   (with `max` set: the maximum over q instead, divisor unused)
 //   all_outputs == 0: outs[b][i] = v            (reduce-scatter)
 //   all_outputs == 1: outs[o][i] = v for every o (all-reduce, nblocks 1)
 // Floats and 16-bit types accumulate in fp32 on the device (one rounding at
@@ -31,7 +32,7 @@ constexpr int kMaxCopies = 64;
 // cudaStream_t. Return a cudaError_t value (0 = success).
 int LaunchReduce(void* const* outs, int nout, const void* const* srcs,
                  int nsrc, size_t count, int nblocks, int all_outputs,
-                 int dtype, int divisor, void* stream);
+                 int dtype, int divisor, int max, void* stream);
 
 int LaunchCopies(void* const* dst, const void* const* src,
                  const size_t* bytes, int n, void* stream);

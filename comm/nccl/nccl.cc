@@ -440,14 +440,15 @@ class NcclCommunicator : public CommunicatorBase {
     if (stream.kind() != DeviceKind::kCuda) {
       return absl::InvalidArgumentError("nccl: collectives need a CUDA stream");
     }
-    if (options.accumulate_fp32 && DataTypeSize(type) == 2) {
+    if (options.accumulate_fp32 && DataTypeSize(type) == 2 && op != ReduceOp::kMax) {
       return absl::InvalidArgumentError(
           "nccl: accumulate_fp32 is not supported (NCCL reduces in the "
           "buffer's type); reduce an fp32 buffer instead");
     }
     BATON_RETURN_IF_ERROR(health_.Get());
     BATON_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(type));
-    const ncclRedOp_t nop = op == ReduceOp::kAvg ? ncclAvg : ncclSum;
+    const ncclRedOp_t nop =
+        op == ReduceOp::kAvg ? ncclAvg : op == ReduceOp::kMax ? ncclMax : ncclSum;
     auto s = static_cast<cudaStream_t>(stream.native_handle());
     BATON_CUDA_CHECK(cudaSetDevice(ordinal_));
     const CollectiveHeader h = MakeHeader(kind, count, type, op, root, options,

@@ -24,6 +24,7 @@ RingJob::RingJob(const CollectiveHeader& header, const void* send, void* recv,
       esize_(raw ? 1 : DataTypeSize(static_cast<DataType>(header.type))),
       divisor_(static_cast<ReduceOp>(header.op) == ReduceOp::kAvg ? links.size
                                                                    : 1),
+      max_(static_cast<ReduceOp>(header.op) == ReduceOp::kMax),
       raw_(raw),
       send_(send),
       recv_(recv),
@@ -404,6 +405,8 @@ void RingJob::OnRecv(Pass& p, int s, int c) {
   if (s < p.steps - 1) {
     if (wide) {
       AccumulateF32(reinterpret_cast<float*>(t), in, type, len);
+    } else if (max_) {
+      MaxInto(t, t, in, type, len);
     } else {
       AddInto(t, t, in, type, len);
     }
@@ -416,6 +419,8 @@ void RingJob::OnRecv(Pass& p, int s, int c) {
     AccumulateF32(f, in, type, len);
     DivideInPlace(f, DataType::kF32, len, divisor_);
     NarrowFromF32(out, f, type, len);
+  } else if (max_) {
+    MaxInto(out, t, in, type, len);
   } else {
     AddInto(out, t, in, type, len);
     DivideInPlace(out, type, len, divisor_);

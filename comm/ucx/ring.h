@@ -156,6 +156,7 @@ class RingJob {
   const int prev_rank_, next_rank_;
   const size_t esize_;
   const int divisor_;
+  const bool max_;  // ReduceOp::kMax: the maximum instead of the sum
   const bool raw_;
   const void* send_;
   void* recv_;
