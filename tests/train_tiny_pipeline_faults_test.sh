@@ -12,10 +12,11 @@ bound=30  # seconds from the signal to the last survivor's error (--timeout=3)
 
 fault() {  # fault NAME SIGNAL RANK STAGE HOW: signal RANK after step 3; HOW: failed|went silent
   local name="$1" sig="$2" victim="$3" stage="$4" how="$5" out="$t/$1.out"
+  : >"$out"  # before tail -f below reads it (the job's own redirect may come later)
   "$launch" --nproc=4 --keep-going --timeout=120 -- "$bin" "${model[@]}" --pp=2 --nranks=4 \
     --micro-steps=2 --batch=1 --policy=fsdp2 --backend=ucx --timeout=3 >"$out" 2>&1 &
-  local job=$! pid="" c
-  timeout 60 tail -f -n +1 "$out" | grep -m1 -q 'step   3/'
+  local job=$! pid="" c started=1
+  timeout 60 tail -f -n +1 "$out" | grep -m1 -q 'step   3/' || started=0
   for c in $(pgrep -P "$job"); do
     if tr '\0' '\n' <"/proc/$c/environ" | grep -qx "RANK=$victim"; then pid=$c; fi
   done
@@ -27,19 +28,29 @@ fault() {  # fault NAME SIGNAL RANK STAGE HOW: signal RANK after step 3; HOW: fa
   [[ -n $pid && $sig == STOP ]] && kill -KILL "$pid"
   wait "$job"
   local bad="" r
-  [[ -z $pid ]] && bad="rank $victim not found"
+  (( started )) || bad="no rank reached step 3 within 60s"
+  [[ -z $pid ]] && bad="$bad; rank $victim not found"
   (( took > bound )) && bad="$bad; not every survivor failed within ${bound}s"
+  # A killed rank is named by every survivor. A stopped one is named by the
+  # rank that first times out, unless that rank waits on a live rank that
+  # itself waits (a cascade across the stages, timing-dependent): its line
+  # then names that rank, with its stage; the hang report's verdict always
+  # names the stopped rank, as the one that did not report.
+  local named="rank $victim \\(pipeline stage $stage\\) $how"
+  [[ $sig == STOP ]] &&
+    named="rank (0 \\(pipeline stage 0|1 \\(pipeline stage 0|2 \\(pipeline stage 1|3 \\(pipeline stage 1)\\) $how"
   for r in 0 1 2 3; do
     [[ $r == "$victim" ]] && continue
-    grep -qE "^\[rank $r\] train_tiny: rank $r \(pipeline stage $(( r / 2 )) of 2\): [A-Z_]+: rank $victim \(pipeline stage $stage\) $how" "$out" ||
-      bad="$bad; rank $r's error does not name rank $victim (pipeline stage $stage) $how"
+    grep -qE "^\[rank $r\] train_tiny: rank $r \(pipeline stage $(( r / 2 )) of 2\): [A-Z_]+: $named" "$out" ||
+      bad="$bad; rank $r's error does not name ${named//\\/} "
     grep -qE "(^|launch: )rank $r exited with code 1$" "$out" || bad="$bad; rank $r did not exit 1"
   done
-  [[ $sig == STOP ]] && ! grep -q "baton hang report" "$out" && bad="$bad; no hang report"
+  [[ $sig == STOP ]] && ! grep -qE "^\[rank [0-3]\] verdict: rank $victim did not report" "$out" &&
+    bad="$bad; no hang report whose verdict names rank $victim as the one that did not report"
   if [[ -n $bad ]]; then
     echo "FAIL $name:$bad"; grep -E 'train_tiny:|exited|killed|launch:' "$out" | cut -c1-300; fail=1
   else
-    echo "ok   $name: ranks $(echo 0 1 2 3 | tr -d "$victim" | xargs | tr ' ' ,) failed within ${took}s, naming rank $victim (pipeline stage $stage)"
+    echo "ok   $name: ranks $(echo 0 1 2 3 | tr -d "$victim" | xargs | tr ' ' ,) failed within ${took}s, naming rank $victim (pipeline stage $stage)$([[ $sig == STOP ]] && echo " in the hang report")"
     grep -m1 "^\[rank $(( victim == 0 ? 1 : 0 ))\] train_tiny: " "$out" | cut -c1-200
   fi
 }
