@@ -594,12 +594,18 @@ Status LlamaRank::RowParallelOverlapped(const scheduler::ComputeContext& ctx, co
     const size_t in_off = static_cast<size_t>(c * rows * shape.in) * e;
     const size_t out_off = static_cast<size_t>(c * rows * shape.out) * e;
     char* o = static_cast<char*>(out) + out_off;
-    BATON_RETURN_IF_ERROR(RowParallelPartial(ctx, w, part, static_cast<const char*>(res) + out_off,
-                                             static_cast<const char*>(x) + in_off, o));
+    BATON_RETURN_IF_ERROR(scheduler::RecordSpan(
+        ctx.spans, cs, scheduler::StreamClass::kCompute, "GEMM chunk", c, ctx.step, [&] {
+          return RowParallelPartial(ctx, w, part, static_cast<const char*>(res) + out_off,
+                                    static_cast<const char*>(x) + in_off, o);
+        }));
     BATON_RETURN_IF_ERROR(chunk_events_[c]->Record(cs));
     BATON_RETURN_IF_ERROR(ts.Wait(*chunk_events_[c]));
-    BATON_RETURN_IF_ERROR(ctx.tensor.comm->AllReduce(o, o, static_cast<size_t>(rows * shape.out),
-                                                     dtype_, ReduceOp::kSum, ts, opts));
+    BATON_RETURN_IF_ERROR(scheduler::RecordSpan(
+        ctx.spans, ts, scheduler::StreamClass::kTensor, "AR chunk", c, ctx.step, [&] {
+          return ctx.tensor.comm->AllReduce(o, o, static_cast<size_t>(rows * shape.out), dtype_,
+                                            ReduceOp::kSum, ts, opts);
+        }));
   }
   BATON_RETURN_IF_ERROR(chunk_events_[k]->Record(ts));
   return cs.Wait(*chunk_events_[k]);

@@ -10,7 +10,9 @@
 namespace baton::examples {
 
 using scheduler::BlockSegment;
+using scheduler::RecordSpan;
 using scheduler::SegmentBit;
+using scheduler::StreamClass;
 
 Status LlamaRank::SpEnsureEvents(int n) {
   while (static_cast<int>(sp_events_.size()) < n) {
@@ -36,16 +38,23 @@ Status LlamaRank::SpGatherRows(const scheduler::ComputeContext& ctx, void* buf, 
   opts.tag = scheduler::kFirstTrainerTag + 1;  // the tensor stream's own
   for (int c = 0; c < tp; ++c) {
     char* b = static_cast<char*>(buf) + c * block;
-    BATON_RETURN_IF_ERROR(ctx.tensor.comm->Broadcast(b, b, static_cast<size_t>(R * width), dtype_,
-                                                     c, ts, opts));
+    BATON_RETURN_IF_ERROR(
+        RecordSpan(ctx.spans, ts, StreamClass::kTensor, "AG chunk", c, ctx.step, [&] {
+          return ctx.tensor.comm->Broadcast(b, b, static_cast<size_t>(R * width), dtype_, c, ts,
+                                            opts);
+        }));
     BATON_RETURN_IF_ERROR(sp_events_[1 + c]->Record(ts));
   }
   // This rank's own block first (no wait), then each as it arrives.
-  BATON_RETURN_IF_ERROR(rows_fn(r * R, R));
+  auto gemm = [&](int c) {
+    return RecordSpan(ctx.spans, cs, StreamClass::kCompute, "GEMM chunk", c, ctx.step,
+                      [&] { return rows_fn(c * R, R); });
+  };
+  BATON_RETURN_IF_ERROR(gemm(r));
   for (int c = 0; c < tp; ++c) {
     if (c == r) continue;
     BATON_RETURN_IF_ERROR(SpTimed(cs, [&] { return cs.Wait(*sp_events_[1 + c]); }));
-    BATON_RETURN_IF_ERROR(rows_fn(c * R, R));
+    BATON_RETURN_IF_ERROR(gemm(c));
   }
   // Every broadcast (this rank's as root too) is done before the compute
   // stream writes the buffer again.
@@ -70,9 +79,13 @@ Status LlamaRank::SpScatterRows(const scheduler::ComputeContext& ctx, void* out,
     // the reduce-scatter takes them; its GEMMs on the compute stream, its
     // reduce-scatter on the tensor stream beside the next chunk's GEMMs.
     char* stage = static_cast<char*>(sp_stage_) + j * tp * sub_bytes;
-    for (int c = 0; c < tp; ++c) {
-      BATON_RETURN_IF_ERROR(rows_fn(c * R + j * sub, sub, stage + c * sub_bytes));
-    }
+    BATON_RETURN_IF_ERROR(RecordSpan(
+        ctx.spans, cs, StreamClass::kCompute, "GEMM chunk", j, ctx.step, [&]() -> Status {
+          for (int c = 0; c < tp; ++c) {
+            BATON_RETURN_IF_ERROR(rows_fn(c * R + j * sub, sub, stage + c * sub_bytes));
+          }
+          return absl::OkStatus();
+        }));
     if (res != nullptr) {
       BATON_RETURN_IF_ERROR(AccumulateInto(cs, stage + r * sub_bytes,
                                            static_cast<const char*>(res) + j * sub_bytes, dtype_,
@@ -80,10 +93,12 @@ Status LlamaRank::SpScatterRows(const scheduler::ComputeContext& ctx, void* out,
     }
     BATON_RETURN_IF_ERROR(sp_events_[tp + 1 + j]->Record(cs));
     BATON_RETURN_IF_ERROR(ts.Wait(*sp_events_[tp + 1 + j]));
-    BATON_RETURN_IF_ERROR(ctx.tensor.comm->ReduceScatter(stage,
-                                                         static_cast<char*>(out) + j * sub_bytes,
-                                                         static_cast<size_t>(sub * H), dtype_,
-                                                         ReduceOp::kSum, ts, opts));
+    BATON_RETURN_IF_ERROR(
+        RecordSpan(ctx.spans, ts, StreamClass::kTensor, "RS chunk", j, ctx.step, [&] {
+          return ctx.tensor.comm->ReduceScatter(stage, static_cast<char*>(out) + j * sub_bytes,
+                                                static_cast<size_t>(sub * H), dtype_,
+                                                ReduceOp::kSum, ts, opts);
+        }));
   }
   BATON_RETURN_IF_ERROR(sp_events_[2 * tp + 1]->Record(ts));
   return SpTimed(cs, [&] { return cs.Wait(*sp_events_[2 * tp + 1]); });

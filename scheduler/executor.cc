@@ -593,6 +593,7 @@ ComputeContext Executor::MakeComputeContext(int i) {
   ctx.step = step_;
   ctx.rank = comm_.rank();
   ctx.stream = &stream(n.stream);
+  if (options_.observer != nullptr) ctx.spans = options_.observer->spans();
   auto find = [&](const std::vector<int>& bufs, int bucket) {
     for (int b : bufs) {
       if (graph_.buffers[b].bucket == bucket) return b;

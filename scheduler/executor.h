@@ -101,6 +101,29 @@
 
 namespace baton::scheduler {
 
+// Spans of work a compute node issues itself on its streams, e.g. the
+// chunk GEMMs and chunk transfers of a decomposed tensor collective
+// (scheduler/step_trace.h draws them on the stream's track). Span calls
+// `issue`, which enqueues work on `stream`, between two host functions on
+// `stream` that read the host's steady clock when the stream reaches them
+// (on a host stream when its thread runs the work, not when it is issued):
+// a span named `what` (static storage: a literal) and `chunk` on the track
+// of stream class `track` in step `step`. Called on the node's issuing thread; an error from the
+// enqueues or from `issue` is returned. RecordSpan (below) is null-safe.
+class WorkSpanSink {
+ public:
+  virtual ~WorkSpanSink() = default;
+  virtual Status Span(Stream& stream, StreamClass track, const char* what, int chunk, int64_t step,
+                      const std::function<Status()>& issue) = 0;
+};
+
+// `issue()` alone without a sink (no trace: no cost beyond the call).
+inline Status RecordSpan(WorkSpanSink* sink, Stream& stream, StreamClass track, const char* what,
+                         int chunk, int64_t step, const std::function<Status()>& issue) {
+  if (sink == nullptr) return issue();
+  return sink->Span(stream, track, what, chunk, step, issue);
+}
+
 struct TensorView {
   const ParamSlot* param = nullptr;  // name, shape, numel
   void* data = nullptr;
@@ -122,6 +145,9 @@ struct ComputeContext {
   int64_t step = 0;  // steps issued before this one
   int rank = 0;
   Stream* stream = nullptr;
+  // Not owned; null without a trace (ExecutorOptions::observer's spans()):
+  // the node may record spans of its own work there (RecordSpan).
+  WorkSpanSink* spans = nullptr;
   std::vector<TensorView> params;      // one per layout.unit_params[unit]
   // Backward only, same order; data is null for a frozen parameter (no
   // gradient: the backward computes only what flows to the inputs).
@@ -282,6 +308,9 @@ class NodeObserver {
   enum class Point { kBeforeWaits, kBeforeWork, kAfterWork };
   virtual ~NodeObserver() = default;
   virtual Status Observe(int node, int64_t step, Point point, Stream& stream) = 0;
+  // Where compute nodes record the spans of their own work (ComputeContext::
+  // spans); null (the default): none.
+  virtual WorkSpanSink* spans() { return nullptr; }
 };
 
 // A communicator for one mesh group (ExecutorOptions::group_comms).

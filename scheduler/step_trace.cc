@@ -17,6 +17,21 @@ struct Entry {
   std::atomic<int64_t> t[3] = {-1, -1, -1};  // before waits, before work, after work
 };
 
+// A span a compute node recorded of its own work (WorkSpanSink).
+struct SpanEntry {
+  int track = 0;
+  const char* what = "";
+  int chunk = 0;
+  int64_t step = 0;
+  std::atomic<int64_t> t[2] = {-1, -1};  // the stream reached its work, finished it
+};
+
+int64_t NowNs(std::chrono::steady_clock::time_point origin) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              origin)
+      .count();
+}
+
 const char* Category(NodeKind kind) {
   switch (kind) {
     case NodeKind::kAllGather:
@@ -51,8 +66,34 @@ int Track(const StepGraph& g, const Node& n) {
 
 }  // namespace
 
-class StepTrace::Recorder : public NodeObserver {
+class StepTrace::Recorder : public NodeObserver, public WorkSpanSink {
  public:
+  WorkSpanSink* spans() override { return this; }
+
+  Status Span(Stream& stream, StreamClass track, const char* what, int chunk, int64_t step,
+              const std::function<Status()>& issue) override {
+    SpanEntry* e;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      spans_.emplace_back();
+      e = &spans_.back();
+      e->track = graph_.stream_for(track).index();
+      e->what = what;
+      e->chunk = chunk;
+      e->step = step;
+    }
+    const auto origin = origin_;
+    auto stamp = [e, origin](int slot) {
+      return [e, origin, slot]() {
+        e->t[slot].store(NowNs(origin), std::memory_order_relaxed);
+        return absl::OkStatus();
+      };
+    };
+    BATON_RETURN_IF_ERROR(stream.Enqueue(stamp(0)));
+    BATON_RETURN_IF_ERROR(issue());
+    return stream.Enqueue(stamp(1));
+  }
+
   Recorder(int rank, const StepGraph& graph, std::chrono::steady_clock::time_point origin)
       : rank_(rank), graph_(graph), origin_(origin) {}
 
@@ -75,9 +116,7 @@ class StepTrace::Recorder : public NodeObserver {
     const int slot = static_cast<int>(point);
     const auto origin = origin_;
     return stream.Enqueue([e, slot, origin]() {
-      e->t[slot].store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now() - origin).count(),
-                       std::memory_order_relaxed);
+      e->t[slot].store(NowNs(origin), std::memory_order_relaxed);
       return absl::OkStatus();
     });
   }
@@ -104,6 +143,14 @@ class StepTrace::Recorder : public NodeObserver {
         trace.Complete(rank_, tid, n.name, Category(n.kind), us(t1), us(t2 - t1),
                        {{"step", e.step}, {"kind", std::string(NodeKindName(n.kind))}});
       }
+    }
+    const int compute = graph_.stream_for(StreamClass::kCompute).index();
+    for (const SpanEntry& e : spans_) {
+      const int64_t t0 = e.t[0].load(), t1 = e.t[1].load();
+      if (t0 < 0 || t1 < t0) continue;
+      trace.Complete(rank_, e.track, absl::StrCat(e.what, " ", e.chunk),
+                     e.track == compute ? "compute" : "copy", us(t0), us(t1 - t0),
+                     {{"step", e.step}, {"chunk", int64_t{e.chunk}}});
     }
   }
 
@@ -154,6 +201,7 @@ class StepTrace::Recorder : public NodeObserver {
   mutable std::mutex mu_;
   std::deque<Entry> entries_;  // stable addresses for the streams' writes
   std::map<std::pair<int, int64_t>, Entry*> open_;
+  std::deque<SpanEntry> spans_;  // stable addresses, as entries_
 };
 
 StepTrace::StepTrace() : origin_(std::chrono::steady_clock::now()) {}

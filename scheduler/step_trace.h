@@ -9,7 +9,12 @@
 //   copy     the collectives, device copies and host-link copies (D2H,
 //            H2D) (bytes moved between ranks, buffers or memories: on
 //            inproc, copies through shared memory)
-// named after the node (StepGraph Node::name) with its step in args.
+// named after the node (StepGraph Node::name) with its step in args; and
+// the spans compute nodes record of their own work (WorkSpanSink,
+// ComputeContext::spans: e.g. under tp_comm_overlap each chunk transfer
+// of a decomposed tensor collective on the tensor track, category "copy",
+// and each chunk GEMM on the compute track, "compute"; named "<what>
+// <chunk>", with step and chunk in args).
 //
 // How: the executor calls a recorder (ExecutorOptions::observer) around
 // every node; the recorder enqueues a host function on the node's stream

@@ -16,6 +16,32 @@
 source tests/simulate_cli_lib.sh  # bin (train_tiny), t, fail; run, bad, has
 model=(--layers=2 --hidden=64 --heads=4 --ffn=128 --vocab=128 --seq=32 --lr=1e-3
        --steps=20 --dtype=f32)
+chunks() {  # chunks NAME TRACE TP: --tp-overlap's chunk spans in the trace
+  python3 - "$2" "$3" <<'PY' || { echo "FAIL $1 chunk trace"; fail=1; }
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+tp, parts = int(sys.argv[2]), 2 * 2  # attention and MLP of each of the 2 blocks
+tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+spans = [e for e in events if e.get("ph") == "X" and " chunk " in e["name"]]
+transfers = [e for e in spans if not e["name"].startswith("GEMM")]
+gemms = [e for e in spans if e["name"].startswith("GEMM")]
+assert {tracks[(e["pid"], e["tid"])] for e in transfers} == {"tensor"}, "transfers off the tensor track"
+assert {tracks[(e["pid"], e["tid"])] for e in gemms} == {"compute"}, "GEMMs off the compute track"
+steps = {e["args"]["step"] for e in spans}
+for rank in range(tp):
+    for step in steps:
+        n = sum(e["pid"] == rank and e["args"]["step"] == step for e in transfers)
+        assert n >= tp * parts, (rank, step, n)
+# Interleaved: on some rank a chunk transfer runs while a chunk GEMM runs.
+def overlap(a, b):
+    return a["pid"] == b["pid"] and a["ts"] < b["ts"] + b["dur"] and b["ts"] < a["ts"] + a["dur"]
+both = sum(overlap(a, b) for a in transfers for b in gemms)
+assert both > 0, "no chunk transfer overlaps a chunk GEMM"
+print(f"  trace: {len(transfers)} chunk transfers on the tensor tracks, {len(gemms)} chunk GEMMs"
+      f" on the compute tracks, {both} overlapping pairs")
+PY
+}
 same() {  # same NAME FILE: the --json line's losses and parameter difference are FILE's
   python3 - "$2" "$t/out" <<'PY' || { echo "FAIL $1 differs"; fail=1; }
 import json, sys
@@ -56,8 +82,9 @@ PY
 # --tp-overlap: the same sums, bit for bit.
 cp "$t/out" "$t/tp2.out"
 run tp2-overlap 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --tp-overlap --check-reference \
-  --json
+  --json --trace="$t/tpo.json"
 equal tp2-overlap 1
+chunks tp2-overlap "$t/tpo.json" 2
 same tp2-overlap "$t/tp2.out"
 run tp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --policy=fsdp2 --check-reference \
   --json
@@ -127,8 +154,9 @@ print("  trace: AG-TP and RS-TP slices on the tensor track, no AR-TP")
 PY
 cp "$t/out" "$t/tp2-sp.out"
 run tp2-sp-overlap 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --sp --tp-overlap \
-  --check-reference --json
+  --check-reference --json --trace="$t/spo.json"
 equal tp2-sp-overlap 1
+chunks tp2-sp-overlap "$t/spo.json" 2
 same tp2-sp-overlap "$t/tp2-sp.out"
 run tp4-sp 0 "${model[@]}" --kv-heads=4 --tp=4 --nranks=4 --sp --check-reference --json
 equal tp4-sp 1
