@@ -12,9 +12,9 @@ StatusOr<std::vector<ParamPiece>> FinalParamPieces(const scheduler::ModelLayout&
                                                    scheduler::Executor& executor, int tp,
                                                    int tp_rank) {
   std::vector<ParamPiece> out;
-  // The embedding and head are split by vocabulary rows unless sequence
-  // parallelism keeps them whole (scheduler/tensor_parallel.h).
-  const bool vocab_parallel = !executor.graph().policy.sequence_parallel;
+  // The embedding and head are split by vocabulary rows
+  // (scheduler/tensor_parallel.h).
+  const bool vocab_parallel = true;
   for (int b = 0; b < static_cast<int>(layout.buckets.size()); ++b) {
     StatusOr<std::vector<float>> master = executor.ReadMaster(b);
     if (absl::IsOutOfRange(master.status())) continue;  // another stage's bucket

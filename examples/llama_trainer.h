@@ -144,7 +144,7 @@ class LlamaRank {
   // Backward, the column-parallel GEMMs' input gradients are all-reduced
   // on ctx.tensor.comm inside the node (the graph's fused collectives),
   // and so are a whole-block recompute's forward outputs. Norms are
-  // replicated. Without sequence parallelism the embedding and the head
+  // replicated. The embedding and the head
   // are vocabulary-parallel (llama_trainer_vocab.cc): the embedding looks
   // up this rank's vocabulary rows and all-reduces its output, the head
   // computes its slice's logits and the parallel cross-entropy
@@ -152,9 +152,13 @@ class LlamaRank {
   // target logits), and its input gradient is all-reduced; these run on
   // ctx.tensor.stream with events both ways. LossSum is 0 on tensor ranks
   // other than 0 (every tensor rank computes the same loss). With
-  // sequence_parallel the blocks, norms, embedding and loss run as
-  // "Sequence parallelism" below says (the embedding and head replicated);
-  // full recompute and LoRA adapters are then Unimplemented.
+  // sequence_parallel the blocks and norms run as "Sequence parallelism"
+  // below says, and the vocabulary-parallel embedding reduce-scatters its
+  // sum to the shards instead (its backward all-gathers the output
+  // gradient) and the head all-gathers the final norm's shards into
+  // acts.nf and reduce-scatters its input gradient, both on ctx.stream
+  // (kFirstTrainerTag); full recompute and LoRA adapters are then
+  // Unimplemented.
   static StatusOr<std::unique_ptr<LlamaRank>> Create(
       const scheduler::StepGraph& graph, const TrainConfig& config,
       const Corpus& corpus, Device& device, int ranks, int rank,
@@ -210,8 +214,9 @@ class LlamaRank {
                              const ops::LinearShape& shape, const void* res, const void* x,
                              void* out);
   // Sequence parallelism (Policy::sequence_parallel with tensor_slices;
-  // llama_trainer_sp.cc): the residual stream, norms, embedding and head
-  // run on this tensor rank's sequence shard, rows [rank T / tp, (rank + 1)
+  // llama_trainer_sp.cc): the residual stream and norms run on this
+  // tensor rank's sequence shard (the embedding and head on all rows,
+  // vocabulary-parallel, above), rows [rank T / tp, (rank + 1)
   // T / tp) of the micro-step's [T, H] tokens (sp_rows_ of them). Forward,
   // a norm node writes its normed shard to ctx.tensor.output (the graph's
   // AG-TP gathers it); the attention / MLP node reads the gathered input
@@ -222,9 +227,8 @@ class LlamaRank {
   // ctx.tensor.input, reduce-scatters the column-parallel input gradient
   // on ctx.stream over ctx.tensor.comm (kFirstTrainerTag) and writes its
   // input gradient's shard to ctx.tensor.output (or keeps it in gres_ for
-  // the embedding / a pipeline send). The loss is computed on the shard
-  // (each tensor rank's LossSum is its shard's); the replicated
-  // parameters' gradients (norms, embedding, head) are then partial per
+  // the embedding / a pipeline send). The replicated parameters'
+  // gradients (the norms) are then partial per
   // tensor rank: SpGradAllReduce sums each over the tensor group in place
   // after the last micro-step's backward has written it (on ctx.stream, in
   // the gradient's dtype), before the data-parallel reduction.

@@ -101,6 +101,7 @@ Status LlamaRank::SpComputeUnit(const scheduler::ComputeContext& ctx) {
   }
   switch (ctx.spec->kind) {
     case scheduler::UnitKind::kEmbedding: {
+      if (vocab_parallel_) return VocabEmbedding(ctx);  // llama_trainer_vocab.cc
       const ops::EmbeddingShape s{R, V, H, dtype_};
       if (!backward) return ops::EmbeddingForward(st, s, ids_[m] + row0, ctx.params[0].data,
                                                   acts.h[0]);
@@ -154,6 +155,7 @@ Status LlamaRank::SpComputeUnit(const scheduler::ComputeContext& ctx) {
       return absl::OkStatus();
     }
     case scheduler::UnitKind::kLmHead: {
+      if (vocab_parallel_) return VocabHead(ctx);
       // The loss on this rank's shard, scaled by the whole micro-step's
       // tokens: the tensor group's sum is the unsharded gradient.
       const ops::LinearShape s{R, H, V, dtype_};

@@ -10,10 +10,9 @@
 namespace baton::examples {
 
 Status LlamaRank::AllocateVocabParallel() {
-  // Sequence parallelism keeps the embedding and head whole
-  // (llama_trainer_sp.cc; scheduler/tensor_parallel.h).
-  vocab_parallel_ = graph_.tensor_slices && graph_.policy.tensor_parallel > 1 &&
-                    !graph_.policy.sequence_parallel;
+  // With sequence parallelism too (the shards gathered and scattered
+  // around the vocabulary-parallel ops below).
+  vocab_parallel_ = graph_.tensor_slices && graph_.policy.tensor_parallel > 1;
   if (!vocab_parallel_) return absl::OkStatus();
   vp_max_ = static_cast<float*>(Buf(d_.T * 4));
   vp_sum_ = static_cast<float*>(Buf(d_.T * 4));
@@ -50,18 +49,32 @@ Status LlamaRank::VocabEmbedding(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
   const int m = ctx.micro_step;
   const ops::EmbeddingShape s{d_.T, d_.V, d_.H, dtype_};
+  CollectiveOptions opts;
+  opts.tag = scheduler::kFirstTrainerTag;
+  const size_t shard = static_cast<size_t>(sp_rows_ * d_.H);
   if (ctx.kind != scheduler::NodeKind::kBackward) {
-    // This rank's rows (zero for the other ranks' tokens), then the sum.
+    // This rank's rows (zero for the other ranks' tokens), then the sum;
+    // under sequence parallelism summed into the sequence shards.
     void* h0 = ActsOf(m).h[0];
+    if (sp_) {
+      BATON_RETURN_IF_ERROR(
+          ops::VocabShardEmbeddingForward(st, s, Shard(), ids_[m], ctx.params[0].data, dn_));
+      return ctx.tensor.comm->ReduceScatter(dn_, h0, shard, dtype_, ReduceOp::kSum, st, opts);
+    }
     BATON_RETURN_IF_ERROR(
         ops::VocabShardEmbeddingForward(st, s, Shard(), ids_[m], ctx.params[0].data, h0));
     return TensorReduce(ctx, h0, static_cast<size_t>(d_.T * d_.H), dtype_, ReduceOp::kSum);
   }
   if (ctx.grads[0].data == nullptr) return absl::OkStatus();  // frozen
-  // The output's gradient is whole on every rank: each adds its rows'.
-  return ops::VocabShardEmbeddingBackward(st, s, Shard(), ids_[m], gres_[cur_],
-                                          ctx.grads[0].data, ctx.grads[0].dtype,
-                                          ctx.grad_accumulate[0]);
+  // The output's gradient is whole on every rank (under sequence
+  // parallelism gathered from the shards): each adds its rows'.
+  const void* dy = gres_[cur_];
+  if (sp_) {
+    BATON_RETURN_IF_ERROR(ctx.tensor.comm->AllGather(gres_[cur_], dn_, shard, dtype_, st, opts));
+    dy = dn_;
+  }
+  return ops::VocabShardEmbeddingBackward(st, s, Shard(), ids_[m], dy, ctx.grads[0].data,
+                                          ctx.grads[0].dtype, ctx.grad_accumulate[0]);
 }
 
 Status LlamaRank::VocabHead(const scheduler::ComputeContext& ctx) {
@@ -70,7 +83,16 @@ Status LlamaRank::VocabHead(const scheduler::ComputeContext& ctx) {
   Acts& acts = ActsOf(m);
   const int64_t T = d_.T;
   const ops::LinearShape s{T, d_.H, d_.V, dtype_};
+  CollectiveOptions opts;
+  opts.tag = scheduler::kFirstTrainerTag;
+  const size_t shard = static_cast<size_t>(sp_rows_ * d_.H);
   if (ctx.kind != scheduler::NodeKind::kBackward) {
+    if (sp_) {
+      // The final norm's sequence shard (acts.nf's first rows) gathered
+      // into acts.nf whole, kept for the backward's weight gradient.
+      BATON_RETURN_IF_ERROR(st.MemcpyAsync(dn_, acts.nf, io_bytes_));
+      BATON_RETURN_IF_ERROR(ctx.tensor.comm->AllGather(dn_, acts.nf, shard, dtype_, st, opts));
+    }
     // The logits of this rank's vocabulary slice only, then the parallel
     // cross-entropy: three all-reduces of T floats, never the logits.
     BATON_RETURN_IF_ERROR(ops::LinearForward(st, s, acts.nf, ctx.params[0].data, acts.logits));
@@ -88,9 +110,14 @@ Status LlamaRank::VocabHead(const scheduler::ComputeContext& ctx) {
   }
   cur_ = 0;
   BATON_RETURN_IF_ERROR(ops::LinearBackward(st, s, acts.logits, acts.nf, ctx.params[0].data,
-                                            gres_[cur_], false, ctx.grads[0].data,
+                                            sp_ ? dn_ : gres_[cur_], false, ctx.grads[0].data,
                                             ctx.grads[0].dtype, ctx.grad_accumulate[0]));
-  // Each rank's input gradient is its slice's partial sum.
+  // Each rank's input gradient is its slice's partial sum (under sequence
+  // parallelism summed into the shards).
+  if (sp_) {
+    return ctx.tensor.comm->ReduceScatter(dn_, gres_[cur_], shard, dtype_, ReduceOp::kSum, st,
+                                          opts);
+  }
   return TensorReduce(ctx, gres_[cur_], static_cast<size_t>(T * d_.H), dtype_, ReduceOp::kSum);
 }
 

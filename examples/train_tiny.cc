@@ -559,11 +559,11 @@ StatusOr<int64_t> StartState(const Job& job, scheduler::Executor& executor,
     const int tp = job.tp;
     // Each element's value is the whole parameter's (a tensor rank's slice
     // takes its elements' values), so every layout starts the same.
-    const bool vocab_parallel = !job.policy.sequence_parallel;  // tensor_parallel.h
-    BATON_RETURN_IF_ERROR(executor.InitParameters([seed, tp, tp_rank, vocab_parallel](
+    BATON_RETURN_IF_ERROR(executor.InitParameters([seed, tp, tp_rank](
                                                       const scheduler::ParamSlot& slot,
                                                       float* values) {
-      const scheduler::TensorSplit split = scheduler::TensorSplitOf(slot.name, vocab_parallel);
+      const scheduler::TensorSplit split =
+          scheduler::TensorSplitOf(slot.name, /*vocab_parallel=*/true);
       for (int64_t i = 0; i < slot.numel; ++i) {
         values[i] = examples::InitialParameter(
             slot.name, scheduler::TensorWholeIndex(split, slot.shape, tp, tp_rank, i), seed);
@@ -1012,7 +1012,7 @@ int Main(int argc, char** argv) {
                         f.pp > 1 ? " x pipeline stages)" : ")"));
     }
     if (f.tp > 1) {
-      auto slice = scheduler::TensorParallelSlice(job.spec, f.tp, /*vocab_parallel=*/!f.sp);
+      auto slice = scheduler::TensorParallelSlice(job.spec, f.tp);
       if (!slice.ok()) Fail(std::string(slice.status().message()));
       job.tp = f.tp;
       job.slice = *slice;
@@ -1187,10 +1187,10 @@ int Main(int argc, char** argv) {
   if (job.tp > 1) {
     const int64_t tokens = job.config.seq * job.config.batch;
     const std::string rest =
-        f.sp ? absl::StrCat("norms, embedding and head replicated, run on sequence shards of ",
-                            tokens / job.tp, " of ", tokens, " tokens")
-             : absl::StrCat("vocabulary ", job.slice.vocab, " of ", job.spec.vocab,
-                            "; norms replicated");
+        absl::StrCat("vocabulary ", job.slice.vocab, " of ", job.spec.vocab, "; norms replicated",
+                     f.sp ? absl::StrCat(", run on sequence shards of ", tokens / job.tp, " of ",
+                                         tokens, " tokens")
+                          : std::string());
     std::printf("tensor parallel: %d ranks (per rank %lld of %lld heads, %lld of %lld KV heads, "
                 "FFN %lld of %lld; %s), %d data ranks\n",
                 job.tp, static_cast<long long>(job.slice.heads),

@@ -950,9 +950,7 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
   const bool sliced = tensor_slices && policy.tensor_parallel > 1;
   ModelSpec laid_out = spec;
   if (sliced) {
-    // Sequence parallelism's executor keeps the embedding and head whole.
-    BATON_ASSIGN_OR_RETURN(laid_out, TensorParallelSlice(spec, policy.tensor_parallel,
-                                                         !policy.sequence_parallel));
+    BATON_ASSIGN_OR_RETURN(laid_out, TensorParallelSlice(spec, policy.tensor_parallel));
   }
   BATON_ASSIGN_OR_RETURN(ModelLayout layout, BuildLayout(laid_out, policy.layout, sharding));
   if (!saved_bytes.empty()) {

@@ -187,8 +187,7 @@ struct ParallelStep {
 // bucket (a bucket never spans two stages), whatever policy.layout says.
 // `tensor_slices` (tensor_parallel > 1): the layout is of one tensor rank's
 // slice (TensorParallelSlice, scheduler/tensor_parallel.h: heads, KV heads,
-// FFN and, without sequence_parallel, the vocabulary rows of the
-// embedding and head / tp, norms whole; InvalidArgument where tp does not
+// FFN and the vocabulary rows of the embedding and head / tp, norms whole; InvalidArgument where tp does not
 // divide them) and each rank's buffers
 // hold its slice, as the executor runs it; otherwise (the simulator) the
 // layout is the whole model's and each rank holds 1 / tp of every bucket

@@ -18,10 +18,11 @@
 // laid out as the model TensorParallelSlice returns (heads / tp,
 // kv_heads / tp, intermediate / tp, vocab / tp), so its ModelLayout,
 // sharded over the data ranks, stores exactly the rank's TP slice: FSDP
-// of TP-sharded parameters. Under sequence parallelism the executed
-// trainer keeps the embedding and the head replicated (run on sequence
-// shards; the vocabulary-parallel form with its reduce-scatter and gather
-// is simulated only): callers then pass vocab_parallel = false.
+// of TP-sharded parameters. Under sequence parallelism the embedding and
+// head stay vocabulary-parallel: the embedding's partial lookups are
+// reduce-scattered to the sequence shards and the head's input gathered
+// from them (examples/llama_trainer_vocab.cc). vocab_parallel = false
+// (the embedding and head replicated) is for callers that keep them whole.
 //
 // Plain functions; thread-safe.
 #ifndef BATON_SCHEDULER_TENSOR_PARALLEL_H_

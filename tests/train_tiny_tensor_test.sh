@@ -6,7 +6,9 @@
 # same), alone and with FSDP2 sharding of each tensor rank's
 # slice over the data ranks, with selective recompute, inside 1F1B pipeline
 # stages (3D), and on ucx processes; --sp (sequence parallelism) likewise
-# within 1e-5 for TP 2 and 4, with FSDP2, in 1F1B stages and on ucx, and
+# within 1e-5 for TP 2 and 4 (the embedding and head vocabulary-parallel,
+# their sums reduce-scattered to and gathered from the sequence shards),
+# with FSDP2, in 1F1B stages and on ucx, and
 # with --tp-overlap (the gathers and reduce-scatters decomposed around the
 # GEMMs) bit for bit the run with AG-TP / RS-TP nodes;
 # bad input is one line on stderr, exit code 2.
@@ -152,7 +154,7 @@ equal tp2-ucx 0
 # nodes on the tensor stream instead of AR-TP.
 run tp2-sp 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --sp --check-reference --json \
   --trace="$t/sp.json"
-has tp2-sp '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; norms, embedding and head replicated, run on sequence shards of 32 of 64 tokens\), 1 data ranks$'
+has tp2-sp '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; vocabulary 64 of 128; norms replicated, run on sequence shards of 32 of 64 tokens\), 1 data ranks$'
 has tp2-sp '^tensor collectives exposed \(step 20, compute stream\): waiting on AG-TP / RS-TP nodes mean [0-9.]+ ms \(from the trace\), inside the nodes mean [0-9.]+ ms \(the input gradients'"'"' reduce-scatters, the gradient all-reduces\); total mean [0-9.]+ ms, largest [0-9.]+ ms per rank$'
 equal tp2-sp 1
 tail -n 1 "$t/out" | python3 -c '
