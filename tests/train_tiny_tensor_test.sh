@@ -212,6 +212,8 @@ bad ffn "--tp=4 does not divide the model's 126 FFN width" "${model[@]/--ffn=128
   --kv-heads=4 --tp=4 --nranks=4
 bad vocab "--vocab=130 not divisible by --tp=4" "${model[@]/--vocab=128/--vocab=130}" \
   --kv-heads=4 --tp=4 --nranks=4
+bad vocab-sp "--vocab=130 not divisible by --tp=4" "${model[@]/--vocab=128/--vocab=130}" \
+  --kv-heads=4 --tp=4 --nranks=4 --sp
 bad more-than-ranks "--tp=4 is more than the 2 ranks" "${model[@]}" --tp=4 --nranks=2
 bad not-dividing "--nranks=3 is not a multiple of --tp=2" "${model[@]}" --tp=2 --nranks=3
 bad overlap-alone "--tp-overlap needs --tp > 1" "${model[@]}" --tp-overlap
