@@ -1,5 +1,6 @@
 #include "baton/scheduler/testing/checkpoint_toy.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -39,10 +40,15 @@ std::string RunToy(const ToyRunSpec& job, std::vector<SaveStats>* stats) {
   if (!group.ok()) return group.status().ToString();
   ToyModel toy(job.ranks);
   std::vector<std::string> errors(job.ranks);
+  // The first rank to fail (before its Abort, which fails the others with
+  // "rank N aborted"): its error is the cause, the one returned.
+  std::atomic<int> first_failed{-1};
   if (stats != nullptr) stats->assign(job.ranks, SaveStats{});
   RunRanks(job.ranks, [&](int r) {
     auto fail = [&](const Status& st) {
       errors[r] = st.ToString();
+      int none = -1;
+      first_failed.compare_exchange_strong(none, r);
       group->comms[r]->Abort();
     };
     auto graph = BuildStepGraph(job.spec, job.policy, job.ranks);
@@ -74,7 +80,9 @@ std::string RunToy(const ToyRunSpec& job, std::vector<SaveStats>* stats) {
     if (!st.ok()) return fail(st);
     if (job.compare != nullptr) errors[r] = ToyModel::CompareShards(e, *job.compare);
   });
-  for (int r = 0; r < job.ranks; ++r) {
+  const int first = first_failed.load();
+  if (first >= 0) return absl::StrCat("rank ", first, ": ", errors[first]);
+  for (int r = 0; r < job.ranks; ++r) {  // a shard comparison's mismatch
     if (!errors[r].empty()) return absl::StrCat("rank ", r, ": ", errors[r]);
   }
   return "";

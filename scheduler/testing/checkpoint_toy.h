@@ -38,7 +38,8 @@ struct ToyRunSpec {
 };
 
 // Runs a toy job (data position saved: steps issued x 100); "" when every
-// rank succeeded (and matched `compare`), else the first rank's error.
+// rank succeeded (and matched `compare`), else the error of the first rank
+// to fail (its abort fails the others: theirs are consequences).
 // `stats`: each rank's SaveStats.
 std::string RunToy(const ToyRunSpec& job, std::vector<SaveStats>* stats = nullptr);
 
