@@ -348,11 +348,10 @@ Status LlamaRank::LoadBatch(Stream& stream, int64_t step) {
 
 StatusOr<double> LlamaRank::LossSum(Stream& stream) {
   if (!has_head_) return 0.0;  // a pipeline stage before the last
-  // Tensor rank 0 counts it; under sequence parallelism with the head
-  // replicated each rank its shard's.
-  const bool sharded = sp_ && !vocab_parallel_;
-  if (tensor_rank_ != 0 && !sharded) return 0.0;
-  const int64_t n = sharded ? sp_rows_ : d_.T;
+  // Tensor rank 0 counts it (the parallel cross-entropy gives every tensor
+  // rank the whole loss).
+  if (tensor_rank_ != 0) return 0.0;
+  const int64_t n = d_.T;
   std::vector<float> host(micro_steps_ * n);
   for (int m = 0; m < micro_steps_; ++m) {
     BATON_RETURN_IF_ERROR(stream.MemcpyAsync(host.data() + m * n, loss_[m], n * 4));

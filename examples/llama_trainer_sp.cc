@@ -23,9 +23,9 @@ Status LlamaRank::SpGradAllReduce(const scheduler::ComputeContext& ctx, int i) {
   if (i < 0 || ctx.grads[i].data == nullptr || ctx.micro_step != micro_steps_ - 1) {
     return absl::OkStatus();
   }
-  // Sequence parallelism keeps the embedding and head whole (no
-  // vocabulary split: scheduler/tensor_parallel.h).
-  if (scheduler::TensorSplitOf(ctx.params[i].param->name, /*vocab_parallel=*/false) !=
+  // Only the norms' gradients (the embedding and head are split by
+  // vocabulary: their gradients are whole on each rank's slice).
+  if (scheduler::TensorSplitOf(ctx.params[i].param->name, /*vocab_parallel=*/true) !=
       scheduler::TensorSplit::kReplicated) {
     return absl::InternalError(absl::StrCat(ctx.params[i].param->name,
                                             ": not a replicated parameter"));
@@ -87,11 +87,8 @@ Status LlamaRank::SpRowParallel(const scheduler::ComputeContext& ctx, const char
 
 Status LlamaRank::SpComputeUnit(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
-  const int m = ctx.micro_step;
-  Acts& acts = ActsOf(m);
+  Acts& acts = ActsOf(ctx.micro_step);
   const bool backward = ctx.kind == NodeKind::kBackward;
-  const int64_t R = sp_rows_, H = d_.H, V = d_.V;
-  const int64_t row0 = ctx.tensor.rank * R;
   if (ctx.weight_deferred || ctx.kind == NodeKind::kBackwardWeight) {
     return absl::UnimplementedError("llama trainer: zb-h1 with sequence parallelism");
   }
@@ -100,17 +97,10 @@ Status LlamaRank::SpComputeUnit(const scheduler::ComputeContext& ctx) {
     return absl::UnimplementedError("llama trainer: full recompute with sequence parallelism");
   }
   switch (ctx.spec->kind) {
-    case scheduler::UnitKind::kEmbedding: {
-      if (vocab_parallel_) return VocabEmbedding(ctx);  // llama_trainer_vocab.cc
-      const ops::EmbeddingShape s{R, V, H, dtype_};
-      if (!backward) return ops::EmbeddingForward(st, s, ids_[m] + row0, ctx.params[0].data,
-                                                  acts.h[0]);
-      if (ctx.grads[0].data == nullptr) return absl::OkStatus();  // frozen
-      BATON_RETURN_IF_ERROR(ops::EmbeddingBackward(st, s, ids_[m] + row0, gres_[cur_],
-                                                   ctx.grads[0].data, ctx.grads[0].dtype,
-                                                   ctx.grad_accumulate[0]));
-      return SpGradAllReduce(ctx, 0);
-    }
+    case scheduler::UnitKind::kEmbedding:
+      // Vocabulary-parallel under SP too (SP needs TP > 1): the partial
+      // lookups reduce-scattered to the shards, llama_trainer_vocab.cc.
+      return VocabEmbedding(ctx);
     case scheduler::UnitKind::kBlock:
       if (ctx.tensor.chunks > 0) {  // tp_comm_overlap: llama_trainer_sp_overlap.cc
         if (ctx.tensor.stream == nullptr) {
@@ -154,22 +144,8 @@ Status LlamaRank::SpComputeUnit(const scheduler::ComputeContext& ctx) {
       }
       return absl::OkStatus();
     }
-    case scheduler::UnitKind::kLmHead: {
-      if (vocab_parallel_) return VocabHead(ctx);
-      // The loss on this rank's shard, scaled by the whole micro-step's
-      // tokens: the tensor group's sum is the unsharded gradient.
-      const ops::LinearShape s{R, H, V, dtype_};
-      if (!backward) {
-        BATON_RETURN_IF_ERROR(ops::LinearForward(st, s, acts.nf, ctx.params[0].data, acts.logits));
-        return ops::CrossEntropy(st, {R, V, dtype_}, acts.logits, targets_[m] + row0, loss_[m],
-                                 acts.logits, 1.0f / static_cast<float>(d_.T));
-      }
-      cur_ = 0;
-      BATON_RETURN_IF_ERROR(ops::LinearBackward(st, s, acts.logits, acts.nf, ctx.params[0].data,
-                                                gres_[cur_], false, ctx.grads[0].data,
-                                                ctx.grads[0].dtype, ctx.grad_accumulate[0]));
-      return SpGradAllReduce(ctx, 0);
-    }
+    case scheduler::UnitKind::kLmHead:
+      return VocabHead(ctx);  // the final norm's shards gathered first
   }
   return absl::InternalError("unknown unit kind");
 }
