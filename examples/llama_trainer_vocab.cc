@@ -15,8 +15,9 @@ Status LlamaRank::AllocateVocabParallel() {
   vocab_parallel_ = graph_.tensor_slices && graph_.policy.tensor_parallel > 1;
   if (!vocab_parallel_) return absl::OkStatus();
   vp_max_ = static_cast<float*>(Buf(d_.T * 4));
-  vp_sum_ = static_cast<float*>(Buf(d_.T * 4));
-  vp_target_ = static_cast<float*>(Buf(d_.T * 4));
+  // The exp sums and the target logits side by side: one SUM all-reduce.
+  vp_sum_ = static_cast<float*>(Buf(d_.T * 2 * 4));
+  vp_target_ = vp_sum_ + d_.T;
   for (auto& e : vp_events_) {
     BATON_ASSIGN_OR_RETURN(e, device_.CreateEvent());
   }
@@ -94,15 +95,15 @@ Status LlamaRank::VocabHead(const scheduler::ComputeContext& ctx) {
       BATON_RETURN_IF_ERROR(ctx.tensor.comm->AllGather(dn_, acts.nf, shard, dtype_, st, opts));
     }
     // The logits of this rank's vocabulary slice only, then the parallel
-    // cross-entropy: three all-reduces of T floats, never the logits.
+    // cross-entropy: a MAX all-reduce of T floats, then one SUM of 2T (the
+    // exp sums and the target logits), never the logits.
     BATON_RETURN_IF_ERROR(ops::LinearForward(st, s, acts.nf, ctx.params[0].data, acts.logits));
     const ops::CrossEntropyShape x{T, d_.V, dtype_};
     BATON_RETURN_IF_ERROR(ops::VocabParallelRowMax(st, x, acts.logits, vp_max_));
     BATON_RETURN_IF_ERROR(TensorReduce(ctx, vp_max_, T, DataType::kF32, ReduceOp::kMax));
     BATON_RETURN_IF_ERROR(ops::VocabParallelSums(st, x, Shard(), acts.logits, targets_[m],
                                                  vp_max_, vp_sum_, vp_target_));
-    BATON_RETURN_IF_ERROR(TensorReduce(ctx, vp_sum_, T, DataType::kF32, ReduceOp::kSum));
-    BATON_RETURN_IF_ERROR(TensorReduce(ctx, vp_target_, T, DataType::kF32, ReduceOp::kSum));
+    BATON_RETURN_IF_ERROR(TensorReduce(ctx, vp_sum_, 2 * T, DataType::kF32, ReduceOp::kSum));
     // Loss (the same on every rank) and the slice's logit gradient in place.
     return ops::VocabParallelLoss(st, x, Shard(), acts.logits, targets_[m], vp_max_, vp_sum_,
                                   vp_target_, loss_[m], acts.logits,
