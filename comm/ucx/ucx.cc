@@ -474,7 +474,9 @@ class UcxCommunicator : public CommunicatorBase {
         const int peer = sub->waiting_on.load(std::memory_order_relaxed);
         if (peer >= 0 && peer < size_) notice.Waiting(world[peer]);
       } while (!sub->done.WaitForNotificationWithTimeout(poll));
-      notice.Finish(/*failed=*/!sub->status.ok());
+      // A wait cut short by closing the communicator is no failure.
+      notice.Finish(/*failed=*/!sub->status.ok() &&
+                    !absl::IsCancelled(sub->status));
     }
     sub->done.WaitForNotification();
     Status s = sub->status;
