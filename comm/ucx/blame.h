@@ -34,7 +34,8 @@
 // pipeline's stage neighbours, a data group's members, the world), and the
 // chain of waits crosses communicators.
 // Every store call has a deadline; the whole attribution takes at most
-// about 2 x grace + 3 x store_timeout.
+// about 2 x grace + 3 x store_timeout (one more when another thread of this
+// rank is writing its wait record at the time).
 #ifndef BATON_COMM_UCX_BLAME_H_
 #define BATON_COMM_UCX_BLAME_H_
 
