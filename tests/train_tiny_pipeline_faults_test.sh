@@ -31,14 +31,11 @@ fault() {  # fault NAME SIGNAL RANK STAGE HOW: signal RANK after step 3; HOW: fa
   (( started )) || bad="no rank reached step 3 within 60s"
   [[ -z $pid ]] && bad="$bad; rank $victim not found"
   (( took > bound )) && bad="$bad; not every survivor failed within ${bound}s"
-  # A killed rank is named by every survivor. A stopped one is named by the
-  # rank that first times out, unless that rank waits on a live rank that
-  # itself waits (a cascade across the stages, timing-dependent): its line
-  # then names that rank, with its stage; the hang report's verdict always
-  # names the stopped rank, as the one that did not report.
+  # Every survivor names the victim and its stage. A stopped rank is found
+  # by following who waits on whom, also through live ranks that wait on it
+  # and have not timed out yet (they post their waits early); the hang
+  # report's verdict names it as the one that did not report.
   local named="rank $victim \\(pipeline stage $stage\\) $how"
-  [[ $sig == STOP ]] &&
-    named="rank (0 \\(pipeline stage 0|1 \\(pipeline stage 0|2 \\(pipeline stage 1|3 \\(pipeline stage 1)\\) $how"
   for r in 0 1 2 3; do
     [[ $r == "$victim" ]] && continue
     grep -qE "^\[rank $r\] train_tiny: rank $r \(pipeline stage $(( r / 2 )) of 2\): [A-Z_]+: $named" "$out" ||

@@ -9,10 +9,20 @@
 //     link to peer P) claims "rank P failed" at once: the first claim wins
 //     (an atomic counter), and the others read the winning one;
 //   * a rank that only saw peer P go silent (a timeout) first records
-//     "I wait on P", then gives the ranks with hard evidence `grace` to
-//     post. If none did, it follows the records from P (P waits on Q, Q
-//     waits on ...) to the first rank that is not waiting on anyone: that
-//     one is dead, stopped or never issued the collective, and is named.
+//     "I wait on P" (and on whom else it waits now, in other threads or
+//     communicators), then gives the ranks with hard evidence `grace` to
+//     post. If none did, it follows the records from there (P waits on Q,
+//     Q waits on ..., breadth first) to the first rank that has no record,
+//     i.e. waits on no one: that one is dead, stopped or never issued the
+//     collective, and is named. When every rank reached waits on another
+//     (a cycle), P is named.
+//     A live rank that waits long posts its record early (WaitNotice
+//     below, after a quarter of its timeout), not only when it times out
+//     itself: a rank that waits on it but timed out first then finds the
+//     record and follows it, where a record posted only at the live rank's
+//     own timeout could come too late and the live rank be named. The
+//     records are followed for at most `grace`; a record of "-" (the waits
+//     ended) counts as none.
 //
 // A rank posts before it returns its error to the caller, so before it can
 // close its connections: a consequence never gets posted before its cause.
@@ -24,10 +34,12 @@
 // pipeline's stage neighbours, a data group's members, the world), and the
 // chain of waits crosses communicators.
 // Every store call has a deadline; the whole attribution takes at most
-// about 2 x grace + 3 x store_timeout.
+// about 2 x grace + 3 x store_timeout (one more when another thread of this
+// rank is writing its wait record at the time).
 #ifndef BATON_COMM_UCX_BLAME_H_
 #define BATON_COMM_UCX_BLAME_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -57,6 +69,35 @@ struct BlameOptions {
 // transport reported and DeadlineExceeded for a silent rank.
 Status AttributeFailure(Store* store, const BlameOptions& options,
                         const Status& own, Suspect suspect);
+
+// This rank's early record of one long wait: while the wait lasts,
+// "<prefix>silent/<rank>" names the peer it waits on (Waiting, each time
+// that peer changes); Finish(false) withdraws it, Finish(true) (the wait
+// failed) leaves it for good. Waits of one rank in several threads and
+// communicators of a failure group share the record: it lists the peers of
+// all of them, oldest first ("3,1"; "-" when none is left). Store calls
+// have `options.store_timeout`; one that fails is not retried (the record
+// is a hint: without it the search stops at this rank, as if it did not
+// wait). Thread-compatible (one thread per WaitNotice); the shared record
+// is guarded by a process-wide mutex, held during its store write.
+class WaitNotice {
+ public:
+  WaitNotice(Store* store, const BlameOptions& options);
+  ~WaitNotice();  // Finish(false) unless finished
+  WaitNotice(const WaitNotice&) = delete;
+  WaitNotice& operator=(const WaitNotice&) = delete;
+
+  void Waiting(int peer);  // a world rank
+  void Finish(bool failed);
+
+ private:
+  Store* const store_;
+  const std::string key_;
+  const absl::Duration store_timeout_;
+  const uint64_t id_;
+  int peer_ = -1;
+  bool finished_ = false;
+};
 
 }  // namespace baton::ucx_internal
 

@@ -119,6 +119,98 @@ TEST(BlameTest, WithOnlyTimeoutsTheChainOfWaitsEndsAtTheSilentRank) {
   }
 }
 
+TEST(BlameTest, ALiveRankThatWaitsIsFollowedBeforeItTimesOut) {
+  const int n = 4;
+  Ranks ranks(n);
+  // Rank 1 stopped. Rank 3 waits on 1 and rank 2 on 3, both long enough to
+  // post early (WaitNotice), neither timed out yet; rank 0 waits on 2 and
+  // times out first: it follows 2 -> 3 -> 1 and names the stopped rank 1.
+  WaitNotice three(ranks.store(3), Opts("e/", 3, n));
+  three.Waiting(1);
+  WaitNotice two(ranks.store(2), Opts("e/", 2, n));
+  two.Waiting(3);
+  Status zero = AttributeFailure(
+      ranks.store(0), Opts("e/", 0, n),
+      absl::DeadlineExceededError("waiting for data from rank 2"), {2, false});
+  EXPECT_TRUE(absl::StartsWith(zero.message(), "rank 1 went silent")) << zero;
+  EXPECT_EQ(zero.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(zero.message(), "seen first by rank 0")) << zero;
+}
+
+TEST(BlameTest, AWaitThatEndedIsNoLongerFollowed) {
+  const int n = 4;
+  Ranks ranks(n);
+  // Rank 2 waited long on 3, then its wait completed (withdrawn: "-"); it
+  // is stopped now. Rank 0, waiting on 2, names 2, not the stale 3.
+  {
+    WaitNotice two(ranks.store(2), Opts("f/", 2, n));
+    two.Waiting(3);
+    EXPECT_EQ(*ranks.store(1)->Get("f/silent/2", absl::Seconds(1)), "3");
+    two.Finish(/*failed=*/false);
+  }
+  EXPECT_EQ(*ranks.store(1)->Get("f/silent/2", absl::Seconds(1)), "-");
+  Status zero = AttributeFailure(
+      ranks.store(0), Opts("f/", 0, n),
+      absl::DeadlineExceededError("waiting for data from rank 2"), {2, false});
+  EXPECT_TRUE(absl::StartsWith(zero.message(), "rank 2 went silent")) << zero;
+}
+
+TEST(BlameTest, ConcurrentWaitsOfARankShareOneRecord) {
+  const int n = 4;
+  Ranks ranks(n);
+  auto posted = [&] { return *ranks.store(0)->Get("g/silent/1", absl::Seconds(1)); };
+  // Two streams of rank 1 wait at once: the record lists both peers, the
+  // older wait's first, and drops each as its wait ends.
+  auto a = std::make_unique<WaitNotice>(ranks.store(1), Opts("g/", 1, n));
+  auto b = std::make_unique<WaitNotice>(ranks.store(1), Opts("g/", 1, n));
+  b->Waiting(3);
+  EXPECT_EQ(posted(), "3");
+  a->Waiting(2);
+  EXPECT_EQ(posted(), "2,3");
+  a.reset();  // ended without a failure
+  EXPECT_EQ(posted(), "3");
+  b->Waiting(0);  // the wait moved on to another peer
+  EXPECT_EQ(posted(), "0");
+  b->Finish(/*failed=*/false);
+  EXPECT_EQ(posted(), "-");
+  // A wait that failed stays in the record; later waits come and go.
+  WaitNotice c(ranks.store(1), Opts("g/", 1, n));
+  c.Waiting(2);
+  c.Finish(/*failed=*/true);
+  {
+    WaitNotice d(ranks.store(1), Opts("g/", 1, n));
+    d.Waiting(3);
+    EXPECT_EQ(posted(), "2,3");
+  }
+  EXPECT_EQ(posted(), "2");
+}
+
+TEST(BlameTest, ARankWaitingOnTwoPeersIsFollowedToTheSilentOne) {
+  const int n = 4;
+  Ranks ranks(n);
+  // Rank 1 stopped. Rank 0 waits in two communicators: on 1 (a data-group
+  // all-gather, posted early) and on 2 (a pipeline receive), and the
+  // receive times out first. Rank 2 waits on 0's send, which 0 cannot
+  // issue before its all-gather: 0 -> 2 -> 0 is a cycle, 0 -> 1 ends at
+  // the stopped rank.
+  WaitNotice gather(ranks.store(0), Opts("h/", 0, n));
+  gather.Waiting(1);
+  WaitNotice two(ranks.store(2), Opts("h/", 2, n));
+  two.Waiting(0);
+  Status zero = AttributeFailure(
+      ranks.store(0), Opts("h/", 0, n),
+      absl::DeadlineExceededError("recv from rank 2: it did not send it"),
+      {2, false});
+  EXPECT_TRUE(absl::StartsWith(zero.message(), "rank 1 went silent")) << zero;
+  EXPECT_EQ(*ranks.store(3)->Get("h/silent/0", absl::Seconds(1)), "2,1");
+  // Rank 2 times out later and reads rank 0's claim.
+  Status later = AttributeFailure(
+      ranks.store(2), Opts("h/", 2, n),
+      absl::DeadlineExceededError("recv from rank 0: it did not send it"),
+      {0, false});
+  EXPECT_TRUE(absl::StartsWith(later.message(), "rank 1 went silent")) << later;
+}
+
 TEST(BlameTest, TheRankNameNamesTheFailedRankInEveryClaim) {
   const int n = 4;
   Ranks ranks(n);

@@ -187,6 +187,13 @@ void P2PJob::AdvanceRecv(Item& it) {
   it.done = status_.ok() && it.ack == kDone && it.data == kDone;
 }
 
+int P2PJob::waiting_on() const {
+  for (const Item& it : items_) {
+    if (!it.done) return it.o.op.peer;
+  }
+  return -1;
+}
+
 bool P2PJob::Advance() {
   if (finished_) return true;
   bool all = true;

@@ -59,6 +59,8 @@ class P2PJob {
   bool Advance();
   const Status& status() const { return status_; }
   Suspect suspect() const { return suspect_; }
+  // While unfinished: the peer of the first op not done (-1 if none).
+  int waiting_on() const;
 
   // The 64-bit tag of a message (see above).
   static uint64_t Tag(uint32_t tag, uint64_t seq, int from, bool ack);

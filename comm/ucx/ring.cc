@@ -514,6 +514,19 @@ bool RingJob::AdvancePass(Pass& p) {
   return complete && status_.ok();
 }
 
+bool RingJob::WaitingRecv() const {
+  bool waiting = false;
+  for (uint8_t st : hdr_recv_state_) waiting |= st != kDone;
+  if (current_ < passes_.size()) {
+    for (uint8_t st : passes_[current_].recv_state) waiting |= st != kDone;
+  }
+  return waiting;
+}
+
+int RingJob::waiting_on() const {
+  return WaitingRecv() ? prev_rank_ : next_rank_;
+}
+
 bool RingJob::Advance() {
   if (finished_) return true;
   if (status_.ok()) AdvanceHeaders();
@@ -570,13 +583,7 @@ bool RingJob::Advance() {
     }
   }
   if (status_.ok() && absl::Now() > deadline_) {
-    bool waiting_recv = false;
-    for (uint8_t st : hdr_recv_state_) waiting_recv |= st != kDone;
-    if (current_ < passes_.size()) {
-      for (uint8_t st : passes_[current_].recv_state) {
-        waiting_recv |= st != kDone;
-      }
-    }
+    const bool waiting_recv = WaitingRecv();
     Fail(absl::DeadlineExceededError(absl::StrCat(
              "ucx ", CollectiveLabel(mine_), " on rank ", links_.rank,
              ": no progress within ", absl::FormatDuration(timeout_),

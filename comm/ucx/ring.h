@@ -95,6 +95,10 @@ class RingJob {
   const Status& status() const { return status_; }
   // Whom the failure points at (meaningful once finished with an error).
   Suspect suspect() const { return suspect_; }
+  // While unfinished: the rank this job waits on now (the previous rank
+  // while a receive is outstanding, else the next), as a timeout now would
+  // name it.
+  int waiting_on() const;
   const CollectiveHeader& header() const { return mine_; }
   // Gives the scratch back after a successful finish (null otherwise).
   std::unique_ptr<Scratch> TakeScratch();
@@ -145,6 +149,8 @@ class RingJob {
   // kDone, kPosted, or sets status_.
   uint8_t Test(void** req, const size_t* got, size_t expected, int peer);
   void Fail(Status s, Suspect who = {});
+  // A receive (of a header or of the current pass) is outstanding.
+  bool WaitingRecv() const;
   // A failure on the link to the next rank (see Advance).
   void FailNext(Status s, bool dead);
   void CancelAll();

@@ -3,6 +3,7 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <deque>
 #include <cstring>
@@ -47,6 +48,11 @@ struct Submission {
   absl::Notification done;
   Status status;
   Suspect suspect;  // whom a failure points at
+  // Set by the waiting thread once the wait is long (WaitNotice); the
+  // progress thread then keeps `waiting_on` (this communicator's rank the
+  // job waits on) current.
+  std::atomic<bool> want_peer{false};
+  std::atomic<int> waiting_on{-1};
 };
 
 class UcxCommunicator : public CommunicatorBase {
@@ -454,6 +460,24 @@ class UcxCommunicator : public CommunicatorBase {
       }
       incoming_.push_back(sub);
     }
+    if (store_ != nullptr && size_ > 1 &&
+        !sub->done.WaitForNotificationWithTimeout(timeout / 4)) {
+      // A long wait: say on whom we wait (blame.h), so that a rank waiting
+      // on us that times out before we do follows us to the rank that
+      // stopped instead of naming us.
+      sub->want_peer.store(true, std::memory_order_relaxed);
+      ucx_internal::WaitNotice notice(store_, Blame(timeout));
+      const std::vector<int> world = WorldRanks(config_);
+      const absl::Duration poll =
+          std::clamp(timeout / 16, absl::Milliseconds(10), absl::Seconds(1));
+      do {
+        const int peer = sub->waiting_on.load(std::memory_order_relaxed);
+        if (peer >= 0 && peer < size_) notice.Waiting(world[peer]);
+      } while (!sub->done.WaitForNotificationWithTimeout(poll));
+      // A wait cut short by closing the communicator is no failure.
+      notice.Finish(/*failed=*/!sub->status.ok() &&
+                    !absl::IsCancelled(sub->status));
+    }
     sub->done.WaitForNotification();
     Status s = sub->status;
     if (!s.ok()) {
@@ -468,15 +492,8 @@ class UcxCommunicator : public CommunicatorBase {
       // give it a whole timeout (a busy rank 0 answers late, not never).
       ho.store_timeout = std::clamp(timeout, absl::Seconds(1), absl::Seconds(5));
       ho.sink = config_.on_hang_report;
-      // Who failed is named in world ranks, under the job's failure group
-      // (shared with the parent and the siblings of a Split).
       const std::vector<int> world = WorldRanks(config_);
-      ucx_internal::BlameOptions bo;
-      bo.prefix = absl::StrCat(FailureGroup(), "/ucx/");
-      bo.rank = world[rank_];
-      bo.size = std::max(store_ != nullptr ? store_->world_size() : size_,
-                         *std::max_element(world.begin(), world.end()) + 1);
-      bo.name = config_.rank_name;
+      const ucx_internal::BlameOptions bo = Blame(timeout);
       ucx_internal::Suspect suspect = sub->suspect;
       if (suspect.rank >= 0 && suspect.rank < size_) {
         suspect.rank = world[suspect.rank];
@@ -487,8 +504,6 @@ class UcxCommunicator : public CommunicatorBase {
                                           "': world ranks ",
                                           absl::StrJoin(world, ","), ")"));
       }
-      bo.grace = std::min(timeout / 4, absl::Seconds(5));
-      bo.store_timeout = ho.store_timeout;
       FlightRecorder& rec = *rec_.recorder;
       std::string verdict;
       const bool reporter = rec.StartReport(
@@ -510,6 +525,22 @@ class UcxCommunicator : public CommunicatorBase {
       health_.Fail(s);
     }
     return s;
+  }
+
+  // Who failed is named in world ranks, under the job's failure group
+  // (shared with the parent and the siblings of a Split).
+  ucx_internal::BlameOptions Blame(absl::Duration timeout) const {
+    const std::vector<int> world = WorldRanks(config_);
+    ucx_internal::BlameOptions bo;
+    bo.prefix = absl::StrCat(FailureGroup(), "/ucx/");
+    bo.rank = world[rank_];
+    bo.size = std::max(store_ != nullptr ? store_->world_size() : size_,
+                       *std::max_element(world.begin(), world.end()) + 1);
+    bo.name = config_.rank_name;
+    bo.grace = std::min(timeout / 4, absl::Seconds(5));
+    // As the hang report's store calls (Submit).
+    bo.store_timeout = std::clamp(timeout, absl::Seconds(1), absl::Seconds(5));
+    return bo;
   }
 
   std::string FailureGroup() const {
@@ -561,6 +592,11 @@ class UcxCommunicator : public CommunicatorBase {
       for (auto it = active.begin(); it != active.end();) {
         Submission& sub = **it;
         if (sub.p2p != nullptr ? !sub.p2p->Advance() : !sub.job->Advance()) {
+          if (sub.want_peer.load(std::memory_order_relaxed)) {
+            sub.waiting_on.store(sub.p2p != nullptr ? sub.p2p->waiting_on()
+                                                    : sub.job->waiting_on(),
+                                 std::memory_order_relaxed);
+          }
           ++it;
           continue;
         }
