@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "baton/ops/adamw.h"
 #include "baton/optim/adamw_hook.h"
 #include "baton/python/cuda_order.h"
+#include "baton/python/pipeline.h"
 #include "baton/python/tensor.h"
 #include "baton/runtime/device.h"
 #include "baton/runtime/status.h"
@@ -60,10 +62,38 @@ struct PyViews {
   int unit = 0;
   int micro_step = 0;
   bool recompute = false;
+  bool weight_deferred = false;  // zb-h1's input-gradient pass
   std::vector<PyTensor> params;
   std::vector<PyTensor> grads;  // backward only; an empty name: frozen
   std::vector<bool> grad_accumulate;
+  // A pipeline stage's activations (UnitViews::pipeline): baton.Tensor or
+  // None.
+  py::object pipeline_input = py::none();
+  py::object pipeline_output = py::none();
+  py::object pipeline_output_grad = py::none();
+  py::object pipeline_input_grad = py::none();
 };
+
+// Which hook pair: forward, backward, or zb-h1's deferred weight pass.
+enum class Hook { kForward, kBackward, kWeight };
+
+const char* PostName(Hook h) {
+  switch (h) {
+    case Hook::kForward: return "post_forward";
+    case Hook::kBackward: return "post_backward";
+    case Hook::kWeight: return "post_backward_weight";
+  }
+  return "";
+}
+
+// A dtype as policies and baton.Session's dtype= spell it.
+const char* DtypeKey(DataType t) {
+  switch (t) {
+    case DataType::kBF16: return "bf16";
+    case DataType::kF16: return "f16";
+    default: return "f32";
+  }
+}
 
 class PySession {
  public:
@@ -72,7 +102,8 @@ class PySession {
   static std::vector<std::unique_ptr<PySession>> InprocGroup(int n, const std::string& model_name,
                                                              const std::string& model,
                                                              const std::string& policy,
-                                                             double timeout_s) {
+                                                             double timeout_s, int64_t seq,
+                                                             int64_t micro_batch) {
     const scheduler::ModelSpec spec =
         Value(scheduler::ModelFromHfConfig(model, model_name), "baton.Session: model: ");
     const scheduler::Policy pol =
@@ -80,6 +111,8 @@ class PySession {
     if (n < 1) throw py::value_error(absl::StrCat("baton.Session.inproc: n must be >= 1, got ", n));
     Check(scheduler::CheckLocalRanks(n, "inproc ranks"), "baton.Session.inproc: ");
     if (!(timeout_s > 0)) throw py::value_error("baton.Session: timeout_s must be > 0");
+    const std::optional<StageGraphs> stages =
+        Value(BuildStageGraphs(spec, pol, n, seq, micro_batch));
     std::shared_ptr<Device> device = Value(CreateHostDevice());
     CommConfig cfg;
     cfg.device = device.get();
@@ -98,7 +131,9 @@ class PySession {
         std::vector<std::thread> threads;
         for (int r = 0; r < n; ++r) {
           threads.emplace_back([&, r] {
-            made[r] = scheduler::Session::Create(spec, pol, *device, *comms[r]);
+            made[r] = stages ? scheduler::Session::Create(stages->graphs[stages->StageOf(r)],
+                                                          *device, *comms[r])
+                             : scheduler::Session::Create(spec, pol, *device, *comms[r]);
             if (!made[r].ok()) comms[r]->Abort();  // the others fail at once
           });
         }
@@ -110,13 +145,15 @@ class PySession {
     std::vector<std::unique_ptr<PySession>> out;
     for (int r = 0; r < n; ++r) {
       out.emplace_back(new PySession(device, std::move(comms[r]), *std::move(made[r])));
+      if (stages) out.back()->stage_ = stages->Info(r, pol);
     }
     return out;
   }
 
   // `model`: Hugging Face config.json text; `policy`: policy-file JSON.
   PySession(const std::string& model_name, const std::string& model, const std::string& policy,
-            std::string backend, const std::string& device, double timeout_s) {
+            std::string backend, const std::string& device, double timeout_s, int64_t seq,
+            int64_t micro_batch) {
     const scheduler::ModelSpec spec =
         Value(scheduler::ModelFromHfConfig(model, model_name), "baton.Session: model: ");
     const scheduler::Policy pol =
@@ -127,6 +164,12 @@ class PySession {
     if (!info.ok() && !absl::IsNotFound(info.status())) Check(info.status());
     const int world = info.ok() ? info->world_size : 1;
     backend = Backend(backend, device, world);
+    const std::optional<StageGraphs> stages =
+        Value(BuildStageGraphs(spec, pol, world, seq, micro_batch));
+    if (stages && backend == "nccl") {
+      throw py::value_error(
+          "baton.Session: pipeline stages run on backends inproc and ucx (nccl not yet)");
+    }
     if (backend == "inproc" && world > 1) {
       throw py::value_error(absl::StrCat(
           "baton.Session: backend 'inproc' runs one rank per process here, but the launcher "
@@ -189,9 +232,12 @@ class PySession {
     StatusOr<std::unique_ptr<scheduler::Session>> session = absl::UnknownError("not made");
     {
       py::gil_scoped_release release;  // collective (the executor splits groups)
-      session = scheduler::Session::Create(spec, pol, *device_, *comm_);
+      session = stages ? scheduler::Session::Create(stages->graphs[stages->StageOf(comm_->rank())],
+                                                    *device_, *comm_)
+                       : scheduler::Session::Create(spec, pol, *device_, *comm_);
     }
     session_ = Value(std::move(session));
+    if (stages) stage_ = stages->Info(comm_->rank(), pol);
   }
 
   // The backend for `requested` on `device` with `world` ranks; ValueError
@@ -264,12 +310,14 @@ class PySession {
     Check(s);
   }
 
-  PyViews Pre(const py::object& self, const py::handle& u, bool forward) {
+  PyViews Pre(const py::object& self, const py::handle& u, Hook hook) {
     const int unit = Unit(u);
     StatusOr<scheduler::UnitViews> views = absl::UnknownError("not run");
     {
       py::gil_scoped_release release;
-      views = forward ? session_->PreForward(unit) : session_->PreBackward(unit);
+      views = hook == Hook::kForward    ? session_->PreForward(unit)
+              : hook == Hook::kBackward ? session_->PreBackward(unit)
+                                        : session_->PreBackwardWeight(unit);
       // Host streams: the caller computes synchronously on this thread. CUDA:
       // each view's __dlpack__ orders the consumer's stream (tensor.h).
       if (views.ok() && !cuda()) {
@@ -284,15 +332,26 @@ class PySession {
     for (const auto& t : v.params) out.params.push_back(Wrap(self, t, v.stream));
     for (const auto& t : v.grads) out.grads.push_back(Wrap(self, t, v.stream));
     out.grad_accumulate = v.grad_accumulate;
+    out.weight_deferred = v.weight_deferred;
+    const std::string& name = graph().layout.units[unit].name;
+    const auto& io = v.pipeline;
+    auto act = [&](const void* p, const char* what) -> py::object {
+      if (p == nullptr) return py::none();
+      return py::cast(Activation(self, const_cast<void*>(p), name + "." + what, v.stream));
+    };
+    out.pipeline_input = act(io.input, "pipeline_input");
+    out.pipeline_output = act(io.output, "pipeline_output");
+    out.pipeline_output_grad = act(io.output_grad, "pipeline_output_grad");
+    out.pipeline_input_grad = act(io.input_grad, "pipeline_input_grad");
     return out;
   }
 
   // `stream`: on CUDA the consumer's stream that used the views (DLPack
   // integers: None the legacy default stream, -1 none), which baton's
   // compute stream waits for before what follows; host: None only.
-  void Post(const py::handle& u, bool forward, const py::object& stream) {
+  void Post(const py::handle& u, Hook hook, const py::object& stream) {
     const int unit = Unit(u);
-    const int64_t consumer = ConsumerStream(stream, forward ? "post_forward" : "post_backward");
+    const int64_t consumer = ConsumerStream(stream, PostName(hook));
     Status s;
     {
       py::gil_scoped_release release;
@@ -300,7 +359,11 @@ class PySession {
         s = StreamWaitsForConsumer(session_->executor().compute_stream(), device_->ordinal(),
                                    consumer);
       }
-      if (s.ok()) s = forward ? session_->PostForward(unit) : session_->PostBackward(unit);
+      if (s.ok()) {
+        s = hook == Hook::kForward    ? session_->PostForward(unit)
+            : hook == Hook::kBackward ? session_->PostBackward(unit)
+                                      : session_->PostBackwardWeight(unit);
+      }
     }
     Check(s);
   }
@@ -457,6 +520,11 @@ class PySession {
   // together from every rank's shard: collective (every rank calls it, in
   // the same order, between steps).
   PyTensor FullMaster(int bucket) {
+    if (stage_) {
+      throw py::value_error(
+          "baton.Session.full_master gathers a bucket from every rank; on a pipeline stage the "
+          "other stages hold other buckets: use read_master (this stage's buckets)");
+    }
     const auto& buckets = graph().layout.buckets;
     if (bucket < 0 || bucket >= static_cast<int>(buckets.size())) {
       throw py::value_error(absl::StrCat("baton.Session.full_master: bucket ", bucket,
@@ -529,6 +597,34 @@ class PySession {
     }
     Check(st, "baton.Session.all_reduce: ");
     return std::vector<double>(out.begin(), out.end());
+  }
+
+  // The hook calls of one step in plan order: (kind, unit, micro_step).
+  py::list Order() const {
+    py::list out;
+    for (const HookCall& c : HookOrder(graph())) {
+      out.append(py::make_tuple(c.kind, c.unit, c.micro_step));
+    }
+    return out;
+  }
+
+  // None for a data-parallel session; a pipeline stage's description.
+  py::object Pipeline() const {
+    if (!stage_) return py::none();
+    py::list chunks;
+    for (const std::vector<int>& units : graph().chunk_units) chunks.append(py::cast(units));
+    py::list passes;
+    for (const scheduler::PipelinePass& p : stage_->passes) {
+      const char* kind = p.kind == scheduler::PipelinePass::Kind::kForward    ? "forward"
+                         : p.kind == scheduler::PipelinePass::Kind::kBackward ? "backward"
+                                                                              : "weight";
+      passes.append(py::make_tuple(kind, p.micro, p.chunk));
+    }
+    return py::dict(py::arg("stage") = stage_->stage, py::arg("stages") = stage_->stages,
+                    py::arg("schedule") = stage_->schedule, py::arg("chunks") = chunks,
+                    py::arg("passes") = passes,
+                    py::arg("activation_shape") = stage_->activation_shape,
+                    py::arg("activation_dtype") = DtypeKey(stage_->activation_dtype));
   }
 
   py::dict Layout() const {
@@ -609,6 +705,23 @@ class PySession {
     return t;
   }
 
+  // A pipeline activation (or its gradient): [micro_batch, seq, hidden] in
+  // the parameter dtype.
+  PyTensor Activation(const py::object& self, void* data, std::string name,
+                      Stream* stream) const {
+    PyTensor t;
+    if (cuda()) {
+      t.stream = stream;
+      t.device_id = device_->ordinal();
+    }
+    t.name = std::move(name);
+    t.shape = stage_->activation_shape;
+    t.data = data;
+    t.dtype = stage_->activation_dtype;
+    t.owner = self;
+    return t;
+  }
+
   // Destroyed in reverse order: the session before its communicator, the
   // communicator before the store and the device.
   std::shared_ptr<Device> device_;  // inproc ranks of one process share it
@@ -616,6 +729,7 @@ class PySession {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<scheduler::Session> session_;
   std::string backend_;
+  std::optional<StageInfo> stage_;  // a pipeline stage's session
 };
 
 }  // namespace
@@ -625,6 +739,11 @@ void BindSession(py::module_& m) {
       .def_readonly("unit", &PyViews::unit)
       .def_readonly("micro_step", &PyViews::micro_step)
       .def_readonly("recompute", &PyViews::recompute)
+      .def_readonly("weight_deferred", &PyViews::weight_deferred)
+      .def_readonly("pipeline_input", &PyViews::pipeline_input)
+      .def_readonly("pipeline_output", &PyViews::pipeline_output)
+      .def_readonly("pipeline_output_grad", &PyViews::pipeline_output_grad)
+      .def_readonly("pipeline_input_grad", &PyViews::pipeline_input_grad)
       .def_readonly("params", &PyViews::params)
       .def_readonly("grads", &PyViews::grads)
       .def_readonly("grad_accumulate", &PyViews::grad_accumulate);
@@ -640,41 +759,52 @@ void BindSession(py::module_& m) {
       .def_readonly("moment2", &PyShard::moment2);
   py::class_<PySession>(m, "_Session")
       .def(py::init<const std::string&, const std::string&, const std::string&, std::string,
-                    const std::string&, double>(),
+                    const std::string&, double, int64_t, int64_t>(),
            py::arg("model_name"), py::arg("model_hf_json"), py::arg("policy_json"),
-           py::arg("backend"), py::arg("device"), py::arg("timeout_s"))
+           py::arg("backend"), py::arg("device"), py::arg("timeout_s"), py::arg("seq") = 0,
+           py::arg("micro_batch") = 0)
       .def_static(
           "inproc",
           [](int n, const std::string& name, const std::string& model, const std::string& policy,
-             double timeout_s) {
+             double timeout_s, int64_t seq, int64_t micro_batch) {
             py::list out;
-            for (auto& s : PySession::InprocGroup(n, name, model, policy, timeout_s)) {
+            for (auto& s :
+                 PySession::InprocGroup(n, name, model, policy, timeout_s, seq, micro_batch)) {
               out.append(py::cast(std::move(s)));
             }
             return out;
           },
           py::arg("n"), py::arg("model_name"), py::arg("model_hf_json"), py::arg("policy_json"),
-          py::arg("timeout_s"))
+          py::arg("timeout_s"), py::arg("seq") = 0, py::arg("micro_batch") = 0)
       .def_property_readonly("rank", &PySession::rank)
       .def_property_readonly("world_size", &PySession::world_size)
       .def_property_readonly("backend", &PySession::backend)
       .def_property_readonly("device", &PySession::device)
       .def("layout", &PySession::Layout)
+      .def("order", &PySession::Order)
+      .def_property_readonly("pipeline", &PySession::Pipeline)
       .def("init_parameters", &PySession::InitParameters, py::arg("init"))
       .def("begin_step", &PySession::BeginStep)
       .def("pre_forward", [](py::object self, py::handle u) {
-        return self.cast<PySession&>().Pre(self, u, true);
+        return self.cast<PySession&>().Pre(self, u, Hook::kForward);
       })
       .def(
           "post_forward",
-          [](PySession& s, py::handle u, py::object stream) { s.Post(u, true, stream); },
+          [](PySession& s, py::handle u, py::object stream) { s.Post(u, Hook::kForward, stream); },
           py::arg("unit"), py::arg("stream") = py::none())
       .def("pre_backward", [](py::object self, py::handle u) {
-        return self.cast<PySession&>().Pre(self, u, false);
+        return self.cast<PySession&>().Pre(self, u, Hook::kBackward);
       })
       .def(
           "post_backward",
-          [](PySession& s, py::handle u, py::object stream) { s.Post(u, false, stream); },
+          [](PySession& s, py::handle u, py::object stream) { s.Post(u, Hook::kBackward, stream); },
+          py::arg("unit"), py::arg("stream") = py::none())
+      .def("pre_backward_weight", [](py::object self, py::handle u) {
+        return self.cast<PySession&>().Pre(self, u, Hook::kWeight);
+      })
+      .def(
+          "post_backward_weight",
+          [](PySession& s, py::handle u, py::object stream) { s.Post(u, Hook::kWeight, stream); },
           py::arg("unit"), py::arg("stream") = py::none())
       .def(
           "finish_step",

@@ -21,6 +21,14 @@
 // order). A Python optimizer's work (finish_step_with) is taken to be on
 // the legacy default stream.
 //
+// Pipeline stages: a policy with pipeline_parallel > 1 makes each rank's
+// session the session of its stage's graph (python/pipeline.h; backends
+// inproc and ucx); the views carry the activations the stages exchange
+// (pipeline_input / pipeline_output and their gradients, None elsewhere)
+// and under zb-h1 the deferred weight pass has its own hooks
+// (pre_backward_weight / post_backward_weight). Tensor and context
+// parallelism raise ValueError.
+//
 // Errors: InvalidArgument and NotFound raise ValueError, everything else
 // (calls out of plan order, a failed collective) RuntimeError, with the
 // status message. The GIL is released while baton waits or communicates.

@@ -189,6 +189,19 @@ def _policy_json(policy_or_name, dtype, who="baton.Session"):
     return _json.dumps(pol)
 
 
+def _activation_size(seq, micro_batch):
+    """seq and micro_batch as the extension takes them (0: not given)."""
+    out = []
+    for key, value in (("seq", seq), ("micro_batch", micro_batch)):
+        if value is None:
+            out.append(0)
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"baton.Session: {key} must be an int >= 1, got {value!r}")
+        else:
+            out.append(value)
+    return out
+
+
 class Session:
     """scheduler/session.h from Python: baton's gathers, reduces and
     optimizer under a trainer's own loop (docs/python.md).
@@ -212,27 +225,40 @@ class Session:
     post_backward(u); finish_step(baton.AdamW(...) or None). Units are
     indices or names ("embedding", "block0", ..., "final_norm", "lm_head").
     A call out of plan order raises RuntimeError naming the expected call.
+    order() lists a step's hook calls in plan order.
+
+    Pipeline stages: a policy with pipeline_parallel = p > 1 (schedule
+    pipeline_schedule: "1f1b", "interleaved" with virtual_stages, "zb-h1")
+    makes this rank's stage session; seq (tokens per sequence) and
+    micro_batch (sequences per micro-batch, default 1) size the activations
+    stages exchange. pipeline describes the stage; the views carry
+    pipeline_input / pipeline_output / pipeline_output_grad /
+    pipeline_input_grad; under zb-h1 a backward is pre_backward (input
+    gradient) and later pre_backward_weight (weight gradients). Tensor and
+    context parallelism are refused (ValueError).
     """
 
     def __init__(self, model, policy="baton", dtype=None, backend="auto", timeout_s=300.0,
-                 device="cpu", _made=None):
+                 device="cpu", seq=None, micro_batch=None, _made=None):
         if _made is not None:
             self._s = _made
         else:
             name, text = _model_config(model)
+            seq, micro_batch = _activation_size(seq, micro_batch)
             if not isinstance(backend, str):
                 raise ValueError(f"baton.Session: backend must be a string, got {backend!r}")
             if not isinstance(device, str):
                 raise ValueError(f"baton.Session: device must be 'cpu' or 'cuda', got {device!r}")
             self._s = _baton._Session(name, text, _policy_json(policy, dtype), backend, device,
-                                      float(timeout_s))
+                                      float(timeout_s), seq, micro_batch)
         self.rank = self._s.rank
         self.world_size = self._s.world_size
         self.backend = self._s.backend
         self.device = self._s.device
 
     @staticmethod
-    def inproc(n, model, policy="baton", dtype=None, timeout_s=300.0):
+    def inproc(n, model, policy="baton", dtype=None, timeout_s=300.0, seq=None,
+               micro_batch=None):
         """n ranks as threads of this process (inproc backend): a list of n
         sessions, rank r at index r, made together (creation is
         collective). Drive each from its own Python thread; the hooks
@@ -241,8 +267,9 @@ class Session:
         if isinstance(n, bool) or not isinstance(n, int):
             raise ValueError(f"baton.Session.inproc: n must be an int, got {type(n).__name__}")
         name, text = _model_config(model)
+        seq, micro_batch = _activation_size(seq, micro_batch)
         made = _baton._Session.inproc(n, name, text, _policy_json(policy, dtype),
-                                      float(timeout_s))
+                                      float(timeout_s), seq, micro_batch)
         return [Session(None, _made=s) for s in made]
 
     def layout(self):
@@ -251,6 +278,23 @@ class Session:
         "params": [{"name", "shape", "offset", "unit"}]}], "shard_ranks",
         "shard_rank"}."""
         return self._s.layout()
+
+    def order(self):
+        """The hook calls of one step in the order the plan expects them: a
+        list of (kind, unit, micro_step), kind "forward" (pre_forward /
+        post_forward), "backward" (pre_backward / post_backward) or
+        "weight" (pre_backward_weight / post_backward_weight, zb-h1 only)."""
+        return self._s.order()
+
+    @property
+    def pipeline(self):
+        """None for a data-parallel session. A pipeline stage's session:
+        {"stage", "stages", "schedule", "chunks" (this stage's model chunks,
+        each a list of unit indices), "passes" (the schedule's passes of
+        this stage: (kind, micro_batch, chunk), kind "forward", "backward"
+        or "weight"), "activation_shape" ([micro_batch, seq, hidden]),
+        "activation_dtype" ("f32" or "bf16")}."""
+        return self._s.pipeline
 
     def init_parameters(self, init):
         """Fills this rank's shards: init(name, shape) returns the whole
@@ -274,6 +318,14 @@ class Session:
 
     def post_backward(self, unit, stream=None):
         self._s.post_backward(unit, stream)
+
+    def pre_backward_weight(self, unit):
+        """zb-h1: the deferred weight-gradient pass of unit (its views have
+        params, grads and grad_accumulate, no pipeline tensors)."""
+        return self._s.pre_backward_weight(unit)
+
+    def post_backward_weight(self, unit, stream=None):
+        self._s.post_backward_weight(unit, stream)
 
     def finish_step(self, optimizer=None):
         """The rest of the step: reduces, then the optimizer on this rank's

@@ -37,6 +37,8 @@ batch with a mean loss gives).
 CPU (host memory) only today; works with PyTorch >= 1.13 (from_dlpack and
 saved-tensor hooks). One Python thread drives a sharded model.
 """
+import json as _json
+
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
@@ -319,12 +321,19 @@ def shard(model, units, policy="baton", config=None, optimizer=None, dtype="f32"
         if id(m) not in members:
             raise ValueError(f"baton.torch.shard: unit {type(m).__name__} is not a submodule "
                              "of the model")
+    pipeline = ("baton.torch.shard runs data-parallel sessions; a pipeline stage "
+                "(pipeline_parallel > 1) is driven with baton.Session's hooks")
     if session is None:
+        pol = _json.loads(_baton._policy_json(policy, dtype, "baton.torch.shard"))
+        if pol.get("pipeline_parallel", 1) > 1:
+            raise ValueError(pipeline)
         session = _baton.Session(_config(model, config), policy=policy, dtype=dtype,
                                  backend=backend, timeout_s=timeout_s)
     elif not isinstance(session, _baton.Session):
         raise ValueError(f"baton.torch.shard: session must be a baton.Session, got "
                          f"{type(session).__name__}")
+    if session.pipeline is not None:
+        raise ValueError(pipeline)
     layout = session.layout()
     if len(units) != len(layout["units"]):
         raise ValueError(f"baton.torch.shard: {len(units)} units given; the model's layout has "
