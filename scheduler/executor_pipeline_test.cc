@@ -47,6 +47,62 @@ StatusOr<ParallelStep> Build(const Policy& p, int world) {
 }
 
 // (Tensor parallelism's refusals: executor_tensor_test.)
+// A communicator that answers caps() without point-to-point (and forwards
+// everything else).
+class NoP2PComm final : public Communicator {
+ public:
+  explicit NoP2PComm(Communicator& base) : b_(base) {}
+  int rank() const override { return b_.rank(); }
+  int size() const override { return b_.size(); }
+  const char* backend() const override { return "nop2p"; }
+  CommCaps caps() const override {
+    CommCaps c = b_.caps();
+    c.p2p_host_memory = false;
+    c.p2p_device_memory = false;
+    return c;
+  }
+  Status AllGather(const void* s, void* r, size_t n, DataType t, Stream& st,
+                   const CollectiveOptions& o) override {
+    return b_.AllGather(s, r, n, t, st, o);
+  }
+  Status ReduceScatter(const void* s, void* r, size_t n, DataType t, ReduceOp op, Stream& st,
+                       const CollectiveOptions& o) override {
+    return b_.ReduceScatter(s, r, n, t, op, st, o);
+  }
+  Status AllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp op, Stream& st,
+                   const CollectiveOptions& o) override {
+    return b_.AllReduce(s, r, n, t, op, st, o);
+  }
+  Status Broadcast(const void* s, void* r, size_t n, DataType t, int root, Stream& st,
+                   const CollectiveOptions& o) override {
+    return b_.Broadcast(s, r, n, t, root, st, o);
+  }
+  Status Barrier(Stream& st, const CollectiveOptions& o) override { return b_.Barrier(st, o); }
+  StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
+    return b_.MeasureLimit(bytes, iters);
+  }
+  Status health() override { return b_.health(); }
+  void Abort() override { b_.Abort(); }
+
+ private:
+  Communicator& b_;
+};
+
+TEST(ExecutorPipelineTest, RefusesABackendWithoutPointToPoint) {
+  auto group = CreateInprocGroup(2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto step = Build(PipelinePolicy(4), 2);
+  ASSERT_TRUE(step.ok()) << step.status();
+  NoP2PComm bare(*group->comms[0]);
+  auto exec = Executor::Create(step->stages[0], *group->device, bare);
+  EXPECT_EQ(exec.status().code(), absl::StatusCode::kUnimplemented) << exec.status();
+  EXPECT_NE(exec.status().message().find("nop2p communicator has no point-to-point on host"),
+            std::string::npos)
+      << exec.status();
+  // inproc has it on host memory (and on device memory in CUDA builds).
+  EXPECT_TRUE(group->comms[0]->caps().p2p_host_memory);
+}
+
 TEST(ExecutorPipelineTest, RefusesWhatDoesNotRunYet) {
   auto group = CreateInprocGroup(2);
   ASSERT_TRUE(group.ok()) << group.status();
