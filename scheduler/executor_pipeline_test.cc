@@ -1,6 +1,6 @@
 // The executor on pipeline stage graphs (scheduler/parallel_graph.h): what
-// it refuses, 2-stage x 2-data-rank runs (1F1B, interleaved and ZB-H1) on
-// inproc ranks whose compute callbacks check that every activation and
+// it refuses, 2-stage x 2-data-rank runs (1F1B, interleaved and ZB-H1; 1F1B
+// and interleaved also on inproc's event protocol) on inproc ranks whose compute callbacks check that every activation and
 // gradient the executor hands over is the one the other stage produced for
 // that micro-batch and boundary, that each parameter's gradient is written
 // once per micro-batch (by ZB-H1's deferred weight pass, never its input
@@ -143,9 +143,14 @@ float Mark(int64_t step, int m, int d, int vs) {
 // ZB-H1 (-1: 1 chunk, each backward split into B and the deferred W).
 class CrossingTest : public ::testing::TestWithParam<int> {};
 
+// The parameter: 1 (1F1B), 2 (interleaved, 2 virtual stages), -1 (ZB-H1);
+// 101, 102: 1F1B and interleaved on inproc's event protocol (the sends and
+// receives of device memory, on host streams).
 TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
-  const bool zb = GetParam() < 0;
-  const int v = zb ? 1 : GetParam();
+  const bool events = GetParam() > 100;
+  const int param = events ? GetParam() - 100 : GetParam();
+  const bool zb = param < 0;
+  const int v = zb ? 1 : param;
   constexpr int kRanks = 4, kMicro = 4, kSteps = 2;
   Policy policy = PipelinePolicy(kMicro);
   policy.virtual_stages = v;
@@ -160,7 +165,7 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
   auto step = BuildParallelStep(spec, policy, kRanks, kSeq, kBatch, {}, {}, true, false,
                                 saved_bytes);
   ASSERT_TRUE(step.ok()) << step.status();
-  auto group = CreateInprocGroup(kRanks);
+  auto group = CreateInprocGroup(kRanks, events);
   ASSERT_TRUE(group.ok()) << group.status();
   const int64_t act = kSeq * kBatch * spec.hidden;
   std::atomic<int> saved_written{0}, saved_read{0}, saved_missing{0};
@@ -301,11 +306,13 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
   EXPECT_EQ(bad_sums.load(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, CrossingTest, ::testing::Values(1, 2, -1),
+INSTANTIATE_TEST_SUITE_P(Schedules, CrossingTest, ::testing::Values(1, 2, -1, 101, 102),
                          [](const ::testing::TestParamInfo<int>& i) {
-                           return i.param == 1   ? std::string("OneFOneB")
-                                  : i.param == 2 ? std::string("Interleaved")
-                                                 : std::string("ZbH1");
+                           return i.param == 1     ? std::string("OneFOneB")
+                                  : i.param == 2   ? std::string("Interleaved")
+                                  : i.param == 101 ? std::string("OneFOneBEventProtocol")
+                                  : i.param == 102 ? std::string("InterleavedEventProtocol")
+                                                   : std::string("ZbH1");
                          });
 
 TEST(ExecutorPipelineTest, AStagePlansItsInFlightInputsNotEveryMicroBatch) {
