@@ -1,8 +1,9 @@
 // The executor on pipeline stage graphs (scheduler/parallel_graph.h): what
 // it refuses, 2-stage x 2-data-rank runs (1F1B, interleaved and ZB-H1; 1F1B
-// and interleaved also on inproc's event protocol) on inproc ranks whose compute callbacks check that every activation and
-// gradient the executor hands over is the one the other stage produced for
-// that micro-batch and boundary, that each parameter's gradient is written
+// and interleaved also on inproc's event protocol) on inproc ranks whose
+// compute callbacks check that every activation and gradient the executor
+// hands over is the one the other stage produced for that micro-batch and
+// boundary, that each parameter's gradient is written
 // once per micro-batch (by ZB-H1's deferred weight pass, never its input
 // pass) and reaches the optimizer summed, that each unit's declared saved
 // activation buffer holds at its backward (and weight pass) what its
