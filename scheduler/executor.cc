@@ -108,6 +108,18 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
         "executor: the graph was built for ", graph.world_size(),
         " ranks but the communicator has ", comm.size()));
   }
+  // Pipeline stages send and receive: refused here where the backend has no
+  // point-to-point on this device's memory (its caps), not at the first send.
+  if (graph.policy.pipeline_parallel > 1) {
+    const CommCaps caps = comm.caps();
+    const bool on_device = device.kind() == DeviceKind::kCuda;
+    if (!(on_device ? caps.p2p_device_memory : caps.p2p_host_memory)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "executor: pipeline stages send and receive, but the ", comm.backend(),
+          " communicator has no point-to-point on ", on_device ? "device" : "host",
+          " memory"));
+    }
+  }
   if (graph.parallel() && graph.mesh.coord(comm.rank(), MeshDim::kPipeline) != graph.stage) {
     return absl::InvalidArgumentError(absl::StrCat(
         "executor: world rank ", comm.rank(), " is in pipeline stage ",

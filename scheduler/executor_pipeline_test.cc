@@ -1,8 +1,9 @@
 // The executor on pipeline stage graphs (scheduler/parallel_graph.h): what
-// it refuses, 2-stage x 2-data-rank runs (1F1B, interleaved and ZB-H1) on
-// inproc ranks whose compute callbacks check that every activation and
-// gradient the executor hands over is the one the other stage produced for
-// that micro-batch and boundary, that each parameter's gradient is written
+// it refuses, 2-stage x 2-data-rank runs (1F1B, interleaved and ZB-H1; 1F1B
+// and interleaved also on inproc's event protocol) on inproc ranks whose
+// compute callbacks check that every activation and gradient the executor
+// hands over is the one the other stage produced for that micro-batch and
+// boundary, that each parameter's gradient is written
 // once per micro-batch (by ZB-H1's deferred weight pass, never its input
 // pass) and reaches the optimizer summed, that each unit's declared saved
 // activation buffer holds at its backward (and weight pass) what its
@@ -47,6 +48,62 @@ StatusOr<ParallelStep> Build(const Policy& p, int world) {
 }
 
 // (Tensor parallelism's refusals: executor_tensor_test.)
+// A communicator that answers caps() without point-to-point (and forwards
+// everything else).
+class NoP2PComm final : public Communicator {
+ public:
+  explicit NoP2PComm(Communicator& base) : b_(base) {}
+  int rank() const override { return b_.rank(); }
+  int size() const override { return b_.size(); }
+  const char* backend() const override { return "nop2p"; }
+  CommCaps caps() const override {
+    CommCaps c = b_.caps();
+    c.p2p_host_memory = false;
+    c.p2p_device_memory = false;
+    return c;
+  }
+  Status AllGather(const void* s, void* r, size_t n, DataType t, Stream& st,
+                   const CollectiveOptions& o) override {
+    return b_.AllGather(s, r, n, t, st, o);
+  }
+  Status ReduceScatter(const void* s, void* r, size_t n, DataType t, ReduceOp op, Stream& st,
+                       const CollectiveOptions& o) override {
+    return b_.ReduceScatter(s, r, n, t, op, st, o);
+  }
+  Status AllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp op, Stream& st,
+                   const CollectiveOptions& o) override {
+    return b_.AllReduce(s, r, n, t, op, st, o);
+  }
+  Status Broadcast(const void* s, void* r, size_t n, DataType t, int root, Stream& st,
+                   const CollectiveOptions& o) override {
+    return b_.Broadcast(s, r, n, t, root, st, o);
+  }
+  Status Barrier(Stream& st, const CollectiveOptions& o) override { return b_.Barrier(st, o); }
+  StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
+    return b_.MeasureLimit(bytes, iters);
+  }
+  Status health() override { return b_.health(); }
+  void Abort() override { b_.Abort(); }
+
+ private:
+  Communicator& b_;
+};
+
+TEST(ExecutorPipelineTest, RefusesABackendWithoutPointToPoint) {
+  auto group = CreateInprocGroup(2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto step = Build(PipelinePolicy(4), 2);
+  ASSERT_TRUE(step.ok()) << step.status();
+  NoP2PComm bare(*group->comms[0]);
+  auto exec = Executor::Create(step->stages[0], *group->device, bare);
+  EXPECT_EQ(exec.status().code(), absl::StatusCode::kUnimplemented) << exec.status();
+  EXPECT_NE(exec.status().message().find("nop2p communicator has no point-to-point on host"),
+            std::string::npos)
+      << exec.status();
+  // inproc has it on host memory (and on device memory in CUDA builds).
+  EXPECT_TRUE(group->comms[0]->caps().p2p_host_memory);
+}
+
 TEST(ExecutorPipelineTest, RefusesWhatDoesNotRunYet) {
   auto group = CreateInprocGroup(2);
   ASSERT_TRUE(group.ok()) << group.status();
@@ -87,9 +144,14 @@ float Mark(int64_t step, int m, int d, int vs) {
 // ZB-H1 (-1: 1 chunk, each backward split into B and the deferred W).
 class CrossingTest : public ::testing::TestWithParam<int> {};
 
+// The parameter: 1 (1F1B), 2 (interleaved, 2 virtual stages), -1 (ZB-H1);
+// 101, 102: 1F1B and interleaved on inproc's event protocol (the sends and
+// receives of device memory, on host streams).
 TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
-  const bool zb = GetParam() < 0;
-  const int v = zb ? 1 : GetParam();
+  const bool events = GetParam() > 100;
+  const int param = events ? GetParam() - 100 : GetParam();
+  const bool zb = param < 0;
+  const int v = zb ? 1 : param;
   constexpr int kRanks = 4, kMicro = 4, kSteps = 2;
   Policy policy = PipelinePolicy(kMicro);
   policy.virtual_stages = v;
@@ -104,7 +166,7 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
   auto step = BuildParallelStep(spec, policy, kRanks, kSeq, kBatch, {}, {}, true, false,
                                 saved_bytes);
   ASSERT_TRUE(step.ok()) << step.status();
-  auto group = CreateInprocGroup(kRanks);
+  auto group = CreateInprocGroup(kRanks, events);
   ASSERT_TRUE(group.ok()) << group.status();
   const int64_t act = kSeq * kBatch * spec.hidden;
   std::atomic<int> saved_written{0}, saved_read{0}, saved_missing{0};
@@ -245,11 +307,13 @@ TEST_P(CrossingTest, ActivationsAndGradientsCrossTheStages) {
   EXPECT_EQ(bad_sums.load(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, CrossingTest, ::testing::Values(1, 2, -1),
+INSTANTIATE_TEST_SUITE_P(Schedules, CrossingTest, ::testing::Values(1, 2, -1, 101, 102),
                          [](const ::testing::TestParamInfo<int>& i) {
-                           return i.param == 1   ? std::string("OneFOneB")
-                                  : i.param == 2 ? std::string("Interleaved")
-                                                 : std::string("ZbH1");
+                           return i.param == 1     ? std::string("OneFOneB")
+                                  : i.param == 2   ? std::string("Interleaved")
+                                  : i.param == 101 ? std::string("OneFOneBEventProtocol")
+                                  : i.param == 102 ? std::string("InterleavedEventProtocol")
+                                                   : std::string("ZbH1");
                          });
 
 TEST(ExecutorPipelineTest, AStagePlansItsInFlightInputsNotEveryMicroBatch) {

@@ -42,6 +42,12 @@ timeout 120 "$bin" --collective=sendrecv --backend=inproc --nranks=3 -b 1K -e 4K
 grep -q '^# Collective: sendrecv ' "$TEST_TMPDIR/out" || { echo "FAIL sendrecv: header"; cat "$TEST_TMPDIR/out"; fail=1; }
 grep -qE '^ *4096 +1024 +float +none +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 +N/A' "$TEST_TMPDIR/out" || { echo "FAIL sendrecv: no checked 4096-byte row"; cat "$TEST_TMPDIR/out"; fail=1; }
 grep -q '^# Peak busbw / limit : [0-9]' "$TEST_TMPDIR/out" || { echo "FAIL sendrecv: no limit line"; cat "$TEST_TMPDIR/out"; fail=1; }
+# The same ring on inproc's event protocol (its device-memory path, on host
+# streams): checked rows, nothing wrong.
+timeout 120 "$bin" --collective=sendrecv --backend=inproc --inproc_events=1 --nranks=3 -b 1K -e 4K -f 2 -n 2 \
+  >"$TEST_TMPDIR/out" 2>&1 || { echo "FAIL sendrecv events run"; cat "$TEST_TMPDIR/out"; fail=1; }
+grep -q '^# Collective: sendrecv  backend: inproc (event protocol)' "$TEST_TMPDIR/out" || { echo "FAIL sendrecv events: header"; cat "$TEST_TMPDIR/out"; fail=1; }
+grep -qE '^ *4096 +1024 +float +none +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 +N/A' "$TEST_TMPDIR/out" || { echo "FAIL sendrecv events: no checked 4096-byte row"; cat "$TEST_TMPDIR/out"; fail=1; }
 timeout 120 "$bin" --collective=all_reduce --backend=inproc --nranks=2 -b 1K -e 4K -f 2 -n 2 \
   >"$TEST_TMPDIR/out" 2>&1 || { echo "FAIL valid run"; cat "$TEST_TMPDIR/out"; fail=1; }
 grep -q '^ *4096 ' "$TEST_TMPDIR/out" || { echo "FAIL valid run: no 4096-byte row"; cat "$TEST_TMPDIR/out"; fail=1; }

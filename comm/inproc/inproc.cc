@@ -19,6 +19,7 @@
 #include "baton/comm/hang_reporting.h"
 #include "baton/comm/inproc/move.h"
 #include "baton/comm/inproc/p2p.h"
+#include "baton/comm/inproc/p2p_events.h"
 
 namespace baton {
 namespace {
@@ -28,6 +29,7 @@ using inproc_internal::Mailbox;
 using inproc_internal::P2PPost;
 using inproc_internal::MoveShare;
 using inproc_internal::RankBuffers;
+using inproc_internal::StreamMailbox;
 
 struct Arrival {
   const void* send = nullptr;
@@ -113,6 +115,8 @@ class World {
         size_(size),
         id_(next_world_id.fetch_add(1)),
         reports_(std::move(reports)),
+        stream_mailbox_(size,
+                        [r = reports_](Status e) { return r->Report(e); }),
         joined_(size, false) {
     free_events_.resize(size);
   }
@@ -133,6 +137,7 @@ class World {
     return reports_;
   }
   Mailbox& mailbox() { return mailbox_; }
+  StreamMailbox& stream_mailbox() { return stream_mailbox_; }
 
   Status MarkJoined(int rank) {
     absl::MutexLock lock(&mu_);
@@ -247,6 +252,7 @@ class World {
                        " aborted")));
     }
     mailbox_.Abort(aborted_);
+    stream_mailbox_.Abort(aborted_);
     while (!stream_slots_.empty()) {
       std::shared_ptr<StreamSlot> slot = stream_slots_.begin()->second;
       FailSlotLocked(slot, aborted_);
@@ -462,7 +468,8 @@ class World {
   const int size_;
   const uint64_t id_;
   const std::shared_ptr<InProcessHangReports> reports_;
-  Mailbox mailbox_;  // point-to-point (p2p.h)
+  Mailbox mailbox_;  // point-to-point on host streams (p2p.h)
+  StreamMailbox stream_mailbox_;  // on the event protocol (p2p_events.h)
   absl::Mutex mu_;
   absl::CondVar cv_;  // wakes the watchdog
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -565,9 +572,10 @@ class InprocCommunicator : public CommunicatorBase {
     c.accumulate_fp32 = true;
     c.graph_capture = false;  // ranks are matched on the host at issue time
     c.host_memory = true;
-    c.p2p_host_memory = true;  // not on the event protocol (yet)
+    c.p2p_host_memory = true;
 #if defined(BATON_HAVE_CUDA)
     c.device_memory = true;
+    c.p2p_device_memory = true;  // on CUDA streams (p2p_events.h)
 #endif
     return c;
   }
@@ -620,10 +628,12 @@ class InprocCommunicator : public CommunicatorBase {
   FlightRecorder* recorder() override { return rec_.recorder.get(); }
 
   // Also a failure of the event protocol seen by another rank, which this
-  // rank's stream reports when it reaches the collective.
+  // rank's stream reports when it reaches the collective, and a failed
+  // message this rank's stream waited for (p2p_events.h).
   Status health() override {
     Status s = health_.Get();
-    return s.ok() ? world_->EventProtocolStatus() : s;
+    if (s.ok()) s = world_->EventProtocolStatus();
+    return s.ok() ? world_->stream_mailbox().RankStatus(rank_) : s;
   }
 
   // Meets the other ranks in a slot of their own (like the event protocol's
@@ -670,7 +680,8 @@ class InprocCommunicator : public CommunicatorBase {
   }
 
   // Host streams without the event protocol (p2p.h): the group is one host
-  // work item on `stream`.
+  // work item on `stream`. CUDA streams and the event protocol:
+  // SendRecvOnStream.
   Status SendRecvGroup(absl::Span<const P2POp> ops, Stream& stream,
                        const CollectiveOptions& options) override {
     BATON_RETURN_IF_ERROR(ValidateP2P("inproc", rank_, size(), ops, options));
@@ -681,9 +692,7 @@ class InprocCommunicator : public CommunicatorBase {
           " device"));
     }
     if (event_protocol_ || stream.kind() == DeviceKind::kCuda) {
-      return absl::UnimplementedError(
-          "inproc: send/recv runs on host streams only (not on CUDA streams "
-          "or the event protocol)");
+      return SendRecvOnStream(ops, stream, options);
     }
     BATON_RETURN_IF_ERROR(health_.Get());
     std::vector<P2PPost> posts;
@@ -708,6 +717,29 @@ class InprocCommunicator : public CommunicatorBase {
       if (!s.ok()) health_.Fail(s);
       return s;
     });
+  }
+
+  // The event protocol's point-to-point (p2p_events.h): enqueued at the
+  // call, never waits for the peers. A failure found at the call fails this
+  // rank and its stream too, as for the collectives.
+  Status SendRecvOnStream(absl::Span<const P2POp> ops, Stream& stream,
+                          const CollectiveOptions& options) {
+    BATON_RETURN_IF_ERROR(health());
+    std::vector<P2PPost> posts;
+    posts.reserve(ops.size());
+    for (const P2POp& op : ops) {
+      const uint64_t seq = p2p_seqs_.Next(op.kind, op.peer, options.tag);
+      posts.push_back(
+          P2PPost{op, seq, RecordP2P(rec_, op, options, seq, world_ranks_)});
+    }
+    Status s = world_->stream_mailbox().Issue(
+        rank_, posts, options.tag, EffectiveTimeout(options, timeout_),
+        rec_.recorder.get(), *device_, stream);
+    if (!s.ok()) {
+      health_.Fail(s);
+      (void)stream.Enqueue([s]() { return s; });
+    }
+    return s;
   }
 
  private:

@@ -50,6 +50,11 @@
 // written from the host (HostWriteValue), which releases them: no
 // Synchronize that returns after the release misses the error. The group's
 // event protocol stays failed (health(), later calls).
+// Point-to-point (Send / Recv / SendRecvGroup): on host streams one host
+// work item per group (p2p.h); on the event protocol, CUDA streams
+// included, the scheme above between the two ranks of each message: the
+// side that posts second enqueues the copy and the write the first side's
+// stream waits for (p2p_events.h).
 // Collectives of one tag must be issued by every rank in one order, and on
 // one stream collectives of different tags too (NCCL's rule): a cycle of
 // streams waiting on one another is not detected and does not time out.

@@ -32,13 +32,14 @@ void RunRanks(int n, const std::function<void(int)>& body) {
   for (auto& t : threads) t.join();
 }
 
-StatusOr<InprocGroup> CreateInprocGroup(int n) {
+StatusOr<InprocGroup> CreateInprocGroup(int n, bool event_protocol) {
   InprocGroup g;
   BATON_ASSIGN_OR_RETURN(g.device, CreateHostDevice());
   CommConfig cfg;
   cfg.device = g.device.get();
   cfg.group = "";  // a fresh name
   cfg.timeout = absl::Seconds(60);
+  cfg.inproc_event_protocol = event_protocol;
   BATON_ASSIGN_OR_RETURN(g.comms, baton::CreateInprocGroup(n, cfg));
   return g;
 }

@@ -35,12 +35,14 @@ namespace baton::scheduler::testing {
 // Runs body(rank) on n threads at once and joins them.
 void RunRanks(int n, const std::function<void(int)>& body);
 
-// n inproc communicators over one host device (created on n threads).
+// n inproc communicators over one host device (created on n threads);
+// `event_protocol`: CommConfig::inproc_event_protocol (the protocol of
+// device memory, on host streams).
 struct InprocGroup {
   std::unique_ptr<Device> device;
   std::vector<std::unique_ptr<Communicator>> comms;
 };
-StatusOr<InprocGroup> CreateInprocGroup(int n);
+StatusOr<InprocGroup> CreateInprocGroup(int n, bool event_protocol = false);
 
 // Deterministic initial value of element i of a parameter.
 float InitialValue(const ParamSlot& slot, int64_t i);
