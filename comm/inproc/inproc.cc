@@ -20,6 +20,7 @@
 #include "baton/comm/inproc/move.h"
 #include "baton/comm/inproc/p2p.h"
 #include "baton/comm/inproc/p2p_events.h"
+#include "baton/comm/inproc/signal_words.h"
 
 namespace baton {
 namespace {
@@ -29,6 +30,7 @@ using inproc_internal::Mailbox;
 using inproc_internal::P2PPost;
 using inproc_internal::MoveShare;
 using inproc_internal::RankBuffers;
+using inproc_internal::SignalWords;
 using inproc_internal::StreamMailbox;
 
 struct Arrival {
@@ -46,7 +48,6 @@ struct Arrival {
 constexpr uint32_t kPhaseSplit = 0x400;
 
 // Words of Device::AllocateValues per allocation of the event protocol.
-constexpr size_t kWordsPerChunk = 1024;
 
 // One collective of the event protocol (inproc.h), from the first rank's
 // issue until the last rank has enqueued the data movement or the
@@ -311,16 +312,15 @@ class World {
     const SlotKey key{a.header.tag, a.header.seq};
     std::shared_ptr<StreamSlot>& entry = stream_slots_[key];
     if (entry == nullptr) {
-      StatusOr<uint64_t*> word = TakeWordLocked(device);
+      StatusOr<SignalWords::Word> word = words_.Take(device);
       if (!word.ok()) {
         stream_slots_.erase(key);
         return word.status();
       }
-      entry = std::make_shared<StreamSlot>(size_, *word, ++last_target_,
+      entry = std::make_shared<StreamSlot>(size_, word->word, word->target,
                                            deadline);
       entry->key = key;
       entry->timeout = timeout;
-      used_words_.push_back({*word, entry->target});
       StartWatchdogLocked();
       // The watchdog may sleep with no deadline (every earlier slot was
       // matched): wake it to see this one's.
@@ -390,7 +390,7 @@ class World {
       stream_slots_.erase(it);
       GiveBackEventsLocked(slot->ready);
     }
-    value_device_->HostWriteValue(slot->word, slot->target);
+    words_.Write({slot->word, slot->target});
   }
 
   void GiveBackEventsLocked(std::vector<std::unique_ptr<Event>>& ready)
@@ -398,33 +398,6 @@ class World {
     for (size_t q = 0; q < ready.size(); ++q) {
       if (ready[q] != nullptr) free_events_[q].push_back(std::move(ready[q]));
     }
-  }
-
-  // A word no waiter still needs: one whose last target has been written
-  // (waits compare with >=, and every later target is larger), or a new one.
-  StatusOr<uint64_t*> TakeWordLocked(Device& device)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (value_device_ == nullptr) value_device_ = &device;
-    for (size_t i = 0; i < used_words_.size();) {
-      if (ValueReached(HostReadValue(used_words_[i].first),
-                       used_words_[i].second)) {
-        free_words_.push_back(used_words_[i].first);
-        used_words_[i] = used_words_.back();
-        used_words_.pop_back();
-      } else {
-        ++i;
-      }
-    }
-    if (free_words_.empty()) {
-      BATON_ASSIGN_OR_RETURN(DeviceBuffer chunk,
-                             value_device_->AllocateValues(kWordsPerChunk));
-      auto* w = static_cast<uint64_t*>(chunk.data());
-      for (size_t i = 0; i < kWordsPerChunk; ++i) free_words_.push_back(w + i);
-      value_chunks_.push_back(std::move(chunk));
-    }
-    uint64_t* w = free_words_.back();
-    free_words_.pop_back();
-    return w;
   }
 
   void StartWatchdogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -479,13 +452,7 @@ class World {
   Status stream_failed_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<std::unique_ptr<Event>>> free_events_
       ABSL_GUARDED_BY(mu_);
-  Device* value_device_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::vector<DeviceBuffer> value_chunks_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t*> free_words_ ABSL_GUARDED_BY(mu_);
-  // (word, the target last assigned to it) of words possibly still awaited.
-  std::vector<std::pair<uint64_t*, uint64_t>> used_words_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t last_target_ ABSL_GUARDED_BY(mu_) = 0;
+  SignalWords words_ ABSL_GUARDED_BY(mu_){1024};
   std::vector<bool> joined_ ABSL_GUARDED_BY(mu_);
   int njoined_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<SlotKey, std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);

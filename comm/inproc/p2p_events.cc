@@ -12,7 +12,6 @@ namespace baton::inproc_internal {
 namespace {
 
 // Words of Device::AllocateValues per allocation.
-constexpr size_t kWordsPerChunk = 256;
 
 std::string Where(int rank, const P2POp& op, uint32_t tag, uint64_t seq) {
   return absl::StrCat("inproc ", P2PLabel(op, tag, seq), " on rank ", rank);
@@ -39,30 +38,6 @@ StreamMailbox::~StreamMailbox() {
 Status StreamMailbox::RankStatus(int rank) {
   absl::MutexLock lock(&mu_);
   return rank_status_[rank];
-}
-
-StatusOr<uint64_t*> StreamMailbox::TakeWordLocked(Device& device) {
-  if (value_device_ == nullptr) value_device_ = &device;
-  for (size_t i = 0; i < used_words_.size();) {
-    if (ValueReached(HostReadValue(used_words_[i].first),
-                     used_words_[i].second)) {
-      free_words_.push_back(used_words_[i].first);
-      used_words_[i] = used_words_.back();
-      used_words_.pop_back();
-    } else {
-      ++i;
-    }
-  }
-  if (free_words_.empty()) {
-    BATON_ASSIGN_OR_RETURN(DeviceBuffer chunk,
-                           value_device_->AllocateValues(kWordsPerChunk));
-    auto* w = static_cast<uint64_t*>(chunk.data());
-    for (size_t i = 0; i < kWordsPerChunk; ++i) free_words_.push_back(w + i);
-    value_chunks_.push_back(std::move(chunk));
-  }
-  uint64_t* w = free_words_.back();
-  free_words_.pop_back();
-  return w;
 }
 
 StatusOr<std::shared_ptr<StreamMailbox::Ready>> StreamMailbox::TakeReady(
@@ -108,7 +83,7 @@ void StreamMailbox::FailLocked(const Key& key,
   if (m->first.rec != nullptr) m->first.rec->Complete(m->first.record, false);
   if (rank_status_[m->first.rank].ok()) rank_status_[m->first.rank] = s;
   ReleaseReadyLocked(m->ready);
-  value_device_->HostWriteValue(m->word, m->target);
+  words_.Write({m->word, m->target});
 }
 
 Status StreamMailbox::Issue(int rank, const std::vector<P2PPost>& posts,
@@ -171,7 +146,7 @@ Status StreamMailbox::Issue(int rank, const std::vector<P2PPost>& posts,
       }
       auto it = open_.find(key);
       if (it == open_.end()) {
-        StatusOr<uint64_t*> word = TakeWordLocked(device);
+        StatusOr<SignalWords::Word> word = words_.Take(device);
         if (!word.ok()) {
           note(word.status());
           rec->Complete(p.record, false);
@@ -182,9 +157,8 @@ Status StreamMailbox::Issue(int rank, const std::vector<P2PPost>& posts,
         m->ready = ready;
         ++ready->users;
         m->sink = sink;
-        m->word = *word;
-        m->target = ++last_target_;
-        used_words_.push_back({m->word, m->target});
+        m->word = word->word;
+        m->target = word->target;
         m->tag = tag;
         m->deadline = deadline;
         m->timeout = timeout;

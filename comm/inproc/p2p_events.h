@@ -61,6 +61,7 @@
 #include "baton/comm/communicator.h"
 #include "baton/comm/flight_recorder.h"
 #include "baton/comm/inproc/p2p.h"
+#include "baton/comm/inproc/signal_words.h"
 #include "baton/runtime/device.h"
 
 namespace baton::inproc_internal {
@@ -126,8 +127,6 @@ class StreamMailbox {
   // (source, destination, tag, sequence number)
   using Key = std::tuple<int, int, uint32_t, uint64_t>;
 
-  StatusOr<uint64_t*> TakeWordLocked(Device& device)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StatusOr<std::shared_ptr<Ready>> TakeReady(int rank, Device& device);
   void ReleaseReadyLocked(std::shared_ptr<Ready>& ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -150,13 +149,7 @@ class StreamMailbox {
   Status aborted_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<std::unique_ptr<Event>>> free_events_
       ABSL_GUARDED_BY(mu_);
-  Device* value_device_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::vector<DeviceBuffer> value_chunks_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t*> free_words_ ABSL_GUARDED_BY(mu_);
-  // (word, the target last assigned to it) of words possibly still awaited.
-  std::vector<std::pair<uint64_t*, uint64_t>> used_words_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t last_target_ ABSL_GUARDED_BY(mu_) = 0;
+  SignalWords words_ ABSL_GUARDED_BY(mu_){256};
 };
 
 }  // namespace baton::inproc_internal
