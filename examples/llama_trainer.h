@@ -109,9 +109,15 @@ scheduler::Nf4Packer Nf4Packer();
 // SwiGLU output in `dtype` and its three fp32 statistics (rstd1, lse,
 // rstd2), each 256-byte aligned; 0 for the other units (the block inputs,
 // final norm and logits stay the rank's own). For micro-steps of
-// config.batch sequences of config.seq tokens.
+// config.batch sequences of config.seq tokens. With tensor parallelism
+// `spec` is this rank's slice (scheduler::TensorParallelSlice: its heads,
+// KV heads and FFN width); with sequence parallelism `sequence_shards` is
+// the tensor group's size, and x1, rstd1 and rstd2 are of the rank's
+// sequence shard (T / sequence_shards rows; the gathered normed inputs and
+// the attention and MLP activations stay whole).
 std::vector<int64_t> SavedActivationBytes(const scheduler::ModelSpec& spec,
-                                          const TrainConfig& config, DataType dtype);
+                                          const TrainConfig& config, DataType dtype,
+                                          int sequence_shards = 1);
 
 class LlamaRank {
  public:
@@ -124,7 +130,9 @@ class LlamaRank {
   // stage's data ranks and this rank's position in them. A stage graph
   // built with SavedActivationBytes: the blocks' saved activations of each
   // micro-step live in the executor's planned arena
-  // (ComputeContext::pipeline.saved) instead of the rank's allocations
+  // (ComputeContext::pipeline.saved, with tensor parallelism handed to each
+  // of the block's part nodes; the slice's and, under sequence parallelism,
+  // the shard's sizes) instead of the rank's allocations
   // (InvalidArgument at Create for a buffer smaller than a block needs). Under zb-h1 each
   // unit's backward is the input-gradient call (weight_deferred), which
   // keeps the gradients at its weights' outputs per micro-step, and the
@@ -431,6 +439,9 @@ class LlamaRank {
   bool planned_saved_ = false;
   Status CheckPlannedSaved();
   Status BindSaved(const scheduler::ComputeContext& ctx);
+  // SavedActivationBytes' sequence_shards for this rank: the tensor group
+  // under sequence parallelism, else 1.
+  int SequenceShards() const { return sp_ ? graph_.policy.tensor_parallel : 1; }
   std::vector<Deferred> deferred_;
   void* wdx_ = nullptr;
   // Vocabulary parallelism: the per-token row maxima, sums of exp and
