@@ -244,6 +244,15 @@ class LlamaRank {
   Status SpBlockForward(const scheduler::ComputeContext& ctx);
   Status SpMlpBackward(const scheduler::ComputeContext& ctx);
   Status SpAttentionBackward(const scheduler::ComputeContext& ctx);
+  // Their norms' backward on the shard, after the normed input's gradient
+  // is reduce-scattered into sp_dn_: the other gres_ = this rank's rows of
+  // dy (the gathered output gradient) + the path through norm `norm`
+  // (input x, statistics rstd; weight gradient g); then the norm weight's
+  // SpGradAllReduce and the copy to ctx.tensor.output (when a gather reads
+  // it).
+  struct NormGrad;
+  Status SpNormBackward(const scheduler::ComputeContext& ctx, const char* dy, const char* norm,
+                        const void* x, const float* rstd, const NormGrad& g);
   // out [T, H] = x w^T with `res` (this rank's [T / tp, H] shard) added on
   // this rank's rows: the tensor group's sum is the whole res + x w^T.
   Status SpRowParallel(const scheduler::ComputeContext& ctx, const char* w,
@@ -302,6 +311,17 @@ class LlamaRank {
   // of an input gradient sits).
   Status MlpBackward(const scheduler::ComputeContext& ctx);
   Status AttentionBackward(const scheduler::ComputeContext& ctx);
+  struct BlockActs;
+  // Their bodies, shared with sequence parallelism's: from dy [T, H] (the
+  // gradient at w_down's / wo's output) through the block's saved
+  // activations `a` to dn [T, H], the normed input's gradient (this rank's
+  // partial under tensor parallelism), writing the matrices' weight
+  // gradients as ProjectBackward does; dg / du and dq / dk / dv receive the
+  // intermediate gradients (zb-h1 keeps them), ds_ and do_ are scratch.
+  Status MlpBodyBackward(const scheduler::ComputeContext& ctx, const BlockActs& a,
+                         const void* dy, void* dg, void* du, void* dn);
+  Status AttentionBodyBackward(const scheduler::ComputeContext& ctx, const BlockActs& a,
+                               const void* dy, void* dq, void* dk, void* dv, void* dn);
   Status Allocate();
   // Vocabulary parallelism (llama_trainer_vocab.cc): its scratch and
   // events; this rank's rows; the embedding and head units; an in-place
