@@ -728,13 +728,35 @@ LlamaRank::NormGrad LlamaRank::NormGradOf(const scheduler::ComputeContext& ctx,
                   static_cast<bool>(ctx.grad_accumulate[i])};
 }
 
+Status LlamaRank::MlpBodyBackward(const scheduler::ComputeContext& ctx, const BlockActs& a,
+                                  const void* dy, void* dg, void* du, void* dn) {
+  const int64_t T = d_.T, H = d_.H, F = d_.F;
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_down", {T, F, H, dtype_}, dy, a.s, ds_, false));
+  BATON_RETURN_IF_ERROR(ops::SwiGluBackward(*ctx.stream, {T, F, dtype_}, ds_, a.g, a.u, dg, du));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_gate", {T, H, F, dtype_}, dg, a.n2, dn, false));
+  return ProjectBackward(ctx, "w_up", {T, H, F, dtype_}, du, a.n2, dn, true);
+}
+
+Status LlamaRank::AttentionBodyBackward(const scheduler::ComputeContext& ctx, const BlockActs& a,
+                                        const void* dy, void* dq, void* dk, void* dv, void* dn) {
+  Stream& st = *ctx.stream;
+  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV;
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wo", {T, Q, H, dtype_}, dy, a.o, do_, false));
+  BATON_RETURN_IF_ERROR(
+      ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq, dk, dv));
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq));
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wq", {T, H, Q, dtype_}, dq, a.n1, dn, false));
+  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wk", {T, H, KV, dtype_}, dk, a.n1, dn, true));
+  return ProjectBackward(ctx, "wv", {T, H, KV, dtype_}, dv, a.n1, dn, true);
+}
+
 // gres_[cur_] holds d(block output) = d(x2); on return gres_[cur_] (the
 // other buffer) holds d(x1). x2 = x1 + s wd^T, so d(x1) = d(x2) + its path
 // through n2.
 Status LlamaRank::MlpBackward(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
   BlockActs& a = ActsOf(ctx.micro_step).blocks[ctx.spec->block];
-  const int64_t T = d_.T, H = d_.H, F = d_.F;
   void* A = gres_[cur_];
   void* B = gres_[1 - cur_];
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(B, A, d_.act_bytes));
@@ -746,10 +768,7 @@ Status LlamaRank::MlpBackward(const scheduler::ComputeContext& ctx) {
   void* dn = keep ? keep->dn2 : dn_;
   if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dx2, A, d_.act_bytes));
   const NormGrad gm = NormGradOf(ctx, "mlp_norm.weight");
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_down", {T, F, H, dtype_}, A, a.s, ds_, false));
-  BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg, du));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_gate", {T, H, F, dtype_}, dg, a.n2, dn, false));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_up", {T, H, F, dtype_}, du, a.n2, dn, true));
+  BATON_RETURN_IF_ERROR(MlpBodyBackward(ctx, a, A, dg, du, dn));
   // Column-parallel: each tensor rank's input gradient is a partial sum.
   BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn));
   BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn, a.x1,
@@ -766,7 +785,6 @@ Status LlamaRank::AttentionBackward(const scheduler::ComputeContext& ctx) {
   const int b = ctx.spec->block;
   Acts& acts = ActsOf(ctx.micro_step);
   BlockActs& a = acts.blocks[b];
-  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV;
   void* B = gres_[cur_];      // d(x1)
   void* A = gres_[1 - cur_];  // becomes d(block input)
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(A, B, d_.act_bytes));
@@ -778,14 +796,7 @@ Status LlamaRank::AttentionBackward(const scheduler::ComputeContext& ctx) {
   void* dn = keep ? keep->dn1 : dn_;
   if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dx1, B, d_.act_bytes));
   const NormGrad ga = NormGradOf(ctx, "attn_norm.weight");
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wo", {T, Q, H, dtype_}, B, a.o, do_, false));
-  BATON_RETURN_IF_ERROR(
-      ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq, dk, dv));
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq));
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wq", {T, H, Q, dtype_}, dq, a.n1, dn, false));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wk", {T, H, KV, dtype_}, dk, a.n1, dn, true));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wv", {T, H, KV, dtype_}, dv, a.n1, dn, true));
+  BATON_RETURN_IF_ERROR(AttentionBodyBackward(ctx, a, B, dq, dk, dv, dn));
   BATON_RETURN_IF_ERROR(TensorAllReduce(ctx, dn));
   BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, d_.norm, dn, acts.h[b],
                                              ctx.params[Find(ctx, "attn_norm.weight")].data,

@@ -109,9 +109,15 @@ scheduler::Nf4Packer Nf4Packer();
 // SwiGLU output in `dtype` and its three fp32 statistics (rstd1, lse,
 // rstd2), each 256-byte aligned; 0 for the other units (the block inputs,
 // final norm and logits stay the rank's own). For micro-steps of
-// config.batch sequences of config.seq tokens.
+// config.batch sequences of config.seq tokens. With tensor parallelism
+// `spec` is this rank's slice (scheduler::TensorParallelSlice: its heads,
+// KV heads and FFN width); with sequence parallelism `sequence_shards` is
+// the tensor group's size, and x1, rstd1 and rstd2 are of the rank's
+// sequence shard (T / sequence_shards rows; the gathered normed inputs and
+// the attention and MLP activations stay whole).
 std::vector<int64_t> SavedActivationBytes(const scheduler::ModelSpec& spec,
-                                          const TrainConfig& config, DataType dtype);
+                                          const TrainConfig& config, DataType dtype,
+                                          int sequence_shards = 1);
 
 class LlamaRank {
  public:
@@ -124,7 +130,9 @@ class LlamaRank {
   // stage's data ranks and this rank's position in them. A stage graph
   // built with SavedActivationBytes: the blocks' saved activations of each
   // micro-step live in the executor's planned arena
-  // (ComputeContext::pipeline.saved) instead of the rank's allocations
+  // (ComputeContext::pipeline.saved, with tensor parallelism handed to each
+  // of the block's part nodes; the slice's and, under sequence parallelism,
+  // the shard's sizes) instead of the rank's allocations
   // (InvalidArgument at Create for a buffer smaller than a block needs). Under zb-h1 each
   // unit's backward is the input-gradient call (weight_deferred), which
   // keeps the gradients at its weights' outputs per micro-step, and the
@@ -236,6 +244,15 @@ class LlamaRank {
   Status SpBlockForward(const scheduler::ComputeContext& ctx);
   Status SpMlpBackward(const scheduler::ComputeContext& ctx);
   Status SpAttentionBackward(const scheduler::ComputeContext& ctx);
+  // Their norms' backward on the shard, after the normed input's gradient
+  // is reduce-scattered into sp_dn_: the other gres_ = this rank's rows of
+  // dy (the gathered output gradient) + the path through norm `norm`
+  // (input x, statistics rstd; weight gradient g); then the norm weight's
+  // SpGradAllReduce and the copy to ctx.tensor.output (when a gather reads
+  // it).
+  struct NormGrad;
+  Status SpNormBackward(const scheduler::ComputeContext& ctx, const char* dy, const char* norm,
+                        const void* x, const float* rstd, const NormGrad& g);
   // out [T, H] = x w^T with `res` (this rank's [T / tp, H] shard) added on
   // this rank's rows: the tensor group's sum is the whole res + x w^T.
   Status SpRowParallel(const scheduler::ComputeContext& ctx, const char* w,
@@ -294,6 +311,17 @@ class LlamaRank {
   // of an input gradient sits).
   Status MlpBackward(const scheduler::ComputeContext& ctx);
   Status AttentionBackward(const scheduler::ComputeContext& ctx);
+  struct BlockActs;
+  // Their bodies, shared with sequence parallelism's: from dy [T, H] (the
+  // gradient at w_down's / wo's output) through the block's saved
+  // activations `a` to dn [T, H], the normed input's gradient (this rank's
+  // partial under tensor parallelism), writing the matrices' weight
+  // gradients as ProjectBackward does; dg / du and dq / dk / dv receive the
+  // intermediate gradients (zb-h1 keeps them), ds_ and do_ are scratch.
+  Status MlpBodyBackward(const scheduler::ComputeContext& ctx, const BlockActs& a,
+                         const void* dy, void* dg, void* du, void* dn);
+  Status AttentionBodyBackward(const scheduler::ComputeContext& ctx, const BlockActs& a,
+                               const void* dy, void* dq, void* dk, void* dv, void* dn);
   Status Allocate();
   // Vocabulary parallelism (llama_trainer_vocab.cc): its scratch and
   // events; this rank's rows; the embedding and head units; an in-place
@@ -431,6 +459,9 @@ class LlamaRank {
   bool planned_saved_ = false;
   Status CheckPlannedSaved();
   Status BindSaved(const scheduler::ComputeContext& ctx);
+  // SavedActivationBytes' sequence_shards for this rank: the tensor group
+  // under sequence parallelism, else 1.
+  int SequenceShards() const { return sp_ ? graph_.policy.tensor_parallel : 1; }
   std::vector<Deferred> deferred_;
   void* wdx_ = nullptr;
   // Vocabulary parallelism: the per-token row maxima, sums of exp and

@@ -206,30 +206,31 @@ Status LlamaRank::SpBlockForward(const scheduler::ComputeContext& ctx) {
 // ctx.tensor.input: d(x2) gathered [T, H]; on return gres_[cur_] holds
 // d(x1)'s shard, also in ctx.tensor.output (the next gather's input).
 Status LlamaRank::SpMlpBackward(const scheduler::ComputeContext& ctx) {
-  Stream& st = *ctx.stream;
   BlockActs& a = ActsOf(ctx.micro_step).blocks[ctx.spec->block];
-  const int64_t T = d_.T, H = d_.H, F = d_.F;
-  const size_t e = DataTypeSize(dtype_);
   const char* dy = static_cast<const char*>(ctx.tensor.input);
   if (dy == nullptr) {
     return absl::InternalError(absl::StrCat(ctx.spec->name, ": no gathered output gradient"));
   }
   const NormGrad gm = NormGradOf(ctx, "mlp_norm.weight");
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_down", {T, F, H, dtype_}, dy, a.s, ds_, false));
-  BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg_, du_));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_gate", {T, H, F, dtype_}, dg_, a.n2, dn_, false));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "w_up", {T, H, F, dtype_}, du_, a.n2, dn_, true));
+  BATON_RETURN_IF_ERROR(MlpBodyBackward(ctx, a, dy, dg_, du_, dn_));
   BATON_RETURN_IF_ERROR(SpReduceScatter(ctx, dn_));
   // d(x1) = d(x2) + the norm's path, on this rank's rows.
+  return SpNormBackward(ctx, dy, "mlp_norm.weight", a.x1, a.rstd2, gm);
+}
+
+Status LlamaRank::SpNormBackward(const scheduler::ComputeContext& ctx, const char* dy,
+                                 const char* norm, const void* x, const float* rstd,
+                                 const NormGrad& g) {
+  Stream& st = *ctx.stream;
+  const size_t e = DataTypeSize(dtype_);
   const int next = 1 - cur_;
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(gres_[next], dy + ctx.tensor.rank * sp_rows_ * H * e,
+  BATON_RETURN_IF_ERROR(st.MemcpyAsync(gres_[next], dy + ctx.tensor.rank * sp_rows_ * d_.H * e,
                                        io_bytes_));
-  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, sp_norm_, sp_dn_, a.x1,
-                                             ctx.params[Find(ctx, "mlp_norm.weight")].data,
-                                             a.rstd2, gres_[next], true, gm.data, gm.dtype,
-                                             gm.acc));
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, sp_norm_, sp_dn_, x,
+                                             ctx.params[Find(ctx, norm)].data, rstd,
+                                             gres_[next], true, g.data, g.dtype, g.acc));
   cur_ = next;
-  BATON_RETURN_IF_ERROR(SpGradAllReduce(ctx, Find(ctx, "mlp_norm.weight")));
+  BATON_RETURN_IF_ERROR(SpGradAllReduce(ctx, Find(ctx, norm)));
   if (ctx.tensor.output != nullptr) {
     BATON_RETURN_IF_ERROR(st.MemcpyAsync(ctx.tensor.output, gres_[cur_], io_bytes_));
   }
@@ -239,39 +240,17 @@ Status LlamaRank::SpMlpBackward(const scheduler::ComputeContext& ctx) {
 // ctx.tensor.input: d(x1) gathered; on return gres_[cur_] holds d(block
 // input)'s shard, also in ctx.tensor.output when a gather reads it.
 Status LlamaRank::SpAttentionBackward(const scheduler::ComputeContext& ctx) {
-  Stream& st = *ctx.stream;
   const int b = ctx.spec->block;
   Acts& acts = ActsOf(ctx.micro_step);
   BlockActs& a = acts.blocks[b];
-  const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV;
-  const size_t e = DataTypeSize(dtype_);
   const char* dy = static_cast<const char*>(ctx.tensor.input);
   if (dy == nullptr) {
     return absl::InternalError(absl::StrCat(ctx.spec->name, ": no gathered output gradient"));
   }
   const NormGrad ga = NormGradOf(ctx, "attn_norm.weight");
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wo", {T, Q, H, dtype_}, dy, a.o, do_, false));
-  BATON_RETURN_IF_ERROR(
-      ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq_, dk_, dv_));
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq_));
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk_));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wq", {T, H, Q, dtype_}, dq_, a.n1, dn_, false));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wk", {T, H, KV, dtype_}, dk_, a.n1, dn_, true));
-  BATON_RETURN_IF_ERROR(ProjectBackward(ctx, "wv", {T, H, KV, dtype_}, dv_, a.n1, dn_, true));
+  BATON_RETURN_IF_ERROR(AttentionBodyBackward(ctx, a, dy, dq_, dk_, dv_, dn_));
   BATON_RETURN_IF_ERROR(SpReduceScatter(ctx, dn_));
-  const int next = 1 - cur_;
-  BATON_RETURN_IF_ERROR(st.MemcpyAsync(gres_[next], dy + ctx.tensor.rank * sp_rows_ * H * e,
-                                       io_bytes_));
-  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, sp_norm_, sp_dn_, acts.h[b],
-                                             ctx.params[Find(ctx, "attn_norm.weight")].data,
-                                             a.rstd1, gres_[next], true, ga.data, ga.dtype,
-                                             ga.acc));
-  cur_ = next;
-  BATON_RETURN_IF_ERROR(SpGradAllReduce(ctx, Find(ctx, "attn_norm.weight")));
-  if (ctx.tensor.output != nullptr) {
-    BATON_RETURN_IF_ERROR(st.MemcpyAsync(ctx.tensor.output, gres_[cur_], io_bytes_));
-  }
-  return absl::OkStatus();
+  return SpNormBackward(ctx, dy, "attn_norm.weight", acts.h[b], a.rstd1, ga);
 }
 
 }  // namespace baton::examples

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "baton/scheduler/parallel_graph.h"
 #include "baton/scheduler/policy.h"
+#include "baton/scheduler/tensor_parallel.h"
 
 namespace baton::examples {
 namespace {
@@ -190,6 +191,52 @@ TEST(LlamaSavedActivationsTest, PlannedBuffersMustHoldABlock) {
       EXPECT_EQ(rank.status().code(), absl::StatusCode::kInvalidArgument) << rank.status();
       EXPECT_NE(rank.status().message().find("saved activation buffer saved.block0"),
                 std::string::npos) << rank.status();
+    }
+  }
+}
+
+// Tensor parallelism: a stage plans the blocks of this rank's slice, and
+// under sequence parallelism x1 and the norms' statistics of its sequence
+// shard. The rank takes what SavedActivationBytes gives for its slice and
+// shards, and refuses the shard's sizes where the blocks keep whole
+// sequences (no sequence parallelism).
+TEST(LlamaSavedActivationsTest, TensorParallelSliceAndSequenceShards) {
+  const scheduler::ModelSpec spec = Micro(false);
+  auto slice = scheduler::TensorParallelSlice(spec, 2);
+  ASSERT_TRUE(slice.ok()) << slice.status();
+  TrainConfig config;
+  config.seq = 8;
+  config.batch = 1;
+  const std::vector<int64_t> model = SavedActivationBytes(spec, config, DataType::kF32);
+  const std::vector<int64_t> whole = SavedActivationBytes(*slice, config, DataType::kF32);
+  const std::vector<int64_t> shard = SavedActivationBytes(*slice, config, DataType::kF32, 2);
+  // The slice's q and o (heads 2 of 4) are 512 bytes each instead of 1024,
+  // k and v (1 of 2 KV heads) 256 instead of 512, g, u and s (FFN 32 of 64)
+  // 1024 instead of 2048, lse 256 (aligned) as before; the shard's x1 is 4
+  // of 8 rows (the statistics stay one aligned 256 bytes).
+  EXPECT_EQ(model[1] - whole[1], 2 * 512 + 2 * 256 + 3 * 1024);
+  EXPECT_EQ(whole[1] - shard[1], 512);
+  auto device = CreateHostDevice();
+  ASSERT_TRUE(device.ok()) << device.status();
+  auto corpus = Corpus::Synthetic(spec.vocab, 3);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  for (bool sp : {false, true}) {
+    for (bool sharded : {false, true}) {
+      auto policy = *scheduler::PolicyPreset("baton");
+      policy.param_dtype = DataType::kF32;
+      policy.tensor_parallel = 2;
+      policy.sequence_parallel = sp;
+      policy.pipeline_parallel = 2;
+      policy.micro_steps = 2;
+      auto step = scheduler::BuildParallelStep(spec, policy, 4, config.seq, config.batch, {}, {},
+                                               true, true, sharded ? shard : whole);
+      ASSERT_TRUE(step.ok()) << step.status();
+      auto rank = LlamaRank::Create(step->stages[0], config, *corpus, **device, 1, 0, 0);
+      if (sp || !sharded) {
+        EXPECT_TRUE(rank.ok()) << "sp " << sp << ": " << rank.status();
+      } else {
+        EXPECT_EQ(rank.status().code(), absl::StatusCode::kInvalidArgument) << rank.status();
+      }
     }
   }
 }

@@ -152,7 +152,7 @@ struct RunResult {
   // stage's ranks.
   std::vector<double> stage_bubble;
   std::vector<double> sim_stage_bubble;  // sim::ScheduleBubble on the stage graphs
-  // --pp without --tp: per stage, the plan's saved activations of the
+  // --pp: per stage, the plan's saved activations of the
   // blocks (scheduler::SavedActivationPeak), one micro-batch's, and the
   // stage's arena.
   std::vector<int64_t> stage_saved_peak, stage_saved_micro;
@@ -454,11 +454,13 @@ StatusOr<Graphs> BuildGraphs(const Job& job, int world) {
     g.stages.push_back(std::make_shared<const scheduler::StepGraph>(std::move(built)));
     return g;
   }
-  // Pipeline stages without tensor parallelism plan the blocks' saved
-  // activations of the in-flight micro-batches (the trainer uses them).
-  if (job.policy.pipeline_parallel > 1 && job.tp == 1) {
-    g.saved_bytes =
-        examples::SavedActivationBytes(job.spec, job.config, job.policy.param_dtype);
+  // Pipeline stages plan the blocks' saved activations of the in-flight
+  // micro-batches (the trainer uses them; --tp: the slice's, --sp: of the
+  // sequence shard).
+  if (job.policy.pipeline_parallel > 1) {
+    g.saved_bytes = examples::SavedActivationBytes(
+        job.tp > 1 ? job.slice : job.spec, job.config, job.policy.param_dtype,
+        job.policy.sequence_parallel ? job.tp : 1);
   }
   BATON_ASSIGN_OR_RETURN(scheduler::ParallelStep step,
                          scheduler::BuildParallelStep(job.spec, job.policy, world,

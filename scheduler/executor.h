@@ -173,7 +173,8 @@ struct ComputeContext {
   // elements in the parameter dtype; valid in ctx.stream's order during
   // the node (the executor orders the send / receive around it).
   // `saved`: the unit's saved-activation buffer of this micro-batch (its
-  // forward, recompute, backward and zb-h1 weight pass get the same one; a
+  // forward, recompute, backward and zb-h1 weight pass get the same one,
+  // and with tensor parallelism each of a block's part nodes; a
   // planned arena buffer of the bytes the trainer declared,
   // BuildParallelStep's saved_bytes, 256-byte aligned; what the forward
   // writes there is intact at the backward); null without a pipeline or

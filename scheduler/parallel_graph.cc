@@ -370,8 +370,11 @@ class StageBuilder {
   void Forward(int m, int c);
   void Backward(int m, int c, bool split);
   void Weight(int m, int c);
-  int ForwardBlock(int u, int m, int c, int in);
-  int BackwardBlock(int u, int m, int c, int in, bool split);
+  // A tensor-parallel block's parts; `saved` (-1: none) is its saved
+  // activation of the micro-batch, which every forward part writes and
+  // every backward part reads.
+  int ForwardBlock(int u, int m, int c, int in, int saved);
+  int BackwardBlock(int u, int m, int c, int in, bool split, int saved);
   void Compute(NodeKind kind, int u, int m, int c, uint8_t segments, std::vector<int> reads,
                std::vector<int> writes, bool grads, const std::string& tag);
   void AddRing(Node& n, bool backward);
@@ -557,7 +560,7 @@ void StageBuilder::TensorCollective(NodeKind kind, int in, int out, const std::s
   n.micro_step = m;
 }
 
-int StageBuilder::ForwardBlock(int u, int m, int c, int in) {
+int StageBuilder::ForwardBlock(int u, int m, int c, int in, int saved) {
   const std::string& un = layout_.units[u].name;
   const std::string t = Tag(m, c);
   const bool sp = p_.sequence_parallel, ov = p_.tp_comm_overlap;
@@ -565,6 +568,11 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in) {
     std::vector<int> r = Params(u);
     if (x >= 0) r.push_back(x);
     return r;
+  };
+  auto writes = [&](int out) {
+    std::vector<int> w = {out};
+    if (saved >= 0) w.push_back(saved);
+    return w;
   };
   int cur = in;
   for (int half = 0; half < 2; ++half) {
@@ -575,7 +583,7 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in) {
     if (sp && !ov) {
       // The norm on sequence shards, then the gather of its output.
       const int normed = Act(absl::StrCat("act.", un, ".", what, "_norm", t), true, false);
-      Compute(NodeKind::kForward, u, m, c, norm, reads(cur), {normed}, false,
+      Compute(NodeKind::kForward, u, m, c, norm, reads(cur), writes(normed), false,
               absl::StrCat("F ", un, ".", what, "_norm", t));
       cur = Act(absl::StrCat("act.", un, ".", what, "_in", t), false, false);
       TensorCollective(NodeKind::kAllGather, normed, cur,
@@ -586,7 +594,7 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in) {
     // sequence shard (sequence_parallel) of the part's output.
     const int partial =
         Act(absl::StrCat("act.", un, ".", what, "_partial", t), sp && ov, false);
-    Compute(NodeKind::kForward, u, m, c, covers, reads(cur), {partial}, false,
+    Compute(NodeKind::kForward, u, m, c, covers, reads(cur), writes(partial), false,
             absl::StrCat("F ", un, ".", what, t));
     Node& bn = g_.nodes.back();
     bn.fused = TensorFused(false);
@@ -602,11 +610,12 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in) {
   return cur;
 }
 
-int StageBuilder::BackwardBlock(int u, int m, int c, int in, bool split) {
+int StageBuilder::BackwardBlock(int u, int m, int c, int in, bool split, int saved) {
   const std::string& un = layout_.units[u].name;
   const std::string t = Tag(m, c);
   const bool sp = p_.sequence_parallel, ov = p_.tp_comm_overlap;
   std::vector<int> reads = Params(u);
+  if (saved >= 0) reads.push_back(saved);
   int cur = in;
   for (int half = 1; half >= 0; --half) {
     const uint8_t covers =
@@ -724,8 +733,15 @@ void StageBuilder::Forward(int m, int c) {
   for (int u : vs_units_[vs]) {
     const UnitSpec& unit = layout_.units[u];
     GatherUnit(u, m, c, "fwd");
+    int sv = -1;
+    if (!saved_bytes_.empty() && saved_bytes_[u] > 0) {
+      // fp32 words: the planner aligns every buffer to 256 bytes.
+      sv = Buffer(absl::StrCat("saved.", unit.name, t), BufferRole::kSavedActivation, -1,
+                  (saved_bytes_[u] + 3) / 4, DataType::kF32, false);
+      saved_[static_cast<size_t>(m) * layout_.units.size() + u] = sv;
+    }
     if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
-      cur = ForwardBlock(u, m, c, cur);
+      cur = ForwardBlock(u, m, c, cur, sv);
       EndUnit();
       continue;
     }
@@ -733,13 +749,7 @@ void StageBuilder::Forward(int m, int c) {
     std::vector<int> reads = Params(u);
     if (cur >= 0) reads.push_back(cur);
     std::vector<int> writes = {out};
-    if (!saved_bytes_.empty() && saved_bytes_[u] > 0) {
-      // fp32 words: the planner aligns every buffer to 256 bytes.
-      const int sv = Buffer(absl::StrCat("saved.", unit.name, t), BufferRole::kSavedActivation,
-                            -1, (saved_bytes_[u] + 3) / 4, DataType::kF32, false);
-      saved_[static_cast<size_t>(m) * layout_.units.size() + u] = sv;
-      writes.push_back(sv);
-    }
+    if (sv >= 0) writes.push_back(sv);
     Compute(NodeKind::kForward, u, m, c, 0, reads, std::move(writes), false,
             absl::StrCat("F ", unit.name, t));
     if (unit.kind == UnitKind::kBlock) AddRing(g_.nodes.back(), false);
@@ -786,7 +796,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
               absl::StrCat("R ", unit.name, t));
     }
     if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
-      cur = BackwardBlock(u, m, c, cur, split);
+      cur = BackwardBlock(u, m, c, cur, split, sv);
     } else {
       const int out = Act(absl::StrCat("dact.", unit.name, t), sp, true);
       std::vector<int> reads = Params(u);
@@ -959,19 +969,12 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
           "parallel graph: saved activation bytes for ", saved_bytes.size(),
           " units given; the model has ", layout.units.size()));
     }
-    bool any = false;
     for (size_t u = 0; u < saved_bytes.size(); ++u) {
       if (saved_bytes[u] < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "parallel graph: negative saved activation bytes (", saved_bytes[u], ") for unit ",
             layout.units[u].name));
       }
-      any = any || saved_bytes[u] > 0;
-    }
-    if (any && policy.tensor_parallel > 1) {
-      return absl::UnimplementedError(
-          "parallel graph: saved activation buffers with tensor parallelism (a block is "
-          "several nodes there); the trainer keeps its own");
     }
   }
   std::vector<std::vector<int>> vs_units(nv);

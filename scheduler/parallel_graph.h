@@ -71,7 +71,10 @@
 // (BufferRole::kSavedActivation, "saved.<unit> m<i>") per (unit,
 // micro-batch): the unit's forward writes it, its recompute (with
 // recompute_blocks) writes it again, its backward reads it and under zb-h1
-// its weight pass too (the last use); the planner places them, reusing the
+// its weight pass too (the last use); with tensor parallelism every part of
+// a block (its norm, attention and MLP nodes) writes it forward and reads
+// it backward, the trainer's per-micro-batch state of its slice (and
+// sequence shard); the planner places them, reusing the
 // bytes of micro-batches whose lifetimes do not overlap, so the plan holds
 // the schedule's in-flight count (1F1B stage s: min(m, p - s) per unit;
 // SavedActivationPeak). No memory plan
@@ -200,9 +203,8 @@ struct ParallelStep {
 // `saved_bytes` (empty: none): per unit of the layout's order, the bytes
 // its forward saves per micro-batch for its backward (0: none); the
 // executor hands each node its buffer (ComputeContext::pipeline.saved).
-// InvalidArgument for a size other than the units' or a negative entry;
-// Unimplemented for a positive entry with tensor_parallel > 1 (a block is
-// several nodes there).
+// InvalidArgument for a size other than the units' or a negative entry.
+// With tensor_slices, the bytes of this rank's slice.
 StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& policy,
                                          int world_size, int64_t seq, int64_t micro_batch,
                                          std::vector<int> virtual_layers = {},

@@ -270,9 +270,63 @@ TEST(ParallelGraphTest, SavedActivationsHoldTheInFlightMicroBatches) {
   negative[1] = -1;
   bad = BuildParallelStep(tiny, p2, 2, 64, 1, {}, {}, true, false, negative);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  bad = BuildParallelStep(tiny, Parallel(2, false, 1, 2, 4), 4, 64, 1, {}, {}, true, true,
-                          BlockBytes(tiny, 8));
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnimplemented) << bad.status();
+}
+
+// Tensor parallelism: a block is several compute nodes (its norms on
+// sequence shards under sequence_parallel, attention and MLP), each of
+// which gets the block's saved activation of the micro-batch, and the plan
+// holds 1F1B's in-flight count as without it.
+TEST(ParallelGraphTest, SavedActivationsOfTensorParallelBlockParts) {
+  const ModelSpec tiny = *ModelPreset("tiny");  // 4 blocks
+  constexpr int64_t kBytes = 1 << 20;
+  constexpr int kMicro = 4;
+  for (bool sp : {false, true}) {
+    for (bool overlap : {false, true}) {
+      Policy p = Parallel(2, sp, 1, 2, kMicro);
+      p.tp_comm_overlap = overlap;
+      p.recompute_blocks = 1;  // the recompute node writes it too
+      auto step = BuildParallelStep(tiny, p, 4, 64, 1, {}, {}, true, true,
+                                    BlockBytes(tiny, kBytes));
+      ASSERT_TRUE(step.ok()) << step.status();
+      for (int s = 0; s < 2; ++s) {
+        const StepGraph& g = step->stages[s];
+        ASSERT_TRUE(VerifyStepGraph(g).ok()) << VerifyStepGraph(g);
+        // Every compute node of a block names exactly one saved buffer:
+        // forward and recompute parts write it, backward parts read it.
+        std::map<int, std::vector<std::string>> users;  // buffer -> its nodes
+        std::map<NodeKind, int> parts;
+        for (const Node& n : g.nodes) {
+          if (n.unit < 0 || g.layout.units[n.unit].kind != UnitKind::kBlock) continue;
+          if (n.kind != NodeKind::kForward && n.kind != NodeKind::kBackward &&
+              n.kind != NodeKind::kRecompute) {
+            continue;
+          }
+          const std::vector<int>& where = n.kind == NodeKind::kBackward ? n.reads : n.writes;
+          std::vector<int> sv;
+          for (int b : where) {
+            if (g.buffers[b].role == BufferRole::kSavedActivation) sv.push_back(b);
+          }
+          ASSERT_EQ(sv.size(), 1u) << n.name;
+          users[sv[0]].push_back(n.name);
+          ++parts[n.kind];
+        }
+        EXPECT_EQ(static_cast<int>(users.size()), StageBlocks(g) * kMicro);
+        // Forward: 2 parts (4 with the norms as nodes of their own under
+        // sequence parallelism without overlap); backward: 2.
+        const int fwd = sp && !overlap ? 4 : 2;
+        EXPECT_EQ(parts[NodeKind::kForward], StageBlocks(g) * kMicro * fwd) << sp << overlap;
+        EXPECT_EQ(parts[NodeKind::kBackward], StageBlocks(g) * kMicro * 2) << sp << overlap;
+        EXPECT_EQ(parts[NodeKind::kRecompute], kMicro) << sp << overlap;  // the first block's
+        for (const auto& [b, names] : users) {
+          EXPECT_EQ(names.front().rfind("F ", 0), 0u) << names.front();
+          EXPECT_EQ(names.back().rfind("B ", 0), 0u) << names.back();
+          EXPECT_EQ(g.nodes[g.last_use[b]].name, names.back());
+        }
+        const int64_t peak = std::min(kMicro, 2 - s) * StageBlocks(g) * kBytes;
+        EXPECT_EQ(SavedActivationPeak(g), peak) << "sp " << sp << " ov " << overlap << " s " << s;
+      }
+    }
+  }
 }
 
 // gather_per_micro_batch: every pass gathers its chunk's buckets into

@@ -5,7 +5,8 @@
 # the parallel cross-entropy; also tied), with and without --tp-overlap (bit for bit the
 # same), alone and with FSDP2 sharding of each tensor rank's
 # slice over the data ranks, with selective recompute, inside 1F1B pipeline
-# stages (3D), and on ucx processes; --sp (sequence parallelism) likewise
+# stages (3D; the blocks' saved activations of the slice, and with --sp of the
+# sequence shard, planned per stage), and on ucx processes; --sp (sequence parallelism) likewise
 # within 1e-5 for TP 2 and 4 (the embedding and head vocabulary-parallel,
 # their sums reduce-scattered to and gathered from the sequence shards),
 # with FSDP2, in 1F1B stages and on ucx, and
@@ -76,6 +77,22 @@ assert a["max_param_rel_diff_vs_reference"] == b["max_param_rel_diff_vs_referenc
 print("  bit for bit the losses and parameters of the run with the graph's collective nodes")
 PY
 }
+saved() {  # saved NAME SP: the --json line's planned saved activations per 1F1B stage
+  # (--pp=2, 4 micro-batches: stage s holds min(m, p - s) = 2, 1) are blocks of the TP 2
+  # slice's sizes (2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128), with SP=1 x1 and the
+  # norms' statistics of the 32-token sequence shard (llama_trainer.h, SavedActivationBytes)
+  tail -n 1 "$t/out" | python3 -c '
+import json, sys
+T, H, Q, KV, F, e = 64, 64, 32, 16, 64, 4
+R = T // 2 if sys.argv[1] == "1" else T
+up = lambda n: (n + 255) // 256 * 256
+block = sum(up(n) for n in [T * H * e, T * Q * e, T * KV * e, T * KV * e, T * Q * e, R * H * e,
+                            T * H * e, T * F * e, T * F * e, T * F * e, R * 4, T * 2 * 4, R * 4])
+got = json.loads(sys.stdin.read())["stage_saved_activation_bytes"]
+assert got == [2 * block, block], (got, block)
+print("  saved activations planned: stage 0 2 x %d bytes, stage 1 1 x %d" % (block, block))' "$2" ||
+    { echo "FAIL $1 saved activations"; fail=1; }
+}
 equal() {  # equal NAME PARAMS: within 1e-5 of the unsharded run, loss falls 15%, TP 2 or 4
   reference_equal "$1" "$2" 0.85
   tail -n 1 "$t/out" | python3 -c '
@@ -140,6 +157,8 @@ equal tp2-tied-fsdp2 1
 run tp2-pp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
   --check-reference --json
 has tp2-pp2 '^pipeline: 2 stages of 1, 1 blocks .*, 1 data ranks per stage, buckets gathered once per step$'
+has tp2-pp2 '^pipeline saved activations in the plan \(blocks, in-flight micro-batches x one.s\): stage 0 0.24 MiB \(2.00 x 0.12 MiB; arena [0-9.]+ MiB\), stage 1 0.12 MiB \(1.00 x 0.12 MiB; arena [0-9.]+ MiB\)$'
+saved tp2-pp2 0
 equal tp2-pp2 1
 run tp2-pp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=8 --micro-steps=3 \
   --policy=fsdp2 --check-reference --json
@@ -195,6 +214,7 @@ run tp2-sp-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --policy=fsdp2 -
 equal tp2-sp-fsdp2 1
 run tp2-sp-pp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 --sp \
   --check-reference --json
+saved tp2-sp-pp2 1
 equal tp2-sp-pp2 1
 cp "$t/out" "$t/tp2-sp-pp2.out"
 run tp2-sp-pp2-overlap 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
