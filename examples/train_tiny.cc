@@ -52,8 +52,9 @@
 // --save-dir=DIR --save-every=N saves a checkpoint (scheduler/checkpoint.h)
 // to DIR/step-S after every N-th step, in the background; --resume=DIR
 // starts from the newest complete checkpoint in DIR (or that checkpoint
-// directory) and trains up to --steps, on any rank count or policy with the
-// same global batch (--batch x ranks x micro-steps). docs/checkpoints.md.
+// directory) and trains up to --steps, on any rank count, policy or mesh
+// (with or without --pp / --tp / --sp) with the same global batch (--batch
+// x data ranks x micro-steps). docs/checkpoints.md.
 //
 // --trace=PATH writes a Perfetto / Chrome trace of every step: one process
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,

@@ -223,10 +223,6 @@ Flags Parse(int argc, char** argv) {
     if (f.backend == "nccl") Fail("--pp runs on --backend=inproc or ucx (nccl not yet)");
     if (f.check_schedule) Fail("--check-schedule compares one schedule; --pp stages differ");
     if (f.arrivals) Fail("--arrivals measures data-parallel collectives; not with --pp");
-    if (!f.save_dir.empty() || !f.resume.empty()) {
-      Fail("checkpoints of pipeline stages are not written yet: no --save-dir / --resume "
-           "with --pp");
-    }
   }
   if (f.sp && f.tp == 1) Fail("--sp (sequence parallelism) needs --tp > 1");
   if (f.pp_schedule == scheduler::PipelineSchedule::kZbH1 && f.tp > 1) {
@@ -242,10 +238,6 @@ Flags Parse(int argc, char** argv) {
     if (f.backend == "nccl") Fail("--tp runs on --backend=inproc or ucx (nccl not yet)");
     if (f.check_schedule) Fail("--check-schedule is not run with --tp yet");
     if (f.arrivals) Fail("--arrivals measures data-parallel collectives; not with --tp");
-    if (!f.save_dir.empty() || !f.resume.empty()) {
-      Fail("checkpoints of tensor-parallel slices are not written yet: no --save-dir / "
-           "--resume with --tp");
-    }
   }
   return f;
 }

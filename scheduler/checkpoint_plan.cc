@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "baton/scheduler/tensor_parallel.h"
 
 namespace baton::scheduler {
 namespace {
@@ -37,6 +38,52 @@ MeshGroup SameDataGroup(const StepGraph& g) {
   return MeshGroup{MeshDim::kReplicate, MeshDim::kShard, MeshDim::kHpz};
 }
 
+// The tensor ranks of a graph of tensor slices (1 otherwise).
+int TensorRanks(const StepGraph& g) {
+  return g.tensor_slices ? g.mesh.size(MeshDim::kTensor) : 1;
+}
+
+// The split of a parameter over the tensor ranks (the embedding and head
+// by vocabulary rows, as BuildParallelStep's slices hold them).
+TensorSplit SplitOf(const StepGraph& g, const std::string& name) {
+  return TensorRanks(g) > 1 ? TensorSplitOf(name, /*vocab_parallel=*/true)
+                            : TensorSplit::kReplicated;
+}
+
+// Elements [slice, slice + count) of a slice parameter are elements
+// [whole, whole + count) of the whole one.
+struct Run {
+  int64_t slice = 0, whole = 0, count = 0;
+};
+
+// Elements [a, e) of tensor rank `t`'s slice of parameter `p` as runs of
+// the whole parameter (TensorWholeIndex's map): one run, or one per row of
+// a slice of columns.
+std::vector<Run> WholeRuns(const StepGraph& g, const ParamSlot& p, int t, int64_t a, int64_t e) {
+  const int tp = TensorRanks(g);
+  const TensorSplit split = SplitOf(g, p.name);
+  std::vector<Run> runs;
+  if (split != TensorSplit::kColumns || p.shape.size() != 2) {
+    runs.push_back({a, TensorWholeIndex(split, p.shape, tp, t, a), e - a});
+    return runs;
+  }
+  const int64_t cols = p.shape[1];
+  for (int64_t i = a; i < e;) {
+    const int64_t end = std::min(e, (i / cols + 1) * cols);
+    runs.push_back({i, TensorWholeIndex(split, p.shape, tp, t, i), end - i});
+    i = end;
+  }
+  return runs;
+}
+
+// Whether the graph's rank holds bucket `bk` (a pipeline stage holds its
+// own buckets' buffers only).
+bool Holds(const StepGraph& g, const Bucket& bk) {
+  return FindBuffer(g, bk.id, BufferRole::kMaster) >= 0 ||
+         FindBuffer(g, bk.id, BufferRole::kMoment1) >= 0 ||
+         FindBuffer(g, bk.id, BufferRole::kMoment2) >= 0;
+}
+
 std::string Shape(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 
 }  // namespace
@@ -62,6 +109,19 @@ Status CheckCheckpointable(const Policy& policy) {
   return absl::OkStatus();
 }
 
+std::vector<CheckpointParam> CheckpointParamsOf(const StepGraph& g) {
+  std::vector<CheckpointParam> params = CheckpointParams(g.layout);
+  const int tp = TensorRanks(g);
+  if (tp == 1) return params;
+  for (CheckpointParam& p : params) {
+    const TensorSplit split = SplitOf(g, p.name);
+    if (split == TensorSplit::kReplicated || p.shape.size() != 2) continue;
+    p.shape[split == TensorSplit::kRows ? 0 : 1] *= tp;
+    p.numel *= tp;
+  }
+  return params;
+}
+
 StatusOr<RankSavePlan> PlanRankSave(const StepGraph& g, int rank,
                                     const std::vector<CheckpointParam>& params) {
   std::map<std::string, int> index;
@@ -69,8 +129,10 @@ StatusOr<RankSavePlan> PlanRankSave(const StepGraph& g, int rank,
   const MeshGroup same = SameDataGroup(g);
   const int64_t replicas = g.mesh.size(same);
   const int64_t position = g.mesh.position(rank, same);
+  const int tensor_rank = TensorRanks(g) > 1 ? g.mesh.coord(rank, MeshDim::kTensor) : 0;
   RankSavePlan plan;
   for (const Bucket& bk : g.layout.buckets) {
+    if (g.policy.pipeline_parallel > 1 && !Holds(g, bk)) continue;  // another stage's
     const int64_t begin = ShardBegin(g, bk, rank);
     const int64_t per = (bk.shard_numel + replicas - 1) / replicas;
     const int64_t lo = begin + std::min(bk.shard_numel, position * per);
@@ -92,15 +154,19 @@ StatusOr<RankSavePlan> PlanRankSave(const StepGraph& g, int rank,
       for (const ParamSlot* p : slots) {
         const int64_t a = std::max(lo, p->offset), e = std::min(hi, p->offset + p->numel);
         if (a >= e) continue;
-        SaveChunk c;
-        c.chunk.param = index.at(p->name);
-        c.chunk.tensor = tensor;
-        c.chunk.begin = a - p->offset;
-        c.chunk.end = e - p->offset;
-        c.chunk.offset = plan.file_bytes;
-        c.staging_offset = span.staging_offset + (a - lo) * 4;
-        plan.file_bytes += c.chunk.bytes();
-        plan.chunks.push_back(c);
+        // Every tensor rank holds a replicated parameter whole: rank 0 writes it.
+        if (tensor_rank != 0 && SplitOf(g, p->name) == TensorSplit::kReplicated) continue;
+        for (const Run& run : WholeRuns(g, *p, tensor_rank, a - p->offset, e - p->offset)) {
+          SaveChunk c;
+          c.chunk.param = index.at(p->name);
+          c.chunk.tensor = tensor;
+          c.chunk.begin = run.whole;
+          c.chunk.end = run.whole + run.count;
+          c.chunk.offset = plan.file_bytes;
+          c.staging_offset = span.staging_offset + (p->offset + run.slice - lo) * 4;
+          plan.file_bytes += c.chunk.bytes();
+          plan.chunks.push_back(c);
+        }
       }
       plan.staging_bytes += span.count * 4;
       plan.spans.push_back(span);
@@ -129,7 +195,7 @@ StatusOr<std::vector<LoadPiece>> PlanRankLoad(const Manifest& m, const StepGraph
     std::sort(v.begin(), v.end(), [](const Held& a, const Held& b) { return a.begin < b.begin; });
   }
   const std::string model = absl::StrCat("the checkpoint (model ", m.header.model, ")");
-  const std::vector<CheckpointParam> mine = CheckpointParams(g.layout);
+  const std::vector<CheckpointParam> mine = CheckpointParamsOf(g);
   for (const CheckpointParam& p : mine) {
     auto it = index.find(p.name);
     if (it == index.end()) {
@@ -152,20 +218,31 @@ StatusOr<std::vector<LoadPiece>> PlanRankLoad(const Manifest& m, const StepGraph
       }
     }
   }
+  const int tensor_rank = TensorRanks(g) > 1 ? g.mesh.coord(rank, MeshDim::kTensor) : 0;
   std::vector<LoadPiece> out;
   for (const Bucket& bk : g.layout.buckets) {
+    if (g.policy.pipeline_parallel > 1 && !Holds(g, bk)) continue;  // another stage's
     const int64_t lo = ShardBegin(g, bk, rank), hi = lo + bk.shard_numel;
     for (const ParamSlot& p : bk.params) {
       const int64_t a = std::max(lo, p.offset) - p.offset;
       const int64_t e = std::min(hi, p.offset + p.numel) - p.offset;
       if (a >= e) continue;
       const int pi = index.at(p.name);
-      for (int t = 0; t < kNumStateTensors; ++t) {
-        for (const Held& h : held[pi * kNumStateTensors + t]) {
-          const int64_t b = std::max(a, h.begin), x = std::min(e, h.end);
-          if (b >= x) continue;
-          out.push_back({h.file, h.offset + (b - h.begin) * 4, (x - b) * 4, bk.id,
-                         static_cast<StateTensor>(t), p.offset + b - lo});
+      for (const Run& run : WholeRuns(g, p, tensor_rank, a, e)) {
+        const int64_t ra = run.whole, re = run.whole + run.count;
+        for (int t = 0; t < kNumStateTensors; ++t) {
+          const std::vector<Held>& hv = held[pi * kNumStateTensors + t];
+          // The chunks tile the parameter (sorted by begin): the first one
+          // that ends after ra, then on while they begin before re.
+          auto it = std::upper_bound(hv.begin(), hv.end(), ra,
+                                     [](int64_t v, const Held& h) { return v < h.begin; });
+          if (it != hv.begin()) --it;
+          for (; it != hv.end() && it->begin < re; ++it) {
+            const int64_t b = std::max(ra, it->begin), x = std::min(re, it->end);
+            if (b >= x) continue;
+            out.push_back({it->file, it->offset + (b - it->begin) * 4, (x - b) * 4, bk.id,
+                           static_cast<StateTensor>(t), p.offset + run.slice + (b - ra) - lo});
+          }
         }
       }
     }

@@ -20,6 +20,20 @@
 // hold it, found by parameter name: the same layout, or a different rank
 // count, policy or mesh.
 //
+// Pipeline stages: a stage's graph has every bucket of the model in its
+// layout but buffers for its own buckets only; a rank saves and loads the
+// buckets it holds (another stage's ranks write the others), so the files
+// of every stage's ranks tile each parameter as above.
+//
+// Tensor parallelism (a graph of tensor slices, StepGraph::tensor_slices):
+// the layout is of tensor rank t's slice (scheduler/tensor_parallel.h) and
+// the chunks are element ranges of the whole parameter: a slice of rows
+// (column-parallel linears, vocabulary rows) is one run of it; a slice of
+// columns (row-parallel linears) is one run per row, so such a weight
+// takes one chunk per row and tensor in the manifest. Replicated
+// parameters (norms) are written by tensor rank 0 only. The manifest's
+// params are the whole model's (CheckpointParamsOf).
+//
 // Thread-safe (pure).
 #ifndef BATON_SCHEDULER_CHECKPOINT_PLAN_H_
 #define BATON_SCHEDULER_CHECKPOINT_PLAN_H_
@@ -55,7 +69,12 @@ struct RankSavePlan {
   int64_t file_bytes = 0;
 };
 
-// `params` = CheckpointParams(graph.layout) (chunks index it).
+// The whole model's parameters of `graph` in model order: its layout's
+// (CheckpointParams), with the shapes of the whole parameters when the
+// layout is of a tensor slice.
+std::vector<CheckpointParam> CheckpointParamsOf(const StepGraph& graph);
+
+// `params` = CheckpointParamsOf(graph) (chunks index it).
 // InvalidArgument when the graph lacks a master or moment buffer of a bucket.
 StatusOr<RankSavePlan> PlanRankSave(const StepGraph& graph, int rank,
                                     const std::vector<CheckpointParam>& params);
@@ -72,7 +91,8 @@ struct LoadPiece {
   int64_t shard_elem = 0;
 };
 
-// The pieces rank `rank` of `graph` reads, by file then offset.
+// The pieces rank `rank` of `graph` reads (of the buckets it holds), by
+// file then offset.
 // InvalidArgument naming the parameter when the checkpoint lacks one of
 // the layout's parameters, holds one the layout lacks, or has another
 // shape for it.

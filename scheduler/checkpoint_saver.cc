@@ -25,7 +25,7 @@ uint64_t DrawNonce() {
 StatusOr<std::unique_ptr<CheckpointSaver>> CheckpointSaver::Create(const StepGraph& graph,
                                                                    Device& device, int rank) {
   std::unique_ptr<CheckpointSaver> s(new CheckpointSaver(graph, rank));
-  s->params_ = CheckpointParams(graph.layout);
+  s->params_ = CheckpointParamsOf(graph);
   BATON_ASSIGN_OR_RETURN(s->plan_, PlanRankSave(graph, rank, s->params_));
   StreamOptions so;
   so.name = absl::StrCat("checkpoint.r", rank);

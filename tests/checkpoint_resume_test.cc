@@ -7,6 +7,10 @@
 //     1 rank, HSDP 2 x 2): losses within 1e-6 relative of the
 //     uninterrupted run, final tensors within 1e-6 (||a - b|| / ||b|| per
 //     parameter; the reductions sum in another order);
+//   - pipeline stages (--pp) and tensor slices (--tp, --sp): saved on one
+//     mesh, resumed on the same (bit for bit) and on another, with and
+//     without pp / tp (within 1e-6), and a plain run's checkpoint resumed
+//     with pp and with tp;
 //   - a resume with another global batch, and bad flags, refused; the
 //     tool's verify names a damaged file.
 #include <sys/wait.h>
@@ -94,6 +98,35 @@ nlohmann::json Resumed(const std::string& args, const std::string& dir, const st
   return j;
 }
 
+// Resumes `saved` (at step 10 of `full`) with `args` into Tmp(name) and
+// checks losses 11..20 and the final tensors against the uninterrupted
+// run: bit for bit when `exact`, else within 1e-6 relative.
+void ExpectResumeTracks(const std::string& saved, const std::vector<double>& full,
+                        const std::string& args, const std::string& name, bool exact) {
+  SCOPED_TRACE(name);
+  const std::string b = Tmp(name);
+  const std::vector<double> tail = Losses(Resumed(args, saved, b));
+  ASSERT_EQ(tail.size(), 10u);
+  for (size_t i = 0; i < tail.size(); ++i) {
+    if (exact) {
+      EXPECT_EQ(tail[i], full[10 + i]) << "step " << 11 + i;
+    } else {
+      EXPECT_NEAR(tail[i], full[10 + i], 1e-6 * std::abs(full[10 + i])) << "step " << 11 + i;
+    }
+  }
+  const Outcome cmp =
+      Tool(absl::StrCat("compare ", saved, " ", b, exact ? "" : " --tolerance=1e-6"));
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.out;
+  if (exact) {
+    EXPECT_TRUE(absl::StrContains(cmp.out, "identical")) << cmp.out;
+  }
+  const Outcome list = Tool(absl::StrCat("list ", b, " --json"));
+  ASSERT_EQ(list.exit_code, 0) << list.out;
+  const nlohmann::json j = LastLineJson(list.out);
+  EXPECT_EQ(j["step"], 20);
+  EXPECT_EQ(j["data_position"], 80);  // sequences: 20 steps x 4
+}
+
 void ExpectSameRun(const std::string& args, const std::string& name) {
   const std::string a = Tmp(name + "_a"), b = Tmp(name + "_b");
   const std::vector<double> full = Uninterrupted(args, a);
@@ -129,22 +162,50 @@ TEST(CheckpointResumeTest, AnotherRankCountOrPolicyTracksTheRun) {
     std::string name, args;
   };
   for (const Target& t : {Target{"r2", "--nranks=2 --batch=2"}, Target{"r1", "--nranks=1 --batch=4"},
-                          Target{"hsdp22", "--nranks=4 --batch=1 --policy-file=" + hsdp}}) {
+                          Target{"hsdp22", "--nranks=4 --batch=1 --policy-file=" + hsdp},
+                          Target{"pp2", "--nranks=4 --pp=2 --batch=2"},
+                          Target{"tp2", "--nranks=4 --tp=2 --batch=2"}}) {
     SCOPED_TRACE(t.name);
-    const std::string b = Tmp("reshard_" + t.name);
-    const std::vector<double> tail = Losses(Resumed(t.args, a, b));
-    ASSERT_EQ(tail.size(), 10u);
-    for (size_t i = 0; i < tail.size(); ++i) {
-      EXPECT_NEAR(tail[i], full[10 + i], 1e-6 * std::abs(full[10 + i])) << "step " << 11 + i;
-    }
-    const Outcome cmp = Tool(absl::StrCat("compare ", a, " ", b, " --tolerance=1e-6"));
-    EXPECT_EQ(cmp.exit_code, 0) << cmp.out;
-    const Outcome list = Tool(absl::StrCat("list ", b, " --json"));
-    ASSERT_EQ(list.exit_code, 0) << list.out;
-    const nlohmann::json j = LastLineJson(list.out);
-    EXPECT_EQ(j["step"], 20);
-    EXPECT_EQ(j["data_position"], 80);  // sequences: 20 steps x 4
+    ExpectResumeTracks(a, full, t.args, "reshard_" + t.name, /*exact=*/false);
   }
+}
+
+// Saved by pipeline stages (2 stages of 2 ranks, fully sharded; each
+// stage's ranks write its buckets): resumed on the same mesh bit for bit,
+// on 2 stages of 1 rank and without stages (2 ranks) within 1e-6.
+TEST(CheckpointResumeTest, PipelineStagesSaveAndResumeOnAnotherMesh) {
+  const std::string a = Tmp("pp_a");
+  const std::string args = "--nranks=4 --pp=2 --batch=1 --micro-steps=2";
+  const std::vector<double> full = Uninterrupted(args, a);
+  ASSERT_EQ(full.size(), 20u);
+  const Outcome list = Tool(absl::StrCat("list ", a, " --json"));
+  ASSERT_EQ(list.exit_code, 0) << list.out;
+  const nlohmann::json j = LastLineJson(list.out);
+  EXPECT_TRUE(absl::StrContains(j["mesh"].get<std::string>(), "pp=2 ")) << list.out;
+  EXPECT_EQ(j["files"].size(), 4u) << list.out;  // one manifest, every stage's ranks
+  ExpectResumeTracks(a, full, args, "pp_same", /*exact=*/true);
+  ExpectResumeTracks(a, full, "--nranks=2 --pp=2 --batch=2 --micro-steps=2", "pp_r2", false);
+  ExpectResumeTracks(a, full, "--nranks=2 --batch=1 --micro-steps=2", "pp_none", false);
+}
+
+// Saved by tensor slices (--tp=2 over 2 data ranks, fully sharded; a
+// column slice of a row-parallel weight is one chunk per row): resumed on
+// the same mesh bit for bit, without tensor parallelism (2 ranks) and with
+// sequence parallelism on 1 data rank within 1e-6.
+TEST(CheckpointResumeTest, TensorSlicesSaveAndResumeAcrossDegrees) {
+  const std::string a = Tmp("tp_a");
+  const std::string args = "--nranks=4 --tp=2 --batch=2";
+  const std::vector<double> full = Uninterrupted(args, a);
+  ASSERT_EQ(full.size(), 20u);
+  const Outcome list = Tool(absl::StrCat("list ", a, " --json"));
+  ASSERT_EQ(list.exit_code, 0) << list.out;
+  const nlohmann::json j = LastLineJson(list.out);
+  EXPECT_TRUE(absl::StrContains(j["mesh"].get<std::string>(), "tp=2")) << list.out;
+  ASSERT_TRUE(j["params"].is_array()) << list.out;
+  EXPECT_EQ(j["params"][0]["shape"], nlohmann::json({128, 64})) << list.out;  // the whole table
+  ExpectResumeTracks(a, full, args, "tp_same", /*exact=*/true);
+  ExpectResumeTracks(a, full, "--nranks=2 --batch=2", "tp_none", false);
+  ExpectResumeTracks(a, full, "--nranks=2 --tp=2 --sp --batch=4", "tp_sp", false);
 }
 
 TEST(CheckpointResumeTest, RefusalsAndTheTool) {

@@ -124,8 +124,6 @@ bad nf4 "--pp with NF4 base weights does not run yet" "${model[@]}" --pp=2 --nra
   --lora-rank=4 --base-dtype=nf4
 bad zb-h1-lora "zb-h1 with LoRA adapters does not run yet" "${model[@]}" --pp=2 --nranks=2 \
   --lora-rank=4 --pp-schedule=zb-h1
-bad checkpoints "checkpoints of pipeline stages" "${model[@]}" --pp=2 --nranks=2 \
-  --save-dir="$t/ck" --save-every=1
 bad layers-count "want --pp=2 stages summing to the model's 2 blocks" "${model[@]}" --pp=2 \
   --nranks=2 --pp-layers=1,1,1
 bad layers-zero "is not a block count" "${model[@]}" --pp=2 --nranks=2 --pp-layers=0,2

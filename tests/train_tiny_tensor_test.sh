@@ -248,6 +248,4 @@ bad adamw8bit "--optimizer=adamw8bit is not run with --tp or --pp yet" "${model[
   --nranks=2 --optimizer=adamw8bit
 bad lora "--tp with LoRA adapters or NF4 base weights does not run yet" "${model[@]}" --tp=2 \
   --nranks=2 --lora-rank=4
-bad checkpoints "checkpoints of tensor-parallel slices" "${model[@]}" --tp=2 --nranks=2 \
-  --save-dir="$t/ck" --save-every=1
 exit $fail
