@@ -39,18 +39,22 @@
 // masters and moments from the checkpoint at `path` (a checkpoint
 // directory, or a root whose newest complete step-N is taken), for this
 // executor's layout whatever layout saved it (another rank count, policy
-// or mesh; the parameters are matched by name and shape), casts the
+// or mesh, pipeline stages and tensor slices included: a stage's ranks
+// save and load its buckets, a tensor rank's slice maps to ranges of the
+// whole parameters, scheduler/checkpoint_plan.h; the parameters are
+// matched by name and whole shape), casts the
 // shards and sets the step count. Every block read is checked against its
 // CRC-32C: DataLoss naming the file on a mismatch or a truncated file.
 // Blocks the host until done; holds one bucket's shards in host memory at
 // a time.
 //
-// Not supported (FailedPrecondition naming the policy): an executor with
-// an optimizer driver (ZenFlow): its state (column selections, the packed
-// device state of the selected columns, the host accumulators, an update
-// in flight) lives in the driver, which has no hook to save it yet. To
-// add it: OptimizerDriver gains SaveState / LoadState writing extra tensor
-// kinds of the manifest, saved at an update boundary.
+// Not supported: an executor with an optimizer driver (ZenFlow;
+// FailedPrecondition naming the policy): its state (column selections,
+// the packed device state of the selected columns, the host accumulators,
+// an update in flight) lives in the driver, which has no hook to save it
+// yet. To add it: OptimizerDriver
+// gains SaveState / LoadState writing extra tensor kinds of the manifest,
+// saved at an update boundary.
 //
 // Figures and guarantees: docs/checkpoints.md.
 #ifndef BATON_SCHEDULER_CHECKPOINT_H_

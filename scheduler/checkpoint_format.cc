@@ -57,7 +57,12 @@ json HeaderJson(const CheckpointHeader& h) {
 json FileJson(const CheckpointFileInfo& f) {
   json chunks = json::array();
   for (const CheckpointChunk& c : f.chunks) {
-    chunks.push_back(json::array({c.param, StateTensorName(c.tensor), c.begin, c.end, c.offset}));
+    json one = json::array({c.param, StateTensorName(c.tensor), c.begin, c.end, c.offset});
+    if (c.runs > 1) {
+      one.push_back(c.stride);
+      one.push_back(c.runs);
+    }
+    chunks.push_back(std::move(one));
   }
   return {{"name", f.name},       {"rank", f.rank},
           {"bytes", f.bytes},     {"crc32c", f.crc32c},
@@ -181,7 +186,8 @@ StatusOr<CheckpointHeader> ParseHeader(const Reader& r, const json& j) {
   return h;
 }
 
-StatusOr<CheckpointFileInfo> ParseFile(const Reader& r, const json& j, const CheckpointHeader& h) {
+StatusOr<CheckpointFileInfo> ParseFile(const Reader& r, const json& j, const CheckpointHeader& h,
+                                       int64_t version) {
   CheckpointFileInfo f;
   BATON_ASSIGN_OR_RETURN(f.name, r.Str(j, "name"));
   if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.') {
@@ -205,8 +211,11 @@ StatusOr<CheckpointFileInfo> ParseFile(const Reader& r, const json& j, const Che
   }
   BATON_ASSIGN_OR_RETURN(const json* chunks, r.Field(j, "chunks", json::value_t::array));
   for (const json& c : *chunks) {
-    if (!c.is_array() || c.size() != 5) {
-      return r.Bad(absl::StrCat("a chunk of ", f.name, " is not [param, tensor, begin, end, offset]"));
+    if (!c.is_array() || (c.size() != 5 && (c.size() != 7 || version < kCheckpointStridedVersion))) {
+      return r.Bad(absl::StrCat("a chunk of ", f.name, " is not [param, tensor, begin, end, offset]",
+                                version >= kCheckpointStridedVersion
+                                    ? " or [param, tensor, begin, end, offset, stride, runs]"
+                                    : ""));
     }
     CheckpointChunk ch;
     const std::string at = absl::StrCat(r.what(), ": a chunk of ", f.name);
@@ -217,6 +226,15 @@ StatusOr<CheckpointFileInfo> ParseFile(const Reader& r, const json& j, const Che
     BATON_ASSIGN_OR_RETURN(ch.begin, JsonInt(c[2], at, 0, numel));
     BATON_ASSIGN_OR_RETURN(ch.end, JsonInt(c[3], at, ch.begin, numel));
     BATON_ASSIGN_OR_RETURN(ch.offset, JsonInt(c[4], at, 0, f.bytes));
+    if (c.size() == 7) {
+      BATON_ASSIGN_OR_RETURN(ch.stride, JsonInt(c[5], at, ch.end - ch.begin, numel));
+      BATON_ASSIGN_OR_RETURN(ch.runs, JsonInt(c[6], at, 2, numel));
+      if (ch.run_begin(ch.runs - 1) + (ch.end - ch.begin) > numel) {
+        return r.Bad(absl::StrCat("a strided chunk of ", f.name, " ends at element ",
+                                  ch.run_begin(ch.runs - 1) + (ch.end - ch.begin),
+                                  ", past parameter ", h.params[ch.param].name, "'s ", numel));
+      }
+    }
     if (ch.offset + ch.bytes() > f.bytes) {
       return r.Bad(absl::StrCat("a chunk of ", f.name, " ends at byte ", ch.offset + ch.bytes(),
                                 ", past the file's ", f.bytes));
@@ -226,14 +244,36 @@ StatusOr<CheckpointFileInfo> ParseFile(const Reader& r, const json& j, const Che
   return f;
 }
 
+// The version a manifest (or part) of these files is written with.
+int VersionOf(const std::vector<CheckpointFileInfo>& files) {
+  for (const CheckpointFileInfo& f : files) {
+    for (const CheckpointChunk& c : f.chunks) {
+      if (c.runs > 1) return kCheckpointStridedVersion;
+    }
+  }
+  return kCheckpointVersion;
+}
+
+// The "version" field: 1, or 2 (strided chunks).
+StatusOr<int64_t> ReadVersion(const Reader& r, const json& j) {
+  BATON_ASSIGN_OR_RETURN(const int64_t version, r.Int(j, "version", 0, INT32_MAX));
+  if (version != kCheckpointVersion && version != kCheckpointStridedVersion) {
+    return r.Bad(absl::StrCat("version ", version, ": this reader knows versions ",
+                              kCheckpointVersion, " and ", kCheckpointStridedVersion));
+  }
+  return version;
+}
+
 // Every (parameter, tensor) is tiled exactly once by the chunks.
 Status CheckCoverage(const Reader& r, const Manifest& m) {
   const auto& params = m.header.params;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> runs(params.size() * kNumStateTensors);
   for (const CheckpointFileInfo& f : m.files) {
     for (const CheckpointChunk& c : f.chunks) {
-      if (c.end > c.begin) {
-        runs[c.param * kNumStateTensors + static_cast<int>(c.tensor)].push_back({c.begin, c.end});
+      if (c.end <= c.begin) continue;
+      for (int64_t k = 0; k < c.runs; ++k) {
+        runs[c.param * kNumStateTensors + static_cast<int>(c.tensor)].push_back(
+            {c.run_begin(k), c.run_begin(k) + (c.end - c.begin)});
       }
     }
   }
@@ -305,7 +345,7 @@ std::string RankFileStem(int rank, uint64_t nonce) {
 std::string ManifestToJson(const Manifest& m) {
   json j = HeaderJson(m.header);
   j["format"] = "baton-checkpoint";
-  j["version"] = kCheckpointVersion;
+  j["version"] = VersionOf(m.files);
   json files = json::array();
   for (const CheckpointFileInfo& f : m.files) files.push_back(FileJson(f));
   j["files"] = files;
@@ -319,11 +359,7 @@ StatusOr<Manifest> ManifestFromJson(absl::string_view text, absl::string_view wh
   BATON_ASSIGN_OR_RETURN(json j, ParseJsonInput(text, what));
   BATON_ASSIGN_OR_RETURN(const std::string format, r.Str(j, "format"));
   if (format != "baton-checkpoint") return r.Bad(absl::StrCat("format is \"", format, "\""));
-  BATON_ASSIGN_OR_RETURN(const int64_t version, r.Int(j, "version", 0, INT32_MAX));
-  if (version != kCheckpointVersion) {
-    return r.Bad(absl::StrCat("version ", version, ": this reader knows version ",
-                              kCheckpointVersion));
-  }
+  BATON_ASSIGN_OR_RETURN(const int64_t version, ReadVersion(r, j));
   BATON_ASSIGN_OR_RETURN(const int64_t crc, r.Int(j, "manifest_crc32c", 0, UINT32_MAX));
   j.erase("manifest_crc32c");
   const std::string body = j.dump();
@@ -336,7 +372,7 @@ StatusOr<Manifest> ManifestFromJson(absl::string_view text, absl::string_view wh
   BATON_ASSIGN_OR_RETURN(const json* files, r.Field(j, "files", json::value_t::array));
   std::set<std::string> names;
   for (const json& f : *files) {
-    BATON_ASSIGN_OR_RETURN(CheckpointFileInfo info, ParseFile(r, f, m.header));
+    BATON_ASSIGN_OR_RETURN(CheckpointFileInfo info, ParseFile(r, f, m.header, version));
     if (!names.insert(info.name).second) return r.Bad(absl::StrCat("file ", info.name, " twice"));
     m.files.push_back(std::move(info));
   }
@@ -347,7 +383,7 @@ StatusOr<Manifest> ManifestFromJson(absl::string_view text, absl::string_view wh
 std::string PartToJson(const CheckpointHeader& h, const CheckpointFileInfo& f) {
   json j;
   j["format"] = "baton-checkpoint-part";
-  j["version"] = kCheckpointVersion;
+  j["version"] = VersionOf({f});
   j["header"] = HeaderJson(h);
   j["file"] = FileJson(f);
   return j.dump() + "\n";
@@ -358,11 +394,12 @@ StatusOr<ManifestPart> PartFromJson(absl::string_view text, absl::string_view wh
   BATON_ASSIGN_OR_RETURN(json j, ParseJsonInput(text, what));
   BATON_ASSIGN_OR_RETURN(const std::string format, r.Str(j, "format"));
   if (format != "baton-checkpoint-part") return r.Bad(absl::StrCat("format is \"", format, "\""));
+  BATON_ASSIGN_OR_RETURN(const int64_t version, ReadVersion(r, j));
   ManifestPart part;
   BATON_ASSIGN_OR_RETURN(const json* header, r.Field(j, "header", json::value_t::object));
   BATON_ASSIGN_OR_RETURN(part.header, ParseHeader(r, *header));
   BATON_ASSIGN_OR_RETURN(const json* file, r.Field(j, "file", json::value_t::object));
-  BATON_ASSIGN_OR_RETURN(part.file, ParseFile(r, *file, part.header));
+  BATON_ASSIGN_OR_RETURN(part.file, ParseFile(r, *file, part.header, version));
   return part;
 }
 

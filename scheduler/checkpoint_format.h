@@ -26,16 +26,19 @@
 //   files    per data file: name, writing rank, bytes, CRC-32C of the
 //            whole file and of each block_bytes block, and its chunks:
 //            (parameter index, tensor kind, global element range [begin,
-//            end) of the flattened parameter, byte offset in the file).
+//            end) of the flattened parameter, byte offset in the file),
+//            or strided (the same, then stride and runs: version 2).
 // For every (parameter, tensor) the chunks of all files tile [0, numel)
 // exactly once; ManifestFromJson refuses a manifest where they do not. The
 // manifest carries its own CRC-32C (over its JSON without that field).
 //
-// Extending it (other shard kinds): a pipeline stage's ranks write the
-// chunks of the parameters their stage holds (the same chunk form); a
-// tensor-parallel shard that is not a run of the flattened parameter adds
-// a chunk form with per-dimension offsets and sizes (a box) next to
-// [begin, end); quantized optimizer state adds tensor kinds with their own
+// Pipeline stages and tensor slices (scheduler/checkpoint_plan.h): a
+// stage's ranks write the chunks of the parameters their stage holds; a
+// tensor rank's chunks are ranges of the whole parameter (a slice of
+// columns: strided chunks), and params are the whole model's.
+//
+// Extending it (other shard kinds): quantized optimizer state adds tensor
+// kinds with their own
 // dtype (and its scales as one more kind); adapters are more parameters.
 // A reader refuses a version or a tensor kind it does not know.
 //
@@ -55,7 +58,10 @@
 
 namespace baton::scheduler {
 
+// A manifest or part with strided chunks (below) is version 2 (a reader
+// of version 1 refuses it); one without, version 1, as before they were.
 inline constexpr int kCheckpointVersion = 1;
+inline constexpr int kCheckpointStridedVersion = 2;
 inline constexpr int64_t kCheckpointBlockBytes = int64_t{4} << 20;
 inline constexpr char kManifestName[] = "manifest.json";
 
@@ -71,14 +77,23 @@ struct CheckpointParam {
 };
 
 // Elements [begin, end) of tensor `tensor` of parameter `param` (an index
-// into the header's params), at byte `offset` of its file.
+// into the header's params), at byte `offset` of its file. Strided (runs >
+// 1): `runs` runs of end - begin elements, run k elements [begin + k x
+// stride, end + k x stride), back to back from `offset` (a block of
+// columns of a row-major matrix over `runs` rows: a tensor rank's slice of
+// a row-parallel weight; stride >= end - begin).
 struct CheckpointChunk {
   int param = 0;
   StateTensor tensor = StateTensor::kMaster;
   int64_t begin = 0;
   int64_t end = 0;
   int64_t offset = 0;
-  int64_t bytes() const { return (end - begin) * 4; }
+  int64_t stride = 0;
+  int64_t runs = 1;
+  int64_t bytes() const { return (end - begin) * runs * 4; }
+  // The first element of run k, and the byte offset of its values.
+  int64_t run_begin(int64_t k) const { return begin + k * stride; }
+  int64_t run_offset(int64_t k) const { return offset + k * (end - begin) * 4; }
 };
 
 struct CheckpointFileInfo {

@@ -320,7 +320,10 @@ StatusOr<std::vector<float>> ReadTensor(CheckpointFs& fs, const std::string& dir
   for (size_t f = 0; f < m.files.size(); ++f) {
     for (const CheckpointChunk& c : m.files[f].chunks) {
       if (c.param != param || c.tensor != tensor || c.end <= c.begin) continue;
-      pieces.push_back({static_cast<int>(f), c.offset, c.bytes(), 0, tensor, c.begin});
+      for (int64_t k = 0; k < c.runs; ++k) {
+        pieces.push_back({static_cast<int>(f), c.run_offset(k), (c.end - c.begin) * 4, 0, tensor,
+                          c.run_begin(k)});
+      }
     }
   }
   std::sort(pieces.begin(), pieces.end(), [](const LoadPiece& x, const LoadPiece& y) {

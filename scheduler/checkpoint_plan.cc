@@ -50,29 +50,38 @@ TensorSplit SplitOf(const StepGraph& g, const std::string& name) {
                             : TensorSplit::kReplicated;
 }
 
-// Elements [slice, slice + count) of a slice parameter are elements
-// [whole, whole + count) of the whole one.
+// Elements [slice, slice + count x runs) of a slice parameter are, run k
+// of `count` of them, elements [whole + k x stride, ... + count) of the
+// whole one (runs > 1: rows of a slice of columns).
 struct Run {
-  int64_t slice = 0, whole = 0, count = 0;
+  int64_t slice = 0, whole = 0, count = 0, stride = 0, runs = 1;
 };
 
 // Elements [a, e) of tensor rank `t`'s slice of parameter `p` as runs of
-// the whole parameter (TensorWholeIndex's map): one run, or one per row of
-// a slice of columns.
+// the whole parameter (TensorWholeIndex's map): one run; for a slice of
+// columns, its rows: a partial first row, the whole rows strided, a
+// partial last row.
 std::vector<Run> WholeRuns(const StepGraph& g, const ParamSlot& p, int t, int64_t a, int64_t e) {
   const int tp = TensorRanks(g);
   const TensorSplit split = SplitOf(g, p.name);
+  auto whole = [&](int64_t i) { return TensorWholeIndex(split, p.shape, tp, t, i); };
   std::vector<Run> runs;
   if (split != TensorSplit::kColumns || p.shape.size() != 2) {
-    runs.push_back({a, TensorWholeIndex(split, p.shape, tp, t, a), e - a});
+    runs.push_back({a, whole(a), e - a});
     return runs;
   }
   const int64_t cols = p.shape[1];
-  for (int64_t i = a; i < e;) {
+  int64_t i = a;
+  if (i % cols != 0) {  // a partial first row
     const int64_t end = std::min(e, (i / cols + 1) * cols);
-    runs.push_back({i, TensorWholeIndex(split, p.shape, tp, t, i), end - i});
+    runs.push_back({i, whole(i), end - i});
     i = end;
   }
+  if (const int64_t rows = (e - i) / cols; rows > 0) {
+    runs.push_back({i, whole(i), cols, cols * tp, rows});
+    i += rows * cols;
+  }
+  if (i < e) runs.push_back({i, whole(i), e - i});  // a partial last row
   return runs;
 }
 
@@ -162,6 +171,10 @@ StatusOr<RankSavePlan> PlanRankSave(const StepGraph& g, int rank,
           c.chunk.tensor = tensor;
           c.chunk.begin = run.whole;
           c.chunk.end = run.whole + run.count;
+          if (run.runs > 1) {
+            c.chunk.stride = run.stride;
+            c.chunk.runs = run.runs;
+          }
           c.chunk.offset = plan.file_bytes;
           c.staging_offset = span.staging_offset + (p->offset + run.slice - lo) * 4;
           plan.file_bytes += c.chunk.bytes();
@@ -187,8 +200,11 @@ StatusOr<std::vector<LoadPiece>> PlanRankLoad(const Manifest& m, const StepGraph
   std::vector<std::vector<Held>> held(mparams.size() * kNumStateTensors);
   for (size_t f = 0; f < m.files.size(); ++f) {
     for (const CheckpointChunk& c : m.files[f].chunks) {
-      held[c.param * kNumStateTensors + static_cast<int>(c.tensor)].push_back(
-          {c.begin, c.end, c.offset, static_cast<int>(f)});
+      for (int64_t k = 0; k < c.runs; ++k) {  // a strided chunk's runs
+        held[c.param * kNumStateTensors + static_cast<int>(c.tensor)].push_back(
+            {c.run_begin(k), c.run_begin(k) + (c.end - c.begin), c.run_offset(k),
+             static_cast<int>(f)});
+      }
     }
   }
   for (auto& v : held) {
@@ -228,20 +244,23 @@ StatusOr<std::vector<LoadPiece>> PlanRankLoad(const Manifest& m, const StepGraph
       const int64_t e = std::min(hi, p.offset + p.numel) - p.offset;
       if (a >= e) continue;
       const int pi = index.at(p.name);
-      for (const Run& run : WholeRuns(g, p, tensor_rank, a, e)) {
-        const int64_t ra = run.whole, re = run.whole + run.count;
-        for (int t = 0; t < kNumStateTensors; ++t) {
-          const std::vector<Held>& hv = held[pi * kNumStateTensors + t];
-          // The chunks tile the parameter (sorted by begin): the first one
-          // that ends after ra, then on while they begin before re.
-          auto it = std::upper_bound(hv.begin(), hv.end(), ra,
-                                     [](int64_t v, const Held& h) { return v < h.begin; });
-          if (it != hv.begin()) --it;
-          for (; it != hv.end() && it->begin < re; ++it) {
-            const int64_t b = std::max(ra, it->begin), x = std::min(re, it->end);
-            if (b >= x) continue;
-            out.push_back({it->file, it->offset + (b - it->begin) * 4, (x - b) * 4, bk.id,
-                           static_cast<StateTensor>(t), p.offset + run.slice + (b - ra) - lo});
+      for (const Run& rows : WholeRuns(g, p, tensor_rank, a, e)) {
+        for (int64_t k = 0; k < rows.runs; ++k) {
+          const int64_t slice = rows.slice + k * rows.count;
+          const int64_t ra = rows.whole + k * rows.stride, re = ra + rows.count;
+          for (int t = 0; t < kNumStateTensors; ++t) {
+            const std::vector<Held>& hv = held[pi * kNumStateTensors + t];
+            // The chunks tile the parameter (sorted by begin): the first one
+            // that ends after ra, then on while they begin before re.
+            auto it = std::upper_bound(hv.begin(), hv.end(), ra,
+                                       [](int64_t v, const Held& h) { return v < h.begin; });
+            if (it != hv.begin()) --it;
+            for (; it != hv.end() && it->begin < re; ++it) {
+              const int64_t b = std::max(ra, it->begin), x = std::min(re, it->end);
+              if (b >= x) continue;
+              out.push_back({it->file, it->offset + (b - it->begin) * 4, (x - b) * 4, bk.id,
+                             static_cast<StateTensor>(t), p.offset + slice + (b - ra) - lo});
+            }
           }
         }
       }

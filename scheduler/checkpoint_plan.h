@@ -29,8 +29,9 @@
 // the layout is of tensor rank t's slice (scheduler/tensor_parallel.h) and
 // the chunks are element ranges of the whole parameter: a slice of rows
 // (column-parallel linears, vocabulary rows) is one run of it; a slice of
-// columns (row-parallel linears) is one run per row, so such a weight
-// takes one chunk per row and tensor in the manifest. Replicated
+// columns (row-parallel linears) is one run per row: a rank's shard of it
+// is a partial first row, its whole rows as one strided chunk
+// (CheckpointChunk::runs) and a partial last row. Replicated
 // parameters (norms) are written by tensor rank 0 only. The manifest's
 // params are the whole model's (CheckpointParamsOf).
 //

@@ -164,7 +164,7 @@ TEST(CheckpointTest, PipelineStagesAndTensorSlicesMapToTheWholeModel) {
     m.header.world_size = save.world;
     m.header.mesh = (*stages)[0]->mesh.sizes();
     std::vector<std::vector<uint32_t>> files;
-    int64_t total = 0;
+    int64_t total = 0, strided = 0;
     for (int r = 0; r < save.world; ++r) {
       const StepGraph& g = *graph_of(*stages, r);
       auto plan = PlanRankSave(g, r, m.header.params);
@@ -177,16 +177,24 @@ TEST(CheckpointTest, PipelineStagesAndTensorSlicesMapToTheWholeModel) {
       std::vector<uint32_t> data(plan->file_bytes / 4);
       for (const SaveChunk& sc : plan->chunks) {
         f.chunks.push_back(sc.chunk);
-        for (int64_t i = sc.chunk.begin; i < sc.chunk.end; ++i) {
-          data[sc.chunk.offset / 4 + i - sc.chunk.begin] =
-              code(sc.chunk.param, static_cast<int>(sc.chunk.tensor), i);
+        const CheckpointChunk& c = sc.chunk;
+        strided += c.runs > 1;
+        for (int64_t k = 0; k < c.runs; ++k) {
+          for (int64_t i = 0; i < c.end - c.begin; ++i) {
+            data[c.run_offset(k) / 4 + i] =
+                code(c.param, static_cast<int>(c.tensor), c.run_begin(k) + i);
+          }
         }
       }
       total += plan->file_bytes;
       m.files.push_back(f);
       files.push_back(std::move(data));
     }
-    auto parsed = ManifestFromJson(ManifestToJson(m), "test manifest");
+    // Slices of columns (wo, w_down) go as strided chunks: version 2.
+    EXPECT_EQ(strided > 0, save.tp > 1);
+    const std::string text = ManifestToJson(m);
+    EXPECT_EQ(absl::StrContains(text, "\"version\": 2"), save.tp > 1) << text.substr(0, 200);
+    auto parsed = ManifestFromJson(text, "test manifest");
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(total, ParameterCount(Micro()) * 4 * kNumStateTensors);
     for (const Layout& load : layouts) {
@@ -294,10 +302,51 @@ TEST(CheckpointTest, ManifestChecksItsInvariants) {
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   // Not JSON, another version.
   EXPECT_FALSE(ManifestFromJson("{", "m").ok());
-  std::string v2 = ManifestToJson(m);
-  v2.replace(v2.find("\"version\": 1"), 12, "\"version\": 2");
-  st = ManifestFromJson(v2, "m").status();
-  EXPECT_TRUE(absl::StrContains(st.message(), "version 2")) << st;
+  std::string v3 = ManifestToJson(m);
+  v3.replace(v3.find("\"version\": 1"), 12, "\"version\": 3");
+  st = ManifestFromJson(v3, "m").status();
+  EXPECT_TRUE(absl::StrContains(st.message(), "version 3")) << st;
+  // Strided chunks: parameter 0's master as two blocks of columns, one per
+  // file (version 2); overlapping columns and a block past the end refused.
+  const CheckpointParam& p0 = m.header.params[0];
+  ASSERT_EQ(p0.shape.size(), 2u);
+  const int64_t rows = p0.shape[0], cols = p0.shape[1];
+  Manifest cols2 = m;
+  for (CheckpointFileInfo& f : cols2.files) {
+    std::vector<CheckpointChunk> kept;
+    for (const CheckpointChunk& c : f.chunks) {
+      if (c.param != 0 || c.tensor != StateTensor::kMaster) kept.push_back(c);
+    }
+    f.chunks = kept;
+  }
+  CheckpointChunk left{0, StateTensor::kMaster, 0, cols / 2, 0, cols, rows};
+  CheckpointChunk right{0, StateTensor::kMaster, cols / 2, cols, 0, cols, rows};
+  ASSERT_LE(left.bytes(), cols2.files[0].bytes);
+  cols2.files[0].chunks.push_back(left);
+  cols2.files[1].chunks.push_back(right);
+  text = ManifestToJson(cols2);
+  EXPECT_TRUE(absl::StrContains(text, "\"version\": 2")) << text.substr(0, 300);
+  auto strided = ManifestFromJson(text, "m");
+  ASSERT_TRUE(strided.ok()) << strided.status();
+  bool found = false;
+  for (const CheckpointChunk& c : strided->files[1].chunks) {
+    found |= c.param == 0 && c.runs == rows && c.stride == cols && c.begin == cols / 2;
+  }
+  EXPECT_TRUE(found);
+  Manifest overlap = cols2;
+  overlap.files[1].chunks.back().begin = cols / 2 - 1;
+  st = ManifestFromJson(ManifestToJson(overlap), "m").status();
+  EXPECT_TRUE(absl::StrContains(st.message(), "two files hold elements")) << st;
+  Manifest past = cols2;
+  past.files[1].chunks.back().runs = rows + 1;
+  st = ManifestFromJson(ManifestToJson(past), "m").status();
+  EXPECT_TRUE(absl::StrContains(st.message(), "past parameter")) << st;
+  // A part that says version 1 has no strided chunks.
+  std::string part = PartToJson(cols2.header, cols2.files[1]);
+  ASSERT_TRUE(PartFromJson(part, "p").ok());
+  part.replace(part.find("\"version\":2"), 11, "\"version\":1");
+  st = PartFromJson(part, "p").status();
+  EXPECT_TRUE(absl::StrContains(st.message(), "is not [param, tensor, begin, end, offset]")) << st;
 }
 
 // Saved on 8 ranks fully sharded after 3 steps; loaded on 4 ranks HSDP

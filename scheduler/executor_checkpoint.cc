@@ -15,19 +15,9 @@ Status Executor::CheckpointAllowed(const char* call) const {
     return absl::FailedPreconditionError(
         absl::StrCat("executor: ", call, " inside a step; call it between steps"));
   }
-  // Pipeline stages write the buckets they hold and tensor slices their
-  // parameters' runs of the whole (scheduler/checkpoint_plan.h); context
-  // ranks and a whole-model layout split over tensor ranks (the
-  // simulator's) have no such map yet.
-  if (graph_.mesh.size(MeshDim::kContext) > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "executor: ", call, ": checkpoints of context-parallel runs are not written yet"));
-  }
-  if (graph_.mesh.size(MeshDim::kTensor) > 1 && !graph_.tensor_slices) {
-    return absl::UnimplementedError(absl::StrCat(
-        "executor: ", call, ": checkpoints of tensor-parallel runs need a graph of tensor "
-        "slices (BuildParallelStep's tensor_slices)"));
-  }
+  // Pipeline stages and tensor slices save and load their shards
+  // (scheduler/checkpoint_plan.h); Create refused the graphs the executor
+  // does not run (context parallelism, a whole-model tensor layout).
   if (driver_ != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "executor: ", call, ": policy ", graph_.policy.name,

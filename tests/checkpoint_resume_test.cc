@@ -189,7 +189,7 @@ TEST(CheckpointResumeTest, PipelineStagesSaveAndResumeOnAnotherMesh) {
 }
 
 // Saved by tensor slices (--tp=2 over 2 data ranks, fully sharded; a
-// column slice of a row-parallel weight is one chunk per row): resumed on
+// column slice of a row-parallel weight is a strided chunk): resumed on
 // the same mesh bit for bit, without tensor parallelism (2 ranks) and with
 // sequence parallelism on 1 data rank within 1e-6.
 TEST(CheckpointResumeTest, TensorSlicesSaveAndResumeAcrossDegrees) {
@@ -203,6 +203,8 @@ TEST(CheckpointResumeTest, TensorSlicesSaveAndResumeAcrossDegrees) {
   EXPECT_TRUE(absl::StrContains(j["mesh"].get<std::string>(), "tp=2")) << list.out;
   ASSERT_TRUE(j["params"].is_array()) << list.out;
   EXPECT_EQ(j["params"][0]["shape"], nlohmann::json({128, 64})) << list.out;  // the whole table
+  const Outcome manifest = Execute(absl::StrCat("cat ", a, "/step-00000010/manifest.json"));
+  EXPECT_TRUE(absl::StrContains(manifest.out, "\"version\": 2")) << manifest.out.substr(0, 400);
   ExpectResumeTracks(a, full, args, "tp_same", /*exact=*/true);
   ExpectResumeTracks(a, full, "--nranks=2 --batch=2", "tp_none", false);
   ExpectResumeTracks(a, full, "--nranks=2 --tp=2 --sp --batch=4", "tp_sp", false);
