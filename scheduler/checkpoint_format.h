@@ -38,8 +38,8 @@
 // columns: strided chunks), and params are the whole model's.
 //
 // Extending it (other shard kinds): quantized optimizer state adds tensor
-// kinds with their own
-// dtype (and its scales as one more kind); adapters are more parameters.
+// kinds with their own dtype (and its scales as one more kind); adapters
+// are more parameters.
 // A reader refuses a version or a tensor kind it does not know.
 //
 // Plain data and pure functions; thread-safe.
