@@ -58,6 +58,11 @@
 // --trace=PATH writes a Perfetto / Chrome trace of every step: one process
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
 // slices for compute, copies (collectives) and waits (scheduler/step_trace.h).
+// With --tp on inproc it also prints the tensor communication exposed on
+// the compute stream in the last step, measured, and beside it the
+// simulator's figure for the same stage graphs (sim/tensor_exposure.h) on
+// the h100 preset's costs, or on --sim-calibration's tables (what
+// simulate --calibration takes: busbw per collective, a kernel table).
 //
 // Hangs and stragglers (docs/hangs.md): --check-schedule compares every
 // rank's schedule of collectives before the first step (and their
