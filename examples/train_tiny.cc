@@ -59,6 +59,11 @@
 // --trace=PATH writes a Perfetto / Chrome trace of every step: one process
 // per rank (inproc: all ranks; ucx/nccl: rank 0's), one track per stream,
 // slices for compute, copies (collectives) and waits (scheduler/step_trace.h).
+// With --tp on inproc it also prints the tensor communication exposed on
+// the compute stream in the last step, measured, and beside it the
+// simulator's figure for the same stage graphs (sim/tensor_exposure.h) on
+// the h100 preset's costs, or on --sim-calibration's tables (what
+// simulate --calibration takes: busbw per collective, a kernel table).
 //
 // Hangs and stragglers (docs/hangs.md): --check-schedule compares every
 // rank's schedule of collectives before the first step (and their
@@ -99,6 +104,8 @@
 #include "baton/examples/train_tiny_flags.h"
 #include "baton/optim/zenflow_driver.h"
 #include "baton/runtime/device.h"
+#include "baton/runtime/input_file.h"
+#include "baton/runtime/json_input.h"
 #include "baton/runtime/output_file.h"
 #include "baton/scheduler/arrivals.h"
 #include "baton/scheduler/checkpoint.h"
@@ -113,6 +120,7 @@
 #include "baton/scheduler/tensor_parallel.h"
 #include "baton/sim/parallel_sim.h"
 #include "baton/sim/simulator.h"
+#include "baton/sim/tensor_exposure.h"
 #include "nlohmann/json.hpp"
 
 namespace baton {
@@ -166,6 +174,11 @@ struct RunResult {
   // (LlamaRank::MeasureTensorWaits); RunInproc: per rank in tp_inner_ms_all.
   double tp_inner_ms = 0;
   std::vector<double> tp_inner_ms_all;
+  // Beside tp_exposed_ms: per stage graph, the simulator's exposed tensor
+  // communication on the same graphs (sim/tensor_exposure.h, the h100
+  // preset's costs), or why it was not simulated.
+  std::vector<sim::TensorExposure> sim_tp_exposure;
+  std::string sim_tp_refused;
   // --arrivals: means over the steps after the first.
   double straggler_ms = 0;  // the mean rank's wait for later ranks per step
   double max_skew_ms = 0;   // the step's largest arrival skew
@@ -188,6 +201,8 @@ struct Job {
   bool final_params = false;  // fill RunResult::params (inproc --check-reference)
   std::string save_dir, resume;
   int64_t save_every = 0;
+  // --sim-calibration's tables (empty: the h100 preset's costs).
+  std::shared_ptr<const sim::Calibration> sim_calibration;
 };
 
 // The parameters the job trains (LoRA: its adapters only).
@@ -560,6 +575,24 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
       results[0].tp_exposed_ms.push_back(ms);
       if (sp) results[0].tp_inner_ms_all.push_back(results[r].tp_inner_ms);
     }
+    // The simulator on the same stage graphs, on its H100 node's costs.
+    std::vector<const scheduler::StepGraph*> stages;
+    for (const auto& g : graphs.stages) stages.push_back(g.get());
+    const StatusOr<sim::ClusterSpec> h100 = sim::ClusterPreset("h100");
+    sim::SimOptions options;
+    if (job.sim_calibration) {
+      if (!job.sim_calibration->tables.empty()) options.calibration = job.sim_calibration.get();
+      if (job.sim_calibration->kernels) options.kernels = &*job.sim_calibration->kernels;
+    }
+    StatusOr<std::vector<sim::TensorExposure>> e =
+        h100.ok() ? sim::SimulateTensorExposure(stages, job.spec, *h100, job.config.seq,
+                                                job.config.batch, options)
+                  : StatusOr<std::vector<sim::TensorExposure>>(h100.status());
+    if (e.ok()) {
+      results[0].sim_tp_exposure = *std::move(e);
+    } else {
+      results[0].sim_tp_refused = std::string(e.status().message());
+    }
   }
   if (job.final_params) {
     std::vector<std::vector<examples::ParamPiece>> pieces;
@@ -568,6 +601,49 @@ StatusOr<RunResult> RunInproc(const Job& job, const Corpus& corpus, const std::s
   }
   graphs.Report(&results[0]);
   return results[0];
+}
+
+// The simulator's figure for the graphs whose measured exposure was just
+// printed (sim/tensor_exposure.h): means over the stage graphs.
+void PrintSimTensorExposure(const RunResult& res, const Job& job) {
+  if (res.sim_tp_exposure.empty()) {
+    std::printf("simulator, same graph: not simulated (%s)\n", res.sim_tp_refused.c_str());
+    return;
+  }
+  double total = 0, nodes = 0, inside = 0, step = 0, largest = 0;
+  for (const sim::TensorExposure& e : res.sim_tp_exposure) {
+    total += e.total_s();
+    nodes += e.nodes_s;
+    inside += e.inside_s;
+    step += e.step_s;
+    largest = std::max(largest, e.total_s());
+  }
+  const double n = static_cast<double>(res.sim_tp_exposure.size());
+  const std::string stages =
+      n > 1 ? absl::StrFormat("means over %d stage graphs, largest %.3f ms; ",
+                              static_cast<int>(n), largest * 1e3)
+            : std::string();
+  // Whose costs: the h100 preset's unless --sim-calibration replaced them.
+  const sim::Calibration* c = job.sim_calibration.get();
+  std::string costs;
+  if (c == nullptr) {
+    costs = "the simulator's h100 node costs, not this host's";
+  } else {
+    std::vector<std::string> measured;
+    for (const auto& [name, table] : c->tables) measured.push_back(name);
+    costs = absl::StrCat(
+        "compute from the ", c->kernels ? c->kernels->gpu : std::string("h100"),
+        " kernel table, ",
+        measured.empty() ? std::string("collectives h100 NVLink's")
+                         : absl::StrCat("measured busbw for ", absl::StrJoin(measured, ", "),
+                                        measured.size() < 3 ? " (h100 NVLink's otherwise)" : ""),
+        " (--sim-calibration)");
+  }
+  std::printf("simulator, same graph: exposed tensor communication %.3f ms per step (%swaiting "
+              "on tensor nodes %.3f ms, inside the nodes %.3f ms, of a %.3f ms simulated step; "
+              "%s)\n",
+              total / n * 1e3, stages.c_str(), nodes / n * 1e3, inside / n * 1e3,
+              step / n * 1e3, costs.c_str());
 }
 
 // "train_tiny: rank r (pipeline stage s of p): <status>" on stderr.
@@ -716,6 +792,17 @@ int Main(int argc, char** argv) {
   job.save_dir = f.save_dir;
   job.save_every = f.save_every;
   job.resume = f.resume;
+  if (!f.sim_calibration.empty()) {
+    auto calibration = std::make_shared<sim::Calibration>();
+    for (const std::string& path : f.sim_calibration) {
+      StatusOr<std::string> text = ReadInputFile(path, "--sim-calibration file", kMaxJsonInputBytes);
+      if (!text.ok()) Fail(std::string(text.status().message()));
+      if (Status s = sim::AddCalibration(*text, path, *calibration); !s.ok()) {
+        Fail(absl::StrCat("--sim-calibration: ", s.message()));
+      }
+    }
+    job.sim_calibration = std::move(calibration);
+  }
   auto corpus = f.data.empty() ? Corpus::Synthetic(job.spec.vocab, f.seed)
                                : Corpus::FromFile(f.data, job.spec.vocab, f.seed);
   if (!corpus.ok()) Fail(std::string(corpus.status().message()));
@@ -942,6 +1029,7 @@ int Main(int argc, char** argv) {
                              : "the input gradients' reduce-scatters, the gradient all-reduces",
                 (nodes + inner) / n, largest);
   }
+  if (!res.tp_exposed_ms.empty()) PrintSimTensorExposure(res, job);
   if (f.check_reference) {
     std::printf("unsharded 1-rank reference: largest relative loss difference %.3g over %zu steps\n",
                 max_rel, ref_losses.size());
@@ -1008,6 +1096,14 @@ int Main(int argc, char** argv) {
     if (!res.sim_stage_bubble.empty()) j["sim_stage_bubble"] = res.sim_stage_bubble;
     if (!res.tp_exposed_ms.empty()) j["tp_exposed_ms"] = res.tp_exposed_ms;
     if (!res.tp_inner_ms_all.empty()) j["tp_inner_ms"] = res.tp_inner_ms_all;
+    if (!res.sim_tp_exposure.empty()) {
+      nlohmann::json stages = nlohmann::json::array();
+      for (const sim::TensorExposure& e : res.sim_tp_exposure) {
+        stages.push_back({{"total_ms", e.total_s() * 1e3}, {"nodes_ms", e.nodes_s * 1e3},
+                          {"inside_ms", e.inside_s * 1e3}, {"step_ms", e.step_s * 1e3}});
+      }
+      j["sim_tp_exposure"] = stages;
+    }
     j["arena_bytes"] = res.arena_bytes;
     j["lower_bound_bytes"] = res.lower_bound_bytes;
     j["persistent_bytes"] = res.persistent_bytes;

@@ -53,6 +53,11 @@ const char kUsage[] =
     "   parallelism: norms, residual stream and loss on each tensor rank's T-th\n"
     "   of the tokens; all-gathers and reduce-scatters instead of all-reduces;\n"
     "   with --tp-overlap decomposed around the GEMMs)\n"
+    "  [--sim-calibration=FILE[,FILE...]] (with --tp --trace on inproc: the\n"
+    "   simulator's exposed tensor communication beside the measured one is\n"
+    "   priced from these, as simulate --calibration takes them: nccl-tests\n"
+    "   output or //bench:collectives -J JSON per collective, a kernel table\n"
+    "   from //bench:kernels; default the h100 preset's costs)\n"
     "Limits (scheduler/limits.h): --nranks <= 4096, and for the ranks this\n"
     "process starts itself (inproc threads, or ucx/nccl without a launcher)\n"
     "at most 16 per CPU of this host; --seq and --batch <= 65536,\n"
@@ -159,6 +164,7 @@ Flags Parse(int argc, char** argv) {
       if (v.empty()) Fail("--trace needs a file path");
       f.trace = v;
     }
+    else if (key == "--sim-calibration") f.sim_calibration = cli::ListFlag("train_tiny", key, v);
     else if (key == "--arrivals-out") {
       if (v.empty()) Fail("--arrivals-out needs a file path");
       f.arrivals_out = v;
@@ -176,6 +182,11 @@ Flags Parse(int argc, char** argv) {
     Fail("--model and --hf-config name two models; give one");
   }
   f.tech.Check();
+  if (!f.sim_calibration.empty() &&
+      (f.tp < 2 || f.trace.empty() || f.backend != "inproc" || (f.tp_overlap && !f.sp))) {
+    Fail("--sim-calibration prices the simulator's figure printed beside the measured "
+         "tensor exposure: it needs --tp, --trace and inproc (and --sp with --tp-overlap)");
+  }
   if (f.backend != "inproc" && f.backend != "ucx" && f.backend != "nccl") {
     Fail(absl::StrCat("--backend must be inproc, ucx or nccl, got \"", f.backend, "\""));
   }

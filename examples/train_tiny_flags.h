@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "baton/examples/technique_flags.h"
 #include "baton/scheduler/model.h"
@@ -48,6 +49,9 @@ struct Flags {
   std::string pp_layers = "even";  // --pp-layers: even, flops or N,N,...
   scheduler::PipelineSchedule pp_schedule = scheduler::PipelineSchedule::k1F1B;
   bool pp_gather_micro = false;  // --pp-gather=micro: Policy::gather_per_micro_batch
+  // --sim-calibration: files pricing the simulator's tensor exposure
+  // (simulate --calibration's: busbw tables, a kernel table).
+  std::vector<std::string> sim_calibration;
 };
 
 // Prints "train_tiny: <message>" on stderr and exits 2.

@@ -106,6 +106,9 @@ run tp2 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --check-reference --json 
 has tp2 '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; vocabulary 64 of 128; norms replicated\), 1 data ranks$'
 has tp2 '^final parameters: largest relative difference '
 has tp2 '^tensor all-reduces exposed \(step 20, from the trace: compute waiting on AR-TP\): mean [0-9.]+ ms, largest [0-9.]+ ms per rank'
+# Beside it the simulator's figure for the same graph (sim/tensor_exposure.h),
+# a finite number on the h100 preset's costs.
+has tp2 '^simulator, same graph: exposed tensor communication [0-9]+\.[0-9]+ ms per step \(waiting on tensor nodes [0-9]+\.[0-9]+ ms, inside the nodes [0-9]+\.[0-9]+ ms, of a [0-9]+\.[0-9]+ ms simulated step; the simulator.s h100 node costs, not this host.s\)$'
 equal tp2 1
 python3 - "$t/tp.json" <<'PY' || { echo "FAIL trace"; fail=1; }
 import json, sys
@@ -170,9 +173,18 @@ run tp2-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --batch=1 --policy=fs
   --backend=ucx --check-reference --json
 equal tp2-ucx 0
 # --sp: norms, residual stream and loss on sequence shards, AG-TP / RS-TP
-# nodes on the tensor stream instead of AR-TP.
+# nodes on the tensor stream instead of AR-TP. The simulator's figure beside
+# the measured one priced by a calibration (--sim-calibration): an
+# all-gather at 0.001 GB/s busbw makes each of the step's 8 AG-TP nodes of
+# 16 KiB take 8.2 ms, so the simulated nodes' exposure passes 50 ms.
+cat >"$t/ag.json" <<'JSON'
+{"collective": "all_gather", "results": [
+  {"size": 4096, "out_of_place": {"busbw_gbps": 0.001}},
+  {"size": 1048576, "out_of_place": {"busbw_gbps": 0.001}}]}
+JSON
 run tp2-sp 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=2 --sp --check-reference --json \
-  --trace="$t/sp.json"
+  --trace="$t/sp.json" --sim-calibration="$t/ag.json"
+has tp2-sp '^simulator, same graph: exposed tensor communication [0-9]+\.[0-9]+ ms per step .*; compute from the h100 kernel table, measured busbw for all_gather \(h100 NVLink.s otherwise\) \(--sim-calibration\)\)$'
 has tp2-sp '^tensor parallel: 2 ranks \(per rank 2 of 4 heads, 1 of 2 KV heads, FFN 64 of 128; vocabulary 64 of 128; norms replicated, run on sequence shards of 32 of 64 tokens\), 1 data ranks$'
 has tp2-sp '^tensor collectives exposed \(step 20, compute stream\): waiting on AG-TP / RS-TP nodes mean [0-9.]+ ms \(from the trace\), inside the nodes mean [0-9.]+ ms \(the input gradients'"'"' reduce-scatters, the gradient all-reduces\); total mean [0-9.]+ ms, largest [0-9.]+ ms per rank$'
 equal tp2-sp 1
@@ -181,8 +193,10 @@ import json, sys
 j = json.loads(sys.stdin.read())
 assert j["sequence_parallel"]
 # The in-node reduce-scatters are timed on each rank (host work around them).
-assert len(j["tp_inner_ms"]) == 2 and min(j["tp_inner_ms"]) > 0, j["tp_inner_ms"]' ||
-  { echo "FAIL tp2-sp: not sequence-parallel, or no in-node times"; fail=1; }
+assert len(j["tp_inner_ms"]) == 2 and min(j["tp_inner_ms"]) > 0, j["tp_inner_ms"]
+sim = j["sim_tp_exposure"]
+assert len(sim) == 1 and 50 < sim[0]["nodes_ms"] <= sim[0]["total_ms"] < sim[0]["step_ms"], sim' ||
+  { echo "FAIL tp2-sp: not sequence-parallel, no in-node times, or no calibrated simulator figure"; fail=1; }
 python3 - "$t/sp.json" <<'PY' || { echo "FAIL sp trace"; fail=1; }
 import json, sys
 events = json.load(open(sys.argv[1]))
@@ -248,4 +262,9 @@ bad adamw8bit "--optimizer=adamw8bit is not run with --tp or --pp yet" "${model[
   --nranks=2 --optimizer=adamw8bit
 bad lora "--tp with LoRA adapters or NF4 base weights does not run yet" "${model[@]}" --tp=2 \
   --nranks=2 --lora-rank=4
+bad sim-calibration-alone "--sim-calibration prices the simulator's figure" "${model[@]}" \
+  --tp=2 --nranks=2 --sim-calibration="$t/ag.json"
+echo '{"collective": "all_gather", "results": [1]}' >"$t/bad-ag.json"
+bad sim-calibration-file "results[0] must be an object" "${model[@]}" --tp=2 --nranks=2 \
+  --trace="$t/bad.json" --sim-calibration="$t/bad-ag.json"
 exit $fail
