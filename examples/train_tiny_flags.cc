@@ -298,11 +298,6 @@ void ApplyTechniques(const Flags& f, scheduler::Policy& p) {
     p.pipeline_schedule = f.pp_schedule;
     p.virtual_stages = f.vpp;
     if (f.pp_gather_micro) p.gather_per_micro_batch = true;
-    if (p.layout.base_dtype == scheduler::BaseDtype::kNf4) {
-      // The stage graphs gather frozen buckets as they are stored, with no
-      // dequantize (scheduler/parallel_graph.h).
-      Fail("--pp with NF4 base weights does not run yet (LoRA over --dtype base weights does)");
-    }
   }
   p.tensor_parallel = f.tp;
   p.tp_comm_overlap = f.tp_overlap;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/scheduler/graph_edges.h"
+#include "baton/scheduler/nf4_layout.h"
 #include "baton/scheduler/tensor_parallel.h"
 
 namespace baton::scheduler {
@@ -360,7 +361,16 @@ class StageBuilder {
   // pass; EndUnit after the unit's compute nodes.
   void GatherUnit(int u, int m, int c, const char* phase);
   void EndUnit();
-  void BeginPass() { std::fill(pass_gathered_.begin(), pass_gathered_.end(), -1); }
+  void BeginPass() {
+    std::fill(pass_gathered_.begin(), pass_gathered_.end(), -1);
+    std::fill(pass_dequantized_.begin(), pass_dequantized_.end(), -1);
+  }
+  // NF4 frozen buckets (base_dtype nf4): before unit u's compute in a pass,
+  // a dequantize (compute stream) of each of its NF4 buckets not
+  // dequantized in this pass yet, from the gathered packing (the step's or
+  // this pass's gather) into weights of its own, which Params reads for the
+  // rest of the pass; after GatherUnit.
+  void DequantizeUnit(int u, int m, int c, const char* phase);
   // recompute_blocks N: the first N blocks of each virtual stage (-1: all).
   bool Recomputed(int u) const {
     return layout_.units[u].kind == UnitKind::kBlock &&
@@ -422,6 +432,9 @@ class StageBuilder {
   // are held (the one computing, the next one prefetched), as FSDP's
   // prefetch of 1.
   std::vector<int> pass_gathered_;
+  // NF4: bucket -> the dequantized weights the current pass reads (-1: not
+  // dequantized in it yet).
+  std::vector<int> pass_dequantized_;
   std::vector<int> unit_ends_;
   std::vector<GraphEdge> window_edges_;
 };
@@ -429,9 +442,10 @@ class StageBuilder {
 std::vector<int> StageBuilder::Params(int u) const {
   std::vector<int> reads;
   for (const ParamRef& r : layout_.unit_params[u]) {
-    const int buf = p_.all_reduce                 ? shard_[r.bucket]
-                    : p_.gather_per_micro_batch ? pass_gathered_[r.bucket]
-                                                : gathered_[r.bucket];
+    const int buf = p_.all_reduce                         ? shard_[r.bucket]
+                    : layout_.buckets[r.bucket].nf4     ? pass_dequantized_[r.bucket]
+                    : p_.gather_per_micro_batch         ? pass_gathered_[r.bucket]
+                                                        : gathered_[r.bucket];
     if (std::find(reads.begin(), reads.end(), buf) == reads.end()) reads.push_back(buf);
   }
   return reads;
@@ -466,6 +480,19 @@ void StageBuilder::Persistent() {
     // whole model's.
     const int64_t whole = sliced_ ? bk.padded_numel : (bk.padded_numel + tp - 1) / tp;
     const int64_t shard = p_.all_reduce ? whole : (whole + data - 1) / data;
+    if (bk.nf4) {
+      // NF4 base weights: the shard's packing (fp32 words), gathered packed
+      // (the data group's packings one after another) and dequantized per
+      // pass (DequantizeUnit). ValidatePolicy keeps all_reduce out.
+      const int64_t words = Nf4PackedWords(shard);
+      shard_[b] = Buffer(absl::StrCat("shard.", bk.name), BufferRole::kShard, b, words,
+                         DataType::kF32, true);
+      if (!p_.gather_per_micro_batch) {
+        gathered_[b] = Buffer(absl::StrCat("packed.", bk.name), BufferRole::kPacked, b,
+                              words * data, DataType::kF32, false);
+      }
+      continue;  // frozen
+    }
     shard_[b] = Buffer(absl::StrCat("shard.", bk.name), BufferRole::kShard, b, shard,
                        p_.param_dtype, true);
     if (!p_.all_reduce && !p_.gather_per_micro_batch) {
@@ -664,8 +691,13 @@ void StageBuilder::GatherUnit(int u, int m, int c, const char* phase) {
     const int64_t whole = sliced_ ? bk.padded_numel
                                   : (bk.padded_numel + p_.tensor_parallel - 1) /
                                         p_.tensor_parallel;
-    pass_gathered_[b] = Buffer(absl::StrCat("gathered.", bk.name, t), BufferRole::kGathered, b,
-                               whole, p_.param_dtype, false);
+    // NF4: the packings (fp32 words: the shard's times the group's size).
+    const int64_t words = g_.buffers[shard_[b]].numel * g_.mesh.size(ParallelDataGroup(p_));
+    pass_gathered_[b] =
+        bk.nf4 ? Buffer(absl::StrCat("packed.", bk.name, t), BufferRole::kPacked, b, words,
+                        DataType::kF32, false)
+               : Buffer(absl::StrCat("gathered.", bk.name, t), BufferRole::kGathered, b,
+                        whole, p_.param_dtype, false);
     Node& n = Add(NodeKind::kAllGather, g_.stream_for(StreamClass::kAllGather), {shard_[b]},
                   {pass_gathered_[b]}, absl::StrCat("AG ", bk.name, t));
     n.bucket = b;
@@ -676,6 +708,27 @@ void StageBuilder::GatherUnit(int u, int m, int c, const char* phase) {
       window_edges_.push_back({window_src, static_cast<int>(g_.nodes.size()) - 1,
                                EdgeKind::kWindow});
     }
+  }
+}
+
+void StageBuilder::DequantizeUnit(int u, int m, int c, const char* phase) {
+  if (p_.all_reduce) return;
+  const std::string t = absl::StrCat(" ", phase, Tag(m, c));
+  for (const ParamRef& r : layout_.unit_params[u]) {
+    const int b = r.bucket;
+    const Bucket& bk = layout_.buckets[b];
+    if (!bk.nf4 || pass_dequantized_[b] >= 0) continue;
+    const int packed = p_.gather_per_micro_batch ? pass_gathered_[b] : gathered_[b];
+    const int64_t whole = sliced_ ? bk.padded_numel
+                                  : (bk.padded_numel + p_.tensor_parallel - 1) /
+                                        p_.tensor_parallel;
+    pass_dequantized_[b] = Buffer(absl::StrCat("gathered.", bk.name, t), BufferRole::kGathered,
+                                  b, whole, p_.param_dtype, false);
+    Node& n = Add(NodeKind::kDequantize, kComputeStream, {packed}, {pass_dequantized_[b]},
+                  absl::StrCat("DQ ", bk.name, t));
+    n.bucket = b;
+    n.micro_step = m;
+    n.chunk = c;
   }
 }
 
@@ -733,6 +786,7 @@ void StageBuilder::Forward(int m, int c) {
   for (int u : vs_units_[vs]) {
     const UnitSpec& unit = layout_.units[u];
     GatherUnit(u, m, c, "fwd");
+    DequantizeUnit(u, m, c, "fwd");
     int sv = -1;
     if (!saved_bytes_.empty() && saved_bytes_[u] > 0) {
       // fp32 words: the planner aligns every buffer to 256 bytes.
@@ -788,6 +842,7 @@ void StageBuilder::Backward(int m, int c, bool split) {
     const int u = *it;
     const UnitSpec& unit = layout_.units[u];
     GatherUnit(u, m, c, "bwd");
+    DequantizeUnit(u, m, c, "bwd");
     const int sv = Saved(m, u);
     if (Recomputed(u)) {
       std::vector<int> writes;
@@ -828,6 +883,7 @@ void StageBuilder::Weight(int m, int c) {
   BeginPass();
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
     GatherUnit(*it, m, c, "wgt");
+    DequantizeUnit(*it, m, c, "wgt");
     std::vector<int> reads = Params(*it);
     if (const int sv = Saved(m, *it); sv >= 0) reads.push_back(sv);
     Compute(NodeKind::kBackwardWeight, *it, m, c, 0, std::move(reads), {}, true,
@@ -853,6 +909,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
   }
   Persistent();
   pass_gathered_.assign(layout_.buckets.size(), -1);
+  pass_dequantized_.assign(layout_.buckets.size(), -1);
   recv_act_.assign(static_cast<size_t>(p_.micro_steps) * p_.virtual_stages, -1);
   if (!saved_bytes_.empty()) {
     saved_.assign(static_cast<size_t>(p_.micro_steps) * layout_.units.size(), -1);

@@ -58,8 +58,14 @@
 //   optimizer the optimizer and cast of each bucket on the compute stream.
 // A frozen bucket (LoRA's base weights) is gathered like the others and
 // gets no gradient, reduction, optimizer or cast; its adapters' bucket is
-// trained. NF4 base weights are gathered as stored (no dequantize node:
-// the simulator's figure, not run by the executor).
+// trained. NF4 base weights (base_dtype nf4) keep their shard's packing
+// (scheduler/nf4_layout.h, fp32 words) and gather it packed (kPacked,
+// once per step or per pass as above); before a unit's compute in every
+// pass (forward, backward with its recompute, weight) a dequantize node
+// ("DQ <bucket> <pass> m<i>", compute stream) writes the pass's weights
+// into a gathered buffer of its own, which the unit's compute nodes read
+// (the executor runs it through StepCallbacks::dequantize, as for
+// data-parallel graphs).
 // Edges and waits are derived from the buffers as for data-parallel graphs
 // (scheduler/step_graph.h); cross-stage order is the send / receive pairs
 // (the simulator runs the stages together, sim/pipeline_loop.h). The

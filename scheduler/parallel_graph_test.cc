@@ -5,6 +5,8 @@
 #include <string>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
+#include "baton/scheduler/nf4_layout.h"
 #include "gtest/gtest.h"
 
 namespace baton::scheduler {
@@ -414,6 +416,84 @@ TEST(ParallelGraphTest, FrozenBucketsAreGatheredNeverReduced) {
     }
     EXPECT_GT(frozen_gathers, 0);
     EXPECT_EQ(adapter_updates, 2);  // the stage's 2 blocks' adapters
+  }
+}
+
+// NF4 base weights: a stage keeps and gathers its frozen buckets' packings
+// and, in every pass that reads them (backward and zb-h1's weight pass
+// too; per pass with gather_per_micro_batch, after that pass's gather),
+// dequantizes them into weights of the pass before the first compute that
+// reads them; no compute reads a packing (VerifyStepGraph).
+TEST(ParallelGraphTest, Nf4BucketsAreDequantizedBeforeEveryPassReadsThem) {
+  const ModelSpec tiny = *ModelPreset("tiny");
+  for (PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kZbH1}) {
+    for (bool micro : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(PipelineScheduleName(schedule), micro ? " per pass" : " per step"));
+      Policy p = Parallel(1, false, 1, 2, 4);
+      p.pipeline_schedule = schedule;
+      p.gather_per_micro_batch = micro;
+      p.recompute_blocks = 1;
+      p.layout.lora_rank = 4;
+      p.layout.base_dtype = BaseDtype::kNf4;
+      auto step = BuildParallelStep(tiny, p, 4, 64, 1, {}, {}, /*plan_memory=*/true);
+      ASSERT_TRUE(step.ok()) << step.status();
+      for (const StepGraph& g : step->stages) {
+        ASSERT_TRUE(VerifyStepGraph(g).ok()) << VerifyStepGraph(g);
+        std::vector<int> writer(g.buffers.size(), -1);  // the last so far, in issue order
+        std::map<int, int> dequantizes;                 // NF4 bucket -> DQ nodes
+        int nf4_reads = 0;
+        for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+          const Node& n = g.nodes[i];
+          if (n.kind == NodeKind::kDequantize) {
+            ++dequantizes[n.bucket];
+            const Bucket& bk = g.layout.buckets[n.bucket];
+            EXPECT_TRUE(bk.nf4 && bk.frozen) << n.name;
+            EXPECT_EQ(n.stream, kComputeStream) << n.name;
+            // Reads a packing an all-gather of the packed shard wrote.
+            const GraphBuffer& packed = g.buffers[n.reads[0]];
+            EXPECT_EQ(packed.role, BufferRole::kPacked) << n.name;
+            ASSERT_GE(writer[n.reads[0]], 0) << n.name;
+            const Node& ag = g.nodes[writer[n.reads[0]]];
+            ASSERT_EQ(ag.kind, NodeKind::kAllGather) << n.name;
+            const GraphBuffer& shard = g.buffers[ag.reads[0]];
+            EXPECT_EQ(shard.numel, Nf4PackedWords(bk.shard_numel)) << shard.name;
+            EXPECT_EQ(shard.dtype, DataType::kF32) << shard.name;
+            EXPECT_EQ(packed.numel, 2 * shard.numel) << packed.name;  // 2 data ranks
+            if (micro) {
+              EXPECT_EQ(ag.micro_step, n.micro_step) << ag.name << " / " << n.name;
+            }
+            const GraphBuffer& out = g.buffers[n.writes[0]];
+            EXPECT_EQ(out.role, BufferRole::kGathered);
+            EXPECT_EQ(out.numel, bk.padded_numel) << out.name;
+            EXPECT_EQ(out.dtype, p.param_dtype) << out.name;
+            EXPECT_GE(out.plan_id, 0) << out.name << " not planned";
+          }
+          if (IsCompute(n.kind)) {
+            for (int r : n.reads) {
+              if (g.buffers[r].bucket < 0 || !g.layout.buckets[g.buffers[r].bucket].nf4) continue;
+              ++nf4_reads;
+              // This pass's and micro-batch's dequantize, issued before it.
+              ASSERT_GE(writer[r], 0) << n.name << " reads " << g.buffers[r].name;
+              const Node& dq = g.nodes[writer[r]];
+              EXPECT_EQ(dq.kind, NodeKind::kDequantize) << n.name;
+              EXPECT_LT(writer[r], i);
+              EXPECT_EQ(dq.micro_step, n.micro_step) << dq.name << " / " << n.name;
+              const char* pass = n.kind == NodeKind::kForward          ? " fwd"
+                                 : n.kind == NodeKind::kBackwardWeight ? " wgt"
+                                                                       : " bwd";
+              EXPECT_NE(dq.name.find(pass), std::string::npos) << dq.name << " / " << n.name;
+            }
+          }
+          for (int w : n.writes) writer[w] = i;
+        }
+        EXPECT_GT(nf4_reads, 0);
+        // Each NF4 bucket once per pass: forward, backward (zb-h1: and
+        // weight) of 4 micro-batches.
+        ASSERT_EQ(dequantizes.size(), 2u);  // the stage's 2 blocks' base weights
+        const int passes = schedule == PipelineSchedule::kZbH1 ? 3 : 2;
+        for (const auto& [bucket, count] : dequantizes) EXPECT_EQ(count, passes * 4) << bucket;
+      }
+    }
   }
 }
 

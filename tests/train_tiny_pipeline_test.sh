@@ -120,8 +120,6 @@ bad interleaved-layers "blocks to be a multiple of --pp x --vpp = 4" \
 bad vpp-alone "--vpp=V > 1 and --pp-schedule=interleaved go together" "${model[@]}" --pp=2 \
   --vpp=2 --nranks=2
 bad schedule "pipeline schedule must be" "${model[@]}" --pp=2 --nranks=2 --pp-schedule=gpipe
-bad nf4 "--pp with NF4 base weights does not run yet" "${model[@]}" --pp=2 --nranks=2 \
-  --lora-rank=4 --base-dtype=nf4
 bad zb-h1-lora "zb-h1 with LoRA adapters does not run yet" "${model[@]}" --pp=2 --nranks=2 \
   --lora-rank=4 --pp-schedule=zb-h1
 bad layers-count "want --pp=2 stages summing to the model's 2 blocks" "${model[@]}" --pp=2 \
