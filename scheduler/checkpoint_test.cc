@@ -4,6 +4,7 @@
 // layouts, the format's checks, damaged files, a disk that fills up, the
 // event order of the copies. The kill-during-save trials run in separate
 // processes: tests/checkpoint_kill_test.cc.
+#include "baton/comm/testing/forwarding_comm.h"
 #include "baton/scheduler/checkpoint.h"
 
 #include <fcntl.h>
@@ -652,25 +653,10 @@ TEST(CheckpointTest, AnotherModelIsRefusedNamingTheParameter) {
 // A communicator whose checkpoint broadcast is held at a gate on its
 // stream until the test opens it: the save's copies (behind it on the
 // checkpoint stream) cannot run before then.
-class GatedComm final : public Communicator {
+class GatedComm final : public baton::testing::ForwardingComm {
  public:
-  GatedComm(Communicator& base, std::shared_future<void> gate) : b_(base), gate_(gate) {}
-  int rank() const override { return b_.rank(); }
-  int size() const override { return b_.size(); }
-  const char* backend() const override { return b_.backend(); }
-  CommCaps caps() const override { return b_.caps(); }
-  Status AllGather(const void* s, void* r, size_t n, DataType t, Stream& st,
-                   const CollectiveOptions& o) override {
-    return b_.AllGather(s, r, n, t, st, o);
-  }
-  Status ReduceScatter(const void* s, void* r, size_t n, DataType t, ReduceOp op, Stream& st,
-                       const CollectiveOptions& o) override {
-    return b_.ReduceScatter(s, r, n, t, op, st, o);
-  }
-  Status AllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp op, Stream& st,
-                   const CollectiveOptions& o) override {
-    return b_.AllReduce(s, r, n, t, op, st, o);
-  }
+  GatedComm(Communicator& base, std::shared_future<void> gate)
+      : ForwardingComm(base), gate_(gate) {}
   Status Broadcast(const void* s, void* r, size_t n, DataType t, int root, Stream& st,
                    const CollectiveOptions& o) override {
     if (o.tag == kCheckpointTag) {
@@ -680,17 +666,10 @@ class GatedComm final : public Communicator {
         return absl::OkStatus();
       }));
     }
-    return b_.Broadcast(s, r, n, t, root, st, o);
+    return ForwardingComm::Broadcast(s, r, n, t, root, st, o);
   }
-  Status Barrier(Stream& st, const CollectiveOptions& o) override { return b_.Barrier(st, o); }
-  StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
-    return b_.MeasureLimit(bytes, iters);
-  }
-  Status health() override { return b_.health(); }
-  void Abort() override { b_.Abort(); }
 
  private:
-  Communicator& b_;
   std::shared_future<void> gate_;
 };
 

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "baton/comm/testing/forwarding_comm.h"
 #include "baton/scheduler/executor.h"
 #include "baton/scheduler/parallel_graph.h"
 #include "baton/scheduler/step_trace.h"
@@ -50,43 +51,16 @@ StatusOr<ParallelStep> Build(const Policy& p, int world) {
 // (Tensor parallelism's refusals: executor_tensor_test.)
 // A communicator that answers caps() without point-to-point (and forwards
 // everything else).
-class NoP2PComm final : public Communicator {
+class NoP2PComm final : public baton::testing::ForwardingComm {
  public:
-  explicit NoP2PComm(Communicator& base) : b_(base) {}
-  int rank() const override { return b_.rank(); }
-  int size() const override { return b_.size(); }
+  explicit NoP2PComm(Communicator& base) : ForwardingComm(base) {}
   const char* backend() const override { return "nop2p"; }
   CommCaps caps() const override {
-    CommCaps c = b_.caps();
+    CommCaps c = ForwardingComm::caps();
     c.p2p_host_memory = false;
     c.p2p_device_memory = false;
     return c;
   }
-  Status AllGather(const void* s, void* r, size_t n, DataType t, Stream& st,
-                   const CollectiveOptions& o) override {
-    return b_.AllGather(s, r, n, t, st, o);
-  }
-  Status ReduceScatter(const void* s, void* r, size_t n, DataType t, ReduceOp op, Stream& st,
-                       const CollectiveOptions& o) override {
-    return b_.ReduceScatter(s, r, n, t, op, st, o);
-  }
-  Status AllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp op, Stream& st,
-                   const CollectiveOptions& o) override {
-    return b_.AllReduce(s, r, n, t, op, st, o);
-  }
-  Status Broadcast(const void* s, void* r, size_t n, DataType t, int root, Stream& st,
-                   const CollectiveOptions& o) override {
-    return b_.Broadcast(s, r, n, t, root, st, o);
-  }
-  Status Barrier(Stream& st, const CollectiveOptions& o) override { return b_.Barrier(st, o); }
-  StatusOr<Limit> MeasureLimit(size_t bytes, int iters) override {
-    return b_.MeasureLimit(bytes, iters);
-  }
-  Status health() override { return b_.health(); }
-  void Abort() override { b_.Abort(); }
-
- private:
-  Communicator& b_;
 };
 
 TEST(ExecutorPipelineTest, RefusesABackendWithoutPointToPoint) {

@@ -369,6 +369,13 @@ StatusOr<KernelTable> ReadKernelTable(const std::string& path) {
 
 absl::string_view H100KernelTableJson() { return kH100KernelsJson; }
 
+StatusOr<const KernelTable*> KernelTableOrH100(const KernelTable* given) {
+  if (given != nullptr) return given;
+  const StatusOr<KernelTable>& preset = H100KernelTable();
+  BATON_RETURN_IF_ERROR(preset.status());
+  return &*preset;
+}
+
 const StatusOr<KernelTable>& H100KernelTable() {
   static const StatusOr<KernelTable>* table = [] {
     auto* t = new StatusOr<KernelTable>(

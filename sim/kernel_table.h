@@ -142,6 +142,10 @@ StatusOr<KernelTable> ReadKernelTable(const std::string& path);
 // only if the embedded file were broken (//sim:kernel_table_test checks it).
 const StatusOr<KernelTable>& H100KernelTable();
 
+// `given`, or the shipped H100 table when it is null (a simulation's
+// options.kernels); H100KernelTable's error otherwise.
+StatusOr<const KernelTable*> KernelTableOrH100(const KernelTable* given);
+
 // The embedded file's text (for tests).
 absl::string_view H100KernelTableJson();
 

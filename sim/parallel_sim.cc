@@ -272,12 +272,7 @@ StatusOr<SimResult> SimulateParallel(const scheduler::ModelSpec& model,
         "--tp-across-nodes to simulate it anyway"));
   }
   const double limit = cluster.memory_gib * kGiB;
-  const KernelTable* table = options.kernels;
-  if (table == nullptr) {
-    const StatusOr<KernelTable>& preset = H100KernelTable();
-    BATON_RETURN_IF_ERROR(preset.status());
-    table = &*preset;
-  }
+  BATON_ASSIGN_OR_RETURN(const KernelTable* table, KernelTableOrH100(options.kernels));
   ShardShape shard;
   shard.tp = policy.tensor_parallel;
   shard.sp = policy.sequence_parallel;

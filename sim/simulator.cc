@@ -289,12 +289,7 @@ StatusOr<SimResult> SimulateGraph(const StepGraph& graph,
         "simulator: graph built for ", graph.world_size(),
         " ranks, workload has ", workload.gpus, " GPUs"));
   }
-  const KernelTable* table = options.kernels;
-  if (table == nullptr) {
-    const StatusOr<KernelTable>& preset = H100KernelTable();
-    BATON_RETURN_IF_ERROR(preset.status());
-    table = &*preset;
-  }
+  BATON_ASSIGN_OR_RETURN(const KernelTable* table, KernelTableOrH100(options.kernels));
   BATON_ASSIGN_OR_RETURN(
       ComputeModel kernels,
       ComputeModel::Create(*table, cluster, graph.layout.spec,

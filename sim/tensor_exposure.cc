@@ -47,12 +47,7 @@ StatusOr<std::vector<TensorExposure>> SimulateTensorExposure(
         "tensor exposure: seq ", seq, " and micro-batch ", micro_batch, " must be 1 or more"));
   }
   BATON_RETURN_IF_ERROR(ValidateCluster(cluster));
-  const KernelTable* table = options.kernels;
-  if (table == nullptr) {
-    const StatusOr<KernelTable>& preset = H100KernelTable();
-    BATON_RETURN_IF_ERROR(preset.status());
-    table = &*preset;
-  }
+  BATON_ASSIGN_OR_RETURN(const KernelTable* table, KernelTableOrH100(options.kernels));
   ShardShape shard;
   shard.tp = tp;
   shard.sp = stages[0]->policy.sequence_parallel;

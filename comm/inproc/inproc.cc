@@ -662,13 +662,7 @@ class InprocCommunicator : public CommunicatorBase {
       return SendRecvOnStream(ops, stream, options);
     }
     BATON_RETURN_IF_ERROR(health_.Get());
-    std::vector<P2PPost> posts;
-    posts.reserve(ops.size());
-    for (const P2POp& op : ops) {
-      const uint64_t seq = p2p_seqs_.Next(op.kind, op.peer, options.tag);
-      posts.push_back(
-          P2PPost{op, seq, RecordP2P(rec_, op, options, seq, world_ranks_)});
-    }
+    std::vector<P2PPost> posts = Post(ops, options);
     const absl::Duration timeout = EffectiveTimeout(options, timeout_);
     const uint32_t tag = options.tag;
     return stream.Enqueue([this, posts = std::move(posts), tag,
@@ -686,19 +680,24 @@ class InprocCommunicator : public CommunicatorBase {
     });
   }
 
+  // Each op numbered in its (kind, peer, tag) order and recorded as issued.
+  std::vector<P2PPost> Post(absl::Span<const P2POp> ops, const CollectiveOptions& options) {
+    std::vector<P2PPost> posts;
+    posts.reserve(ops.size());
+    for (const P2POp& op : ops) {
+      const uint64_t seq = p2p_seqs_.Next(op.kind, op.peer, options.tag);
+      posts.push_back(P2PPost{op, seq, RecordP2P(rec_, op, options, seq, world_ranks_)});
+    }
+    return posts;
+  }
+
   // The event protocol's point-to-point (p2p_events.h): enqueued at the
   // call, never waits for the peers. A failure found at the call fails this
   // rank and its stream too, as for the collectives.
   Status SendRecvOnStream(absl::Span<const P2POp> ops, Stream& stream,
                           const CollectiveOptions& options) {
     BATON_RETURN_IF_ERROR(health());
-    std::vector<P2PPost> posts;
-    posts.reserve(ops.size());
-    for (const P2POp& op : ops) {
-      const uint64_t seq = p2p_seqs_.Next(op.kind, op.peer, options.tag);
-      posts.push_back(
-          P2PPost{op, seq, RecordP2P(rec_, op, options, seq, world_ranks_)});
-    }
+    std::vector<P2PPost> posts = Post(ops, options);
     Status s = world_->stream_mailbox().Issue(
         rank_, posts, options.tag, EffectiveTimeout(options, timeout_),
         rec_.recorder.get(), *device_, stream);
