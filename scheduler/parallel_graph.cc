@@ -384,7 +384,9 @@ class StageBuilder {
   // activation of the micro-batch, which every forward part writes and
   // every backward part reads.
   int ForwardBlock(int u, int m, int c, int in, int saved);
-  int BackwardBlock(int u, int m, int c, int in, bool split, int saved);
+  // `input` (-1: none): the chunk's received input activation, which the
+  // attention part reads (a stage's first block).
+  int BackwardBlock(int u, int m, int c, int in, bool split, int saved, int input);
   void Compute(NodeKind kind, int u, int m, int c, uint8_t segments, std::vector<int> reads,
                std::vector<int> writes, bool grads, const std::string& tag);
   void AddRing(Node& n, bool backward);
@@ -637,7 +639,8 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in, int saved) {
   return cur;
 }
 
-int StageBuilder::BackwardBlock(int u, int m, int c, int in, bool split, int saved) {
+int StageBuilder::BackwardBlock(int u, int m, int c, int in, bool split, int saved,
+                                int input) {
   const std::string& un = layout_.units[u].name;
   const std::string t = Tag(m, c);
   const bool sp = p_.sequence_parallel, ov = p_.tp_comm_overlap;
@@ -659,6 +662,7 @@ int StageBuilder::BackwardBlock(int u, int m, int c, int in, bool split, int sav
     const int dx = Act(absl::StrCat("dact.", un, ".", what, "_in", t), sp, true);
     std::vector<int> r = reads;
     if (cur >= 0) r.push_back(cur);
+    if (half == 0 && input >= 0) r.push_back(input);
     Compute(NodeKind::kBackward, u, m, c, covers, std::move(r), {dx}, !split,
             absl::StrCat("B ", un, ".", what, t));
     Node& bn = g_.nodes.back();
@@ -851,7 +855,10 @@ void StageBuilder::Backward(int m, int c, bool split) {
               absl::StrCat("R ", unit.name, t));
     }
     if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
-      cur = BackwardBlock(u, m, c, cur, split, sv);
+      // The chunk's first block: its attention part (the norm's backward)
+      // reads the received input, as an unsplit block does.
+      const int input = recv_act_[m * p_.virtual_stages + c];
+      cur = BackwardBlock(u, m, c, cur, split, sv, u == units.front() ? input : -1);
     } else {
       const int out = Act(absl::StrCat("dact.", unit.name, t), sp, true);
       std::vector<int> reads = Params(u);
@@ -882,14 +889,30 @@ void StageBuilder::Weight(int m, int c) {
   const std::vector<int>& units = vs_units_[VStage(c)];
   BeginPass();
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
-    GatherUnit(*it, m, c, "wgt");
-    DequantizeUnit(*it, m, c, "wgt");
-    std::vector<int> reads = Params(*it);
-    if (const int sv = Saved(m, *it); sv >= 0) reads.push_back(sv);
-    Compute(NodeKind::kBackwardWeight, *it, m, c, 0, std::move(reads), {}, true,
-            absl::StrCat("W ", layout_.units[*it].name, Tag(m, c)));
+    const int u = *it;
+    const UnitSpec& unit = layout_.units[u];
+    GatherUnit(u, m, c, "wgt");
+    DequantizeUnit(u, m, c, "wgt");
+    std::vector<int> reads = Params(u);
+    if (const int sv = Saved(m, u); sv >= 0) reads.push_back(sv);
+    if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
+      // Each backward part's weight gradients, in the backward's order (the
+      // MLP with its norm, then the attention with its norm); no tensor
+      // collective: the input-gradient parts ran them.
+      for (int half = 1; half >= 0; --half) {
+        const uint8_t covers =
+            half == 0
+                ? SegmentBit(BlockSegment::kAttnNorm) | SegmentBit(BlockSegment::kAttention)
+                : SegmentBit(BlockSegment::kMlpNorm) | SegmentBit(BlockSegment::kMlp);
+        Compute(NodeKind::kBackwardWeight, u, m, c, covers, reads, {}, true,
+                absl::StrCat("W ", unit.name, half == 0 ? ".attn" : ".mlp", Tag(m, c)));
+      }
+    } else {
+      Compute(NodeKind::kBackwardWeight, u, m, c, 0, std::move(reads), {}, true,
+              absl::StrCat("W ", unit.name, Tag(m, c)));
+    }
     EndUnit();
-    GradWritten(*it);
+    GradWritten(u);
   }
 }
 

@@ -26,7 +26,8 @@
 //             output's gradient, per unit in reverse a kRecompute (a
 //             recomputed block) and the backward (the input-gradient half
 //             under zb-h1), a kSend of the input's gradient. W: each
-//             unit's deferred kBackwardWeight. Sends and receives run on
+//             unit's deferred kBackwardWeight (with tensor_parallel > 1
+//             one per backward part of a block, below). Sends and receives run on
 //             the pipeline streams and pair by Node::tag (the receiving
 //             virtual stage, micro-batch and direction); Node::peer is the
 //             other stage;
@@ -44,7 +45,11 @@
 //             dgrad / wgrad GEMMs) the re-gather of the input and the
 //             reduce-scatter of the input gradient fused into the node;
 //             without it the all-reduce of the input gradient fused
-//             likewise. Under tp_comm_overlap
+//             likewise; under zb-h1 these parts are the input-gradient
+//             passes (their collectives kept), and each has a weight pass
+//             of its own (kBackwardWeight with the part's segments: the
+//             MLP with its norm, the attention with its norm) with no
+//             tensor collective. Under tp_comm_overlap
 //             every one of them is fused into its segment in
 //             tensor_parallel chunks (Node::fused). Context parallelism
 //             fuses the K / V ring into the attention (kRing). The
@@ -69,8 +74,9 @@
 // Edges and waits are derived from the buffers as for data-parallel graphs
 // (scheduler/step_graph.h); cross-stage order is the send / receive pairs
 // (the simulator runs the stages together, sim/pipeline_loop.h). The
-// backward of a chunk's first unit also reads the activation its forward
-// received, so a stage keeps its in-flight micro-batches' inputs until
+// backward of a chunk's first unit (with tensor parallelism its attention
+// part, whose norm's backward reads the block input) also reads the
+// activation its forward received, so a stage keeps its in-flight micro-batches' inputs until
 // their backward (stage s of 1F1B: min(m, p - s) at once). A trainer that
 // declares the bytes a unit's forward saves per micro-batch
 // (BuildParallelStep's saved_bytes) gets a saved-activation buffer
@@ -79,7 +85,7 @@
 // recompute_blocks) writes it again, its backward reads it and under zb-h1
 // its weight pass too (the last use); with tensor parallelism every part of
 // a block (its norm, attention and MLP nodes) writes it forward and reads
-// it backward, the trainer's per-micro-batch state of its slice (and
+// it backward (and under zb-h1 in both weight parts, the attention's last), the trainer's per-micro-batch state of its slice (and
 // sequence shard); the planner places them, reusing the
 // bytes of micro-batches whose lifetimes do not overlap, so the plan holds
 // the schedule's in-flight count (1F1B stage s: min(m, p - s) per unit;

@@ -331,6 +331,126 @@ TEST(ParallelGraphTest, SavedActivationsOfTensorParallelBlockParts) {
   }
 }
 
+// ZB-H1 with tensor parallelism: each backward part of a block (the MLP
+// with its norm, the attention with its norm) gets its deferred weight
+// pass, a compute node with no tensor collective, issued after its part's
+// input-gradient pass; the input-gradient parts keep every tensor
+// collective of the 1F1B graph's backward; each saved activation lives
+// until the block's last weight pass; the data-parallel reduction of a
+// block's bucket follows its last weight pass. A stage's first block's
+// backward reads the received input (attention part), as an unsplit block.
+TEST(ParallelGraphTest, ZeroBubbleWeightPassesOfTensorParallelBlockParts) {
+  const ModelSpec tiny = *ModelPreset("tiny");  // 4 blocks
+  constexpr int64_t kBytes = 1 << 20;
+  constexpr int kMicro = 4;
+  const uint8_t mlp = SegmentBit(BlockSegment::kMlpNorm) | SegmentBit(BlockSegment::kMlp);
+  const uint8_t attn =
+      SegmentBit(BlockSegment::kAttnNorm) | SegmentBit(BlockSegment::kAttention);
+  for (bool sp : {false, true}) {
+    for (bool overlap : {false, true}) {
+      Policy p = Parallel(2, sp, 1, 2, kMicro);
+      p.tp_comm_overlap = overlap;
+      auto one = BuildParallelStep(tiny, p, 8, 64, 1, {}, {}, true, true,
+                                   BlockBytes(tiny, kBytes));
+      p.pipeline_schedule = PipelineSchedule::kZbH1;
+      auto zb = BuildParallelStep(tiny, p, 8, 64, 1, {}, {}, true, true,
+                                  BlockBytes(tiny, kBytes));
+      ASSERT_TRUE(one.ok()) << one.status();
+      ASSERT_TRUE(zb.ok()) << zb.status();
+      for (int s = 0; s < 2; ++s) {
+        const StepGraph& g = zb->stages[s];
+        SCOPED_TRACE(::testing::Message() << "sp " << sp << " overlap " << overlap << " stage "
+                                          << s);
+        ASSERT_TRUE(VerifyStepGraph(g).ok()) << VerifyStepGraph(g);
+        // The same tensor collectives (nodes and fused) as 1F1B's graph.
+        auto tensor_comm = [](const StepGraph& graph) {
+          int nodes = 0, fused = 0;
+          for (const Node& n : graph.nodes) {
+            nodes += n.group == kTensorGroup;
+            for (const FusedComm& f : n.fused) fused += f.group == kTensorGroup;
+          }
+          return std::make_pair(nodes, fused);
+        };
+        EXPECT_EQ(tensor_comm(g), tensor_comm(one->stages[s]));
+        std::map<std::string, int> at;  // node name -> issue index
+        for (size_t i = 0; i < g.nodes.size(); ++i) at[g.nodes[i].name] = static_cast<int>(i);
+        int weights = 0;
+        for (size_t i = 0; i < g.nodes.size(); ++i) {
+          const Node& n = g.nodes[i];
+          if (n.kind == NodeKind::kBackward) {
+            EXPECT_TRUE(n.grad_accumulate.empty()) << n.name;  // input gradient only
+          }
+          if (n.kind != NodeKind::kBackwardWeight ||
+              g.layout.units[n.unit].kind != UnitKind::kBlock) {
+            continue;
+          }
+          ++weights;
+          ASSERT_TRUE(n.segments == mlp || n.segments == attn) << n.name;
+          EXPECT_TRUE(n.fused.empty()) << n.name;
+          EXPECT_EQ(n.stream, kComputeStream) << n.name;
+          // After its part's input-gradient pass ("W u.mlp m1" / "B u.mlp m1").
+          const std::string b = "B" + n.name.substr(1);
+          ASSERT_EQ(at.count(b), 1u) << n.name;
+          EXPECT_LT(at[b], static_cast<int>(i)) << n.name;
+          EXPECT_EQ(g.nodes[at[b]].segments, n.segments) << n.name;
+          // Writes its segments' gradients only: the first micro-batch's
+          // pass starts them, later ones accumulate.
+          const std::vector<ParamRef>& refs = g.layout.unit_params[n.unit];
+          ASSERT_EQ(n.grad_accumulate.size(), refs.size()) << n.name;
+          for (size_t k = 0; k < refs.size(); ++k) {
+            const ParamSlot& slot = g.layout.buckets[refs[k].bucket].params[refs[k].slot];
+            const std::string param = slot.name.substr(slot.name.find('.') + 1);
+            const bool mine = (n.segments == mlp) == (param.rfind("mlp_norm", 0) == 0 ||
+                                                      param.rfind("w_", 0) == 0);
+            EXPECT_EQ(static_cast<bool>(n.grad_accumulate[k]), mine && n.micro_step > 0)
+                << n.name << " " << slot.name;
+          }
+          // The saved activation of its (block, micro-batch) is a read.
+          int saved = 0;
+          for (int r : n.reads) saved += g.buffers[r].role == BufferRole::kSavedActivation;
+          EXPECT_EQ(saved, 1) << n.name;
+        }
+        EXPECT_EQ(weights, StageBlocks(g) * kMicro * 2);
+        // Each saved buffer's last use is a weight pass (the block's last).
+        for (size_t b = 0; b < g.buffers.size(); ++b) {
+          if (g.buffers[b].role != BufferRole::kSavedActivation) continue;
+          const Node& last = g.nodes[g.last_use[b]];
+          EXPECT_EQ(last.kind, NodeKind::kBackwardWeight) << g.buffers[b].name;
+          EXPECT_EQ(last.segments, attn) << g.buffers[b].name;
+        }
+        // A block bucket's reduction after its last weight pass.
+        for (const Node& r : g.nodes) {
+          if (r.kind != NodeKind::kReduceScatter || r.group == kTensorGroup) continue;
+          int last_w = -1;
+          for (size_t i = 0; i < g.nodes.size(); ++i) {
+            const Node& n = g.nodes[i];
+            if (n.kind != NodeKind::kBackwardWeight) continue;
+            for (const ParamRef& ref : g.layout.unit_params[n.unit]) {
+              if (ref.bucket == r.bucket) last_w = static_cast<int>(i);
+            }
+          }
+          ASSERT_GE(last_w, 0) << r.name;
+          EXPECT_GT(at[r.name], last_w) << r.name;
+          bool edge = false;  // and waits for it (the gradient buffer's data edge)
+          for (const GraphEdge& e : g.edges) edge |= e.from == last_w && e.to == at[r.name];
+          EXPECT_TRUE(edge) << r.name;
+        }
+        // The received input (stage 1): read last by its first block's
+        // attention backward part, under 1F1B too.
+        for (const StepGraph* h : {&g, static_cast<const StepGraph*>(&one->stages[s])}) {
+          for (size_t b = 0; b < h->buffers.size(); ++b) {
+            if (h->buffers[b].name.rfind("recv.act", 0) != 0) continue;
+            const Node& last = h->nodes[h->last_use[b]];
+            EXPECT_EQ(last.kind, NodeKind::kBackward) << h->buffers[b].name;
+            EXPECT_EQ(last.segments, attn) << h->buffers[b].name;
+            EXPECT_EQ(last.unit, h->chunk_units[0].front()) << h->buffers[b].name;
+          }
+        }
+      }
+    }
+  }
+}
+
 // gather_per_micro_batch: every pass gathers its chunk's buckets into
 // buffers of its own (the weight pass reads its backward's), so a stage
 // gathers 2 x m times per bucket instead of once and its plan holds less.

@@ -221,7 +221,18 @@ double NodeCoster::ParallelCompute(const Node& n) const {
     }
     return k.seconds + (weight ? 0 : VocabularyComm(n));
   }
-  if (weight) return seg.weight.seconds;
+  if (weight) {
+    // A tensor-parallel block part's weight pass: its segments' share of
+    // the weight-gradient kernels (the backward less its input part).
+    if (n.segments == 0) return seg.weight.seconds;
+    double part = 0, all = 0;
+    for (int i = 0; i < 4; ++i) {
+      const double w = std::max(0.0, seg.bwd[i].seconds - seg.bwd_input[i].seconds);
+      all += w;
+      if (n.segments & (1u << i)) part += w;
+    }
+    return all > 0 ? seg.weight.seconds * part / all : 0.0;
+  }
   if (n.kind == NodeKind::kRecompute) return RecomputeSeconds();
   // The segments this node covers (all four for a whole block).
   const uint8_t covers = n.segments == 0 ? 0xF : n.segments;
