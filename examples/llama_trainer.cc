@@ -280,10 +280,9 @@ Status LlamaRank::Allocate() {
   dg_ = Buf(T * F * e);
   du_ = Buf(T * F * e);
   frozen_dw_ = Buf(H * 4);
-  if (zb_ && (policy.tensor_parallel > 1 || policy.layout.lora_rank > 0)) {
-    // The weight pass reads each block's matrices' inputs whole and
-    // unadapted.
-    return absl::UnimplementedError("llama trainer: zb-h1 with tensor parallelism or LoRA");
+  if (zb_ && policy.layout.lora_rank > 0) {
+    // The weight pass reads each block's matrices' inputs unadapted.
+    return absl::UnimplementedError("llama trainer: zb-h1 with LoRA adapters");
   }
   if (zb_) AllocateDeferred();
   if (sp_) {
@@ -439,9 +438,8 @@ Status LlamaRank::ComputeUnit(const scheduler::ComputeContext& ctx) {
         return AttentionCore(ctx);
       }
       if (ctx.tensor.segments != 0) {
-        if (keep) {
-          return absl::InternalError("zb-h1's split backward of a tensor-parallel block part");
-        }
+        // zb-h1: MlpBackward / AttentionBackward keep the weight pass's
+        // gradients (ctx.weight_deferred), as for a whole block.
         if (!backward) return BlockForwardPart(ctx);
         using scheduler::BlockSegment;
         using scheduler::SegmentBit;

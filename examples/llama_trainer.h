@@ -138,7 +138,12 @@ class LlamaRank {
   // keeps the gradients at its weights' outputs per micro-step, and the
   // later kBackwardWeight call, which turns them into the weight gradients
   // (every micro-step's activations and those gradients are kept; not with
-  // tensor parallelism or LoRA: Unimplemented).
+  // LoRA: Unimplemented). With tensor parallelism each of a block's
+  // backward parts is split so (its weight pass runs no tensor collective;
+  // with sequence parallelism it keeps the gathered output gradient and
+  // the norm's reduce-scattered input gradient, and the last micro-step's
+  // weight pass sums the norms' partial weight gradients over the tensor
+  // group).
   //
   // Tensor parallelism (a graph of BuildParallelStep with tensor_slices:
   // its model is this rank's slice, scheduler/tensor_parallel.h):
@@ -238,8 +243,9 @@ class LlamaRank {
   // the embedding / a pipeline send). The replicated parameters'
   // gradients (the norms) are then partial per
   // tensor rank: SpGradAllReduce sums each over the tensor group in place
-  // after the last micro-step's backward has written it (on ctx.stream, in
-  // the gradient's dtype), before the data-parallel reduction.
+  // after the last micro-step's backward (under zb-h1 its weight pass) has
+  // written it (on ctx.stream, in the gradient's dtype), before the
+  // data-parallel reduction.
   Status SpComputeUnit(const scheduler::ComputeContext& ctx);
   Status SpBlockForward(const scheduler::ComputeContext& ctx);
   Status SpMlpBackward(const scheduler::ComputeContext& ctx);

@@ -20,7 +20,9 @@ using scheduler::SegmentBit;
 Status LlamaRank::SpGradAllReduce(const scheduler::ComputeContext& ctx, int i) {
   // Once per step: after the last micro-step's backward has accumulated the
   // shard's contributions of every micro-step.
-  if (i < 0 || ctx.grads[i].data == nullptr || ctx.micro_step != micro_steps_ - 1) {
+  // (zb-h1: the weight pass's; its input-gradient pass has no gradients.)
+  if (i < 0 || static_cast<size_t>(i) >= ctx.grads.size() || ctx.grads[i].data == nullptr ||
+      ctx.micro_step != micro_steps_ - 1) {
     return absl::OkStatus();
   }
   // Only the norms' gradients (the embedding and head are split by
@@ -89,9 +91,7 @@ Status LlamaRank::SpComputeUnit(const scheduler::ComputeContext& ctx) {
   Stream& st = *ctx.stream;
   Acts& acts = ActsOf(ctx.micro_step);
   const bool backward = ctx.kind == NodeKind::kBackward;
-  if (ctx.weight_deferred || ctx.kind == NodeKind::kBackwardWeight) {
-    return absl::UnimplementedError("llama trainer: zb-h1 with sequence parallelism");
-  }
+  if (ctx.kind == NodeKind::kBackwardWeight) return WeightUnit(ctx);  // llama_trainer_zb.cc
   if (ctx.kind == NodeKind::kRecompute) {
     if (ctx.recompute == scheduler::Recompute::kSelective) return AttentionCore(ctx);
     return absl::UnimplementedError("llama trainer: full recompute with sequence parallelism");
@@ -132,7 +132,12 @@ Status LlamaRank::SpComputeUnit(const scheduler::ComputeContext& ctx) {
         return ops::RmsNormForward(st, sp_norm_, x, ctx.params[0].data, acts.nf, acts.rstdf);
       }
       const int next = 1 - cur_;
-      const bool frozen = ctx.grads[0].data == nullptr;
+      // zb-h1: d(nf)'s shard kept for the weight pass, no weight gradient.
+      const bool keep = ctx.weight_deferred;
+      if (keep) {
+        BATON_RETURN_IF_ERROR(st.MemcpyAsync(deferred_[ctx.micro_step].nf, gres_[cur_], io_bytes_));
+      }
+      const bool frozen = keep || ctx.grads[0].data == nullptr;
       BATON_RETURN_IF_ERROR(ops::RmsNormBackward(
           st, sp_norm_, gres_[cur_], x, ctx.params[0].data, acts.rstdf, gres_[next], false,
           frozen ? frozen_dw_ : ctx.grads[0].data, frozen ? DataType::kF32 : ctx.grads[0].dtype,
@@ -212,8 +217,16 @@ Status LlamaRank::SpMlpBackward(const scheduler::ComputeContext& ctx) {
     return absl::InternalError(absl::StrCat(ctx.spec->name, ": no gathered output gradient"));
   }
   const NormGrad gm = NormGradOf(ctx, "mlp_norm.weight");
-  BATON_RETURN_IF_ERROR(MlpBodyBackward(ctx, a, dy, dg_, du_, dn_));
+  // zb-h1: the weight pass's gradients (the gathered d(x2), d gate, d up
+  // and the norm's reduce-scattered d n2) go to the micro-step's set.
+  BlockDeferred* keep =
+      ctx.weight_deferred ? &deferred_[ctx.micro_step].blocks[ctx.spec->block] : nullptr;
+  Stream& st = *ctx.stream;
+  if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dx2, dy, d_.act_bytes));
+  BATON_RETURN_IF_ERROR(
+      MlpBodyBackward(ctx, a, dy, keep ? keep->dg : dg_, keep ? keep->du : du_, dn_));
   BATON_RETURN_IF_ERROR(SpReduceScatter(ctx, dn_));
+  if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dn2, sp_dn_, io_bytes_));
   // d(x1) = d(x2) + the norm's path, on this rank's rows.
   return SpNormBackward(ctx, dy, "mlp_norm.weight", a.x1, a.rstd2, gm);
 }
@@ -248,8 +261,15 @@ Status LlamaRank::SpAttentionBackward(const scheduler::ComputeContext& ctx) {
     return absl::InternalError(absl::StrCat(ctx.spec->name, ": no gathered output gradient"));
   }
   const NormGrad ga = NormGradOf(ctx, "attn_norm.weight");
-  BATON_RETURN_IF_ERROR(AttentionBodyBackward(ctx, a, dy, dq_, dk_, dv_, dn_));
+  // zb-h1: as SpMlpBackward (d x1 gathered, d q / k / v, d n1's shard).
+  BlockDeferred* keep = ctx.weight_deferred ? &deferred_[ctx.micro_step].blocks[b] : nullptr;
+  Stream& st = *ctx.stream;
+  if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dx1, dy, d_.act_bytes));
+  BATON_RETURN_IF_ERROR(AttentionBodyBackward(ctx, a, dy, keep ? keep->dq : dq_,
+                                              keep ? keep->dk : dk_, keep ? keep->dv : dv_,
+                                              dn_));
   BATON_RETURN_IF_ERROR(SpReduceScatter(ctx, dn_));
+  if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dn1, sp_dn_, io_bytes_));
   return SpNormBackward(ctx, dy, "attn_norm.weight", acts.h[b], a.rstd1, ga);
 }
 

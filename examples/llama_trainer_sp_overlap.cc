@@ -175,19 +175,32 @@ Status LlamaRank::SpOverlapMlpBackward(const scheduler::ComputeContext& ctx) {
                                w("w_down"), at(ds_, row, F), false, nullptr, DataType::kF32,
                                false);
   }));
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_down", {T, F, H, dtype_}, sp_dy_, a.s));
-  BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg_, du_));
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_gate", {T, H, F, dtype_}, dg_, a.n2));
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_up", {T, H, F, dtype_}, du_, a.n2));
+  // zb-h1: no wgrads; what the weight pass reads (the gathered d(x2),
+  // d gate, d up and the norm's d n2 shard) goes to the micro-step's set.
+  BlockDeferred* keep =
+      ctx.weight_deferred ? &deferred_[ctx.micro_step].blocks[ctx.spec->block] : nullptr;
+  void* dg = keep ? keep->dg : dg_;
+  void* du = keep ? keep->du : du_;
+  if (keep) {
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dx2, sp_dy_, d_.act_bytes));
+  } else {
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_down", {T, F, H, dtype_}, sp_dy_, a.s));
+  }
+  BATON_RETURN_IF_ERROR(ops::SwiGluBackward(st, {T, F, dtype_}, ds_, a.g, a.u, dg, du));
+  if (!keep) {
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_gate", {T, H, F, dtype_}, dg, a.n2));
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_up", {T, H, F, dtype_}, du, a.n2));
+  }
   // The input gradient's reduce-scatter beside its dgrad GEMMs.
   BATON_RETURN_IF_ERROR(SpScatterRows(ctx, sp_dn_, nullptr, [&](int64_t row, int64_t rows,
                                                                void* dst) -> Status {
-    BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {rows, H, F, dtype_}, at(dg_, row, F),
+    BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {rows, H, F, dtype_}, at(dg, row, F),
                                               at(a.n2, row, H), w("w_gate"), dst, false, nullptr,
                                               DataType::kF32, false));
-    return ops::LinearBackward(st, {rows, H, F, dtype_}, at(du_, row, F), at(a.n2, row, H),
+    return ops::LinearBackward(st, {rows, H, F, dtype_}, at(du, row, F), at(a.n2, row, H),
                                w("w_up"), dst, true, nullptr, DataType::kF32, false);
   }));
+  if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dn2, sp_dn_, io_bytes_));
   const int next = 1 - cur_;
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(gres_[next], gres_[cur_], io_bytes_));
   BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, sp_norm_, sp_dn_, a.x1, w("mlp_norm.weight"),
@@ -217,26 +230,39 @@ Status LlamaRank::SpOverlapAttentionBackward(const scheduler::ComputeContext& ct
     return ops::LinearBackward(st, {rows, Q, H, dtype_}, at(sp_dy_, row, H), at(a.o, row, Q),
                                w("wo"), at(do_, row, Q), false, nullptr, DataType::kF32, false);
   }));
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wo", {T, Q, H, dtype_}, sp_dy_, a.o));
+  // zb-h1: as SpOverlapMlpBackward (d x1 gathered, d q / k / v, d n1's
+  // shard kept; no wgrads).
+  BlockDeferred* keep = ctx.weight_deferred ? &deferred_[ctx.micro_step].blocks[b] : nullptr;
+  void* dq = keep ? keep->dq : dq_;
+  void* dk = keep ? keep->dk : dk_;
+  void* dv = keep ? keep->dv : dv_;
+  if (keep) {
+    BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dx1, sp_dy_, d_.act_bytes));
+  } else {
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wo", {T, Q, H, dtype_}, sp_dy_, a.o));
+  }
   BATON_RETURN_IF_ERROR(
-      ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq_, dk_, dv_));
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq_));
-  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk_));
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wq", {T, H, Q, dtype_}, dq_, a.n1));
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wk", {T, H, KV, dtype_}, dk_, a.n1));
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wv", {T, H, KV, dtype_}, dv_, a.n1));
+      ops::AttentionBackward(st, d_.attn, do_, a.q, a.k, a.v, a.o, a.lse, dq, dk, dv));
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_q, dq));
+  BATON_RETURN_IF_ERROR(ops::RotaryBackward(st, d_.rope_k, dk));
+  if (!keep) {
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wq", {T, H, Q, dtype_}, dq, a.n1));
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wk", {T, H, KV, dtype_}, dk, a.n1));
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wv", {T, H, KV, dtype_}, dv, a.n1));
+  }
   BATON_RETURN_IF_ERROR(SpScatterRows(ctx, sp_dn_, nullptr, [&](int64_t row, int64_t rows,
                                                                void* dst) -> Status {
     void* x = at(a.n1, row, H);
-    BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {rows, H, Q, dtype_}, at(dq_, row, Q), x,
+    BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {rows, H, Q, dtype_}, at(dq, row, Q), x,
                                               w("wq"), dst, false, nullptr, DataType::kF32,
                                               false));
-    BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {rows, H, KV, dtype_}, at(dk_, row, KV), x,
+    BATON_RETURN_IF_ERROR(ops::LinearBackward(st, {rows, H, KV, dtype_}, at(dk, row, KV), x,
                                               w("wk"), dst, true, nullptr, DataType::kF32,
                                               false));
-    return ops::LinearBackward(st, {rows, H, KV, dtype_}, at(dv_, row, KV), x, w("wv"), dst, true,
+    return ops::LinearBackward(st, {rows, H, KV, dtype_}, at(dv, row, KV), x, w("wv"), dst, true,
                                nullptr, DataType::kF32, false);
   }));
+  if (keep) BATON_RETURN_IF_ERROR(st.MemcpyAsync(keep->dn1, sp_dn_, io_bytes_));
   const int next = 1 - cur_;
   BATON_RETURN_IF_ERROR(st.MemcpyAsync(gres_[next], gres_[cur_], io_bytes_));
   BATON_RETURN_IF_ERROR(ops::RmsNormBackward(st, sp_norm_, sp_dn_, acts.h[b],

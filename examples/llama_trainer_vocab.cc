@@ -66,13 +66,20 @@ Status LlamaRank::VocabEmbedding(const scheduler::ComputeContext& ctx) {
         ops::VocabShardEmbeddingForward(st, s, Shard(), ids_[m], ctx.params[0].data, h0));
     return TensorReduce(ctx, h0, static_cast<size_t>(d_.T * d_.H), dtype_, ReduceOp::kSum);
   }
-  if (ctx.grads[0].data == nullptr) return absl::OkStatus();  // frozen
+  // zb-h1's input-gradient pass: the output's gradient (gathered under
+  // sequence parallelism) kept whole for the weight pass.
+  void* keep = ctx.weight_deferred ? deferred_[m].emb : nullptr;
+  if (keep == nullptr && ctx.grads[0].data == nullptr) return absl::OkStatus();  // frozen
   // The output's gradient is whole on every rank (under sequence
   // parallelism gathered from the shards): each adds its rows'.
   const void* dy = gres_[cur_];
   if (sp_) {
-    BATON_RETURN_IF_ERROR(ctx.tensor.comm->AllGather(gres_[cur_], dn_, shard, dtype_, st, opts));
-    dy = dn_;
+    void* whole = keep != nullptr ? keep : dn_;
+    BATON_RETURN_IF_ERROR(ctx.tensor.comm->AllGather(gres_[cur_], whole, shard, dtype_, st, opts));
+    dy = whole;
+  }
+  if (keep != nullptr) {
+    return sp_ ? absl::OkStatus() : st.MemcpyAsync(keep, dy, d_.act_bytes);
   }
   return ops::VocabShardEmbeddingBackward(st, s, Shard(), ids_[m], dy, ctx.grads[0].data,
                                           ctx.grads[0].dtype, ctx.grad_accumulate[0]);
@@ -110,9 +117,13 @@ Status LlamaRank::VocabHead(const scheduler::ComputeContext& ctx) {
                                   1.0f / static_cast<float>(T));
   }
   cur_ = 0;
-  BATON_RETURN_IF_ERROR(ops::LinearBackward(st, s, acts.logits, acts.nf, ctx.params[0].data,
-                                            sp_ ? dn_ : gres_[cur_], false, ctx.grads[0].data,
-                                            ctx.grads[0].dtype, ctx.grad_accumulate[0]));
+  // zb-h1's input-gradient pass: no weight gradient (the weight pass reads
+  // the logits' gradient, kept in place, and the gathered acts.nf).
+  const bool keep = ctx.weight_deferred;
+  BATON_RETURN_IF_ERROR(ops::LinearBackward(
+      st, s, acts.logits, acts.nf, ctx.params[0].data, sp_ ? dn_ : gres_[cur_], false,
+      keep ? nullptr : ctx.grads[0].data, keep ? DataType::kF32 : ctx.grads[0].dtype,
+      !keep && ctx.grad_accumulate[0]));
   // Each rank's input gradient is its slice's partial sum (under sequence
   // parallelism summed into the shards).
   if (sp_) {

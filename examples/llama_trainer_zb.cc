@@ -3,12 +3,22 @@
 // ComputeContext::weight_deferred) keeps, per micro-step, the gradients at
 // the outputs of the unit's weights; this pass turns them into the weight
 // gradients with the same kernels and operands as the unsplit backward,
-// so the sums are the same.
+// so the sums are the same. With tensor parallelism each of a block's
+// backward parts (ComputeContext::tensor.segments: the MLP with its norm,
+// the attention with its norm) has its own weight pass, which runs no
+// tensor collective: the input-gradient part all-reduced (reduce-
+// scattered, with sequence parallelism) the input gradients and kept the
+// results. Under sequence parallelism the norms' weight gradients are
+// partial per tensor rank (each rank's sequence shard): the last
+// micro-step's weight pass sums them over the tensor group once
+// (SpGradAllReduce), as the unsplit backward does.
 #include "absl/strings/str_cat.h"
 #include "baton/examples/llama_trainer.h"
 #include "baton/ops/embedding.h"
 #include "baton/ops/linear.h"
 #include "baton/ops/rmsnorm.h"
+#include "baton/ops/vocab_parallel.h"
+#include "baton/scheduler/step_graph.h"
 
 namespace baton::examples {
 
@@ -54,21 +64,32 @@ Status LlamaRank::NormWeight(const scheduler::ComputeContext& ctx, const char* n
   const int i = Find(ctx, name);
   const scheduler::TensorView& g = ctx.grads[i];
   if (g.data == nullptr) return absl::OkStatus();  // frozen
-  return ops::RmsNormBackward(*ctx.stream, d_.norm, dy, x, ctx.params[i].data, rstd, wdx_, false,
-                              g.data, g.dtype, ctx.grad_accumulate[i]);
+  // Sequence parallelism: this rank's rows, then the sum over the tensor
+  // group after the last micro-step's.
+  BATON_RETURN_IF_ERROR(ops::RmsNormBackward(*ctx.stream, sp_ ? sp_norm_ : d_.norm, dy, x,
+                                             ctx.params[i].data, rstd, wdx_, false, g.data,
+                                             g.dtype, ctx.grad_accumulate[i]));
+  return sp_ ? SpGradAllReduce(ctx, i) : absl::OkStatus();
 }
 
 Status LlamaRank::BlockWeight(const scheduler::ComputeContext& ctx) {
+  using scheduler::BlockSegment;
+  using scheduler::SegmentBit;
   const int b = ctx.spec->block;
   const int m = ctx.micro_step;
   Acts& acts = ActsOf(m);
   const BlockActs& a = acts.blocks[b];
   const BlockDeferred& k = deferred_[m].blocks[b];
   const int64_t T = d_.T, H = d_.H, Q = d_.Q, KV = d_.KV, F = d_.F;
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_down", {T, F, H, dtype_}, k.dx2, a.s));
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_gate", {T, H, F, dtype_}, k.dg, a.n2));
-  BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_up", {T, H, F, dtype_}, k.du, a.n2));
-  BATON_RETURN_IF_ERROR(NormWeight(ctx, "mlp_norm.weight", k.dn2, a.x1, a.rstd2));
+  // A tensor-parallel part covers its segments only (0: the whole block).
+  const uint8_t seg = ctx.tensor.segments;
+  if (seg == 0 || (seg & SegmentBit(BlockSegment::kMlp))) {
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_down", {T, F, H, dtype_}, k.dx2, a.s));
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_gate", {T, H, F, dtype_}, k.dg, a.n2));
+    BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "w_up", {T, H, F, dtype_}, k.du, a.n2));
+    BATON_RETURN_IF_ERROR(NormWeight(ctx, "mlp_norm.weight", k.dn2, a.x1, a.rstd2));
+  }
+  if (seg != 0 && !(seg & SegmentBit(BlockSegment::kAttention))) return absl::OkStatus();
   BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wo", {T, Q, H, dtype_}, k.dx1, a.o));
   BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wq", {T, H, Q, dtype_}, k.dq, a.n1));
   BATON_RETURN_IF_ERROR(ProjectWeight(ctx, "wk", {T, H, KV, dtype_}, k.dk, a.n1));
@@ -88,6 +109,11 @@ Status LlamaRank::WeightUnit(const scheduler::ComputeContext& ctx) {
   switch (ctx.spec->kind) {
     case scheduler::UnitKind::kEmbedding: {
       if (ctx.grads[0].data == nullptr) return absl::OkStatus();  // frozen
+      if (vocab_parallel_) {  // this rank's vocabulary rows; k.emb whole
+        return ops::VocabShardEmbeddingBackward(*ctx.stream, {T, V, H, dtype_}, Shard(),
+                                                ids_[m], k.emb, ctx.grads[0].data,
+                                                ctx.grads[0].dtype, ctx.grad_accumulate[0]);
+      }
       return ops::EmbeddingBackward(*ctx.stream, {T, V, H, dtype_}, ids_[m], k.emb,
                                     ctx.grads[0].data, ctx.grads[0].dtype,
                                     ctx.grad_accumulate[0]);
@@ -97,9 +123,10 @@ Status LlamaRank::WeightUnit(const scheduler::ComputeContext& ctx) {
     case scheduler::UnitKind::kFinalNorm: {
       const scheduler::TensorView& g = ctx.grads[0];
       if (g.data == nullptr) return absl::OkStatus();
-      return ops::RmsNormBackward(*ctx.stream, d_.norm, k.nf, acts.h[spec_.layers],
-                                  ctx.params[0].data, acts.rstdf, wdx_, false, g.data, g.dtype,
-                                  ctx.grad_accumulate[0]);
+      BATON_RETURN_IF_ERROR(ops::RmsNormBackward(
+          *ctx.stream, sp_ ? sp_norm_ : d_.norm, k.nf, acts.h[spec_.layers], ctx.params[0].data,
+          acts.rstdf, wdx_, false, g.data, g.dtype, ctx.grad_accumulate[0]));
+      return sp_ ? SpGradAllReduce(ctx, 0) : absl::OkStatus();
     }
     case scheduler::UnitKind::kLmHead: {
       const scheduler::TensorView& g = ctx.grads[0];

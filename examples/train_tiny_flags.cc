@@ -236,9 +236,6 @@ Flags Parse(int argc, char** argv) {
     if (f.arrivals) Fail("--arrivals measures data-parallel collectives; not with --pp");
   }
   if (f.sp && f.tp == 1) Fail("--sp (sequence parallelism) needs --tp > 1");
-  if (f.pp_schedule == scheduler::PipelineSchedule::kZbH1 && f.tp > 1) {
-    Fail("--pp-schedule=zb-h1 with --tp is simulated only (simulate --pp --tp)");
-  }
   if (f.tp_overlap && f.tp == 1) Fail("--tp-overlap needs --tp > 1");
   if (f.tp > 1) {
     // What tensor parallelism does not run with yet, one line each.

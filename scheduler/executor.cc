@@ -25,8 +25,8 @@ constexpr size_t kStateAlign = 256;
 
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-// Parallel graphs run when they are 1F1B or interleaved pipeline stage
-// graphs, with or without tensor parallelism (all-reduces, or sequence
+// Parallel graphs run when they are pipeline stage graphs (1F1B,
+// interleaved or zb-h1), with or without tensor parallelism (all-reduces, or sequence
 // parallelism's all-gathers and reduce-scatters, on the layout of tensor
 // slices); the rest is simulated only.
 // Pipeline messages' tags (communicator tags are 0..255): per direction
@@ -54,11 +54,6 @@ Status CheckExecutable(const StepGraph& graph, const ExecutorOptions& options) {
           "executor: a tensor-parallel graph runs on the layout of tensor slices "
           "(BuildParallelStep's tensor_slices); this one is the simulator's");
     }
-  }
-  if (p.pipeline_schedule == PipelineSchedule::kZbH1 && p.tensor_parallel > 1) {
-    return absl::UnimplementedError(
-        "executor: pipeline schedule zb-h1 with tensor parallelism is simulated only; the "
-        "executor runs zb-h1 without it");
   }
   if (p.virtual_stages > kMaxExecutedVirtualStages) {
     return absl::InvalidArgumentError(absl::StrCat(

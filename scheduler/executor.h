@@ -159,7 +159,9 @@ struct ComputeContext {
   // unit or stage needs), keeping what the weight gradients need. Later,
   // after other passes, kBackwardWeight for the same unit and micro-batch
   // with `grads` and `grad_accumulate` as a backward gets them and no
-  // pipeline buffers: the weight gradients only. False (and no
+  // pipeline buffers: the weight gradients only. With tensor parallelism
+  // a block has a kBackwardWeight call per backward part (tensor.segments,
+  // no tensor collective in the graph around it). False (and no
   // kBackwardWeight call) on every other graph.
   bool weight_deferred = false;
   // Pipeline stages (a parallel graph's compute nodes next to a receive or

@@ -81,20 +81,6 @@ TEST(ExecutorPipelineTest, RefusesABackendWithoutPointToPoint) {
 TEST(ExecutorPipelineTest, RefusesWhatDoesNotRunYet) {
   auto group = CreateInprocGroup(2);
   ASSERT_TRUE(group.ok()) << group.status();
-  {
-    // ZB-H1 runs without tensor parallelism only.
-    Policy zb = PipelinePolicy(4);
-    zb.pipeline_schedule = PipelineSchedule::kZbH1;
-    zb.tensor_parallel = 2;
-    auto tp_group = CreateInprocGroup(4);
-    ASSERT_TRUE(tp_group.ok()) << tp_group.status();
-    auto step = BuildParallelStep(*ModelPreset("micro"), zb, 4, kSeq, kBatch, {}, {}, true,
-                                  /*tensor_slices=*/true);
-    ASSERT_TRUE(step.ok()) << step.status();
-    auto exec = Executor::Create(step->stages[0], *tp_group->device, *tp_group->comms[0]);
-    EXPECT_EQ(exec.status().code(), absl::StatusCode::kUnimplemented) << exec.status();
-    EXPECT_NE(exec.status().message().find("zb-h1"), std::string::npos) << exec.status();
-  }
   auto step = Build(PipelinePolicy(4), 2);
   ASSERT_TRUE(step.ok()) << step.status();
   // Rank 0 is stage 0: the last stage's graph is not its own.

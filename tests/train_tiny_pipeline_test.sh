@@ -110,8 +110,6 @@ has pp-flops '^pipeline: 2 stages of 1, 1 blocks \(--pp-layers=flops\)'
 # A pipeline rank that dies or hangs: //tests:train_tiny_pipeline_faults_test.
 bad not-dividing "is not a multiple of --pp=2" "${model[@]}" --pp=2 --nranks=3
 bad more-stages "more than the model's 2 blocks" "${model[@]}" --pp=3 --nranks=3
-bad zb-h1-tp "zb-h1 with --tp is simulated only" "${model[@]}" --pp=2 --tp=2 --nranks=4 \
-  --pp-schedule=zb-h1
 bad interleaved-m "to be a multiple of --pp=2" "${model[@]/--layers=2/--layers=4}" --pp=2 \
   --vpp=2 --pp-schedule=interleaved --nranks=2 --micro-steps=3
 bad interleaved-layers "blocks to be a multiple of --pp x --vpp = 4" \

@@ -6,7 +6,8 @@
 # same), alone and with FSDP2 sharding of each tensor rank's
 # slice over the data ranks, with selective recompute, inside 1F1B pipeline
 # stages (3D; the blocks' saved activations of the slice, and with --sp of the
-# sequence shard, planned per stage), and on ucx processes; --sp (sequence parallelism) likewise
+# sequence shard, planned per stage; and under zb-h1, with --sp --tp-overlap
+# too, bit for bit the 1F1B run), and on ucx processes; --sp (sequence parallelism) likewise
 # within 1e-5 for TP 2 and 4 (the embedding and head vocabulary-parallel,
 # their sums reduce-scattered to and gathered from the sequence shards),
 # with FSDP2, in 1F1B stages and on ucx, and
@@ -68,14 +69,18 @@ print(f"  trace: {len(transfers)} chunk transfers on the tensor tracks, {len(gem
       f" on the compute tracks in chunk order; {pairs} pairs overlapping in time")
 PY
 }
-same() {  # same NAME FILE: the --json line's losses and parameter difference are FILE's
-  python3 - "$2" "$t/out" <<'PY' || { echo "FAIL $1 differs"; fail=1; }
+same() {  # same NAME FILE [WHAT]: the --json line's losses and parameter difference are
+  # FILE's (WHAT names FILE's run; default the one with the graph's collective nodes)
+  local what="the run with the graph's collective nodes"
+  if [ $# -ge 3 ]; then what=$3; fi
+  python3 - "$2" "$t/out" "$what" <<'PY' ||
 import json, sys
-a, b = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:])
+a, b = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:3])
 assert a["losses"] == b["losses"], (a["losses"], b["losses"])
 assert a["max_param_rel_diff_vs_reference"] == b["max_param_rel_diff_vs_reference"]
-print("  bit for bit the losses and parameters of the run with the graph's collective nodes")
+print("  bit for bit the losses and parameters of " + sys.argv[3])
 PY
+    { echo "FAIL $1 differs"; fail=1; }
 }
 saved() {  # saved NAME SP: the --json line's planned saved activations per 1F1B stage
   # (--pp=2, 4 micro-batches: stage s holds min(m, p - s) = 2, 1) are blocks of the TP 2
@@ -163,6 +168,15 @@ has tp2-pp2 '^pipeline: 2 stages of 1, 1 blocks .*, 1 data ranks per stage, buck
 has tp2-pp2 '^pipeline saved activations in the plan \(blocks, in-flight micro-batches x one.s\): stage 0 0.24 MiB \(2.00 x 0.12 MiB; arena [0-9.]+ MiB\), stage 1 0.12 MiB \(1.00 x 0.12 MiB; arena [0-9.]+ MiB\)$'
 saved tp2-pp2 0
 equal tp2-pp2 1
+# ZB-H1 in the TP stages: each block part's weight pass deferred, the sums
+# in 1F1B's order (bit for bit its losses and parameters).
+cp "$t/out" "$t/tp2-pp2.out"
+run tp2-pp2-zb 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
+  --pp-schedule=zb-h1 --check-reference --json
+has tp2-pp2-zb '^pipeline: 2 stages of 1, 1 blocks .*zb-h1, 4 micro-batches'
+has tp2-pp2-zb '^pipeline saved activations in the plan \(blocks, in-flight micro-batches x one.s\): stage 0 0.35 MiB \(3.00 x 0.12 MiB; arena [0-9.]+ MiB\), stage 1 0.24 MiB \(2.00 x 0.12 MiB; arena [0-9.]+ MiB\)$'
+equal tp2-pp2-zb 1
+same tp2-pp2-zb "$t/tp2-pp2.out" "the 1F1B run"
 run tp2-pp2-fsdp2 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=8 --micro-steps=3 \
   --policy=fsdp2 --check-reference --json
 equal tp2-pp2-fsdp2 1
@@ -235,6 +249,12 @@ run tp2-sp-pp2-overlap 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --m
   --sp --tp-overlap --check-reference --json
 equal tp2-sp-pp2-overlap 1
 same tp2-sp-pp2-overlap "$t/tp2-sp-pp2.out"
+# ZB-H1 with --sp --tp-overlap: the norms' partial weight gradients summed
+# over the tensor group after the last weight pass; bit for bit 1F1B's.
+run tp2-sp-pp2-zb 0 "${model[@]}" --kv-heads=2 --tp=2 --pp=2 --nranks=4 --micro-steps=4 \
+  --sp --tp-overlap --pp-schedule=zb-h1 --check-reference --json
+equal tp2-sp-pp2-zb 1
+same tp2-sp-pp2-zb "$t/tp2-sp-pp2.out" "the 1F1B --sp run"
 run tp2-sp-ucx 0 "${model[@]}" --kv-heads=2 --tp=2 --nranks=4 --batch=1 --policy=fsdp2 \
   --backend=ucx --sp --check-reference --json
 equal tp2-sp-ucx 0
