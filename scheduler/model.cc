@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "baton/runtime/input_file.h"
 #include "baton/runtime/json_input.h"
+#include "baton/scheduler/model_moe.h"
 #include "nlohmann/json.hpp"
 
 namespace baton::scheduler {
@@ -81,7 +82,19 @@ std::optional<int64_t> MulAdd(int64_t a, int64_t b, int64_t c) {
 
 // The parameter count of a spec whose sizes are positive, computed with
 // every step checked; nullopt past kMaxModelParameters.
+std::optional<int64_t> GeneralParameterCount(const ModelSpec& s, bool active,
+                                             bool experts_only = false) {
+  __int128 total = experts_only ? 0 : __int128{s.hidden} * (s.tie_embeddings ? 1 : 2) * s.vocab +
+                                          s.hidden;
+  for (int64_t b = 0; b < s.layers; ++b) {
+    total += internal::BlockParams(s, b, active, experts_only);
+    if (total > kMaxModelParameters) return std::nullopt;
+  }
+  return static_cast<int64_t>(total);
+}
+
 std::optional<int64_t> CheckedParameterCount(const ModelSpec& s) {
+  if (internal::GeneralBlock(s)) return GeneralParameterCount(s, false);
   const int64_t h = s.hidden, f = s.intermediate;
   std::optional<int64_t> q = MulAdd(s.heads, s.head_dim, 0);
   std::optional<int64_t> kv = MulAdd(s.kv_heads, s.head_dim, 0);
@@ -136,6 +149,7 @@ Status ValidateModelSpec(const ModelSpec& s) {
     return absl::InvalidArgumentError(
         absl::StrCat("model ", s.name, ": rope_theta must be positive"));
   }
+  BATON_RETURN_IF_ERROR(internal::ValidateMoeAndMla(s));
   // Every size is in [1, 2^24], so each product below fits; the sums are
   // checked as they go.
   if (!CheckedParameterCount(s).has_value()) {
@@ -164,6 +178,7 @@ StatusOr<ModelSpec> ModelPreset(absl::string_view name) {
       return s;
     }
   }
+  if (std::optional<ModelSpec> moe = internal::MoePreset(name)) return *moe;
   return absl::NotFoundError(absl::StrCat("unknown model \"", name,
                                           "\"; presets: ",
                                           absl::StrJoin(ModelPresetNames(), ", ")));
@@ -172,6 +187,7 @@ StatusOr<ModelSpec> ModelPreset(absl::string_view name) {
 std::vector<std::string> ModelPresetNames() {
   std::vector<std::string> names;
   for (const Preset& p : kPresets) names.emplace_back(p.name);
+  for (std::string& n : internal::MoePresetNames()) names.push_back(std::move(n));
   return names;
 }
 
@@ -183,25 +199,31 @@ StatusOr<ModelSpec> ModelFromHfConfig(absl::string_view json_text,
     return absl::InvalidArgumentError("config.json: not a JSON object");
   }
   bool llama = false;
+  std::string moe_family;  // an architecture or model_type of model_moe.h
   std::string arch_seen = "(none)";
   if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     std::vector<std::string> seen;
     for (const auto& a : *it) {
       if (seen.size() < 4) seen.push_back(JsonBrief(a));
-      if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") {
-        llama = true;
-      }
+      if (!a.is_string()) continue;
+      const std::string arch = a.get<std::string>();
+      if (arch == "LlamaForCausalLM") llama = true;
+      if (internal::IsMoeArchitecture(arch)) moe_family = arch;
     }
     if (it->size() > seen.size()) seen.push_back("...");
     arch_seen = absl::StrCat("[", absl::StrJoin(seen, ", "), "]");
   } else if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) {
     arch_seen = absl::StrCat("model_type ", JsonBrief(*mt));
-    llama = mt->get<std::string>() == "llama";
+    const std::string type = mt->get<std::string>();
+    llama = type == "llama";
+    if (internal::IsMoeModelType(type)) moe_family = type;
   }
-  if (!llama) {
+  if (!llama && moe_family.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: unsupported architecture ", arch_seen,
-        "; baton supports LlamaForCausalLM (model_type \"llama\")"));
+        "; baton supports LlamaForCausalLM (model_type \"llama\"), MixtralForCausalLM, "
+        "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM and "
+        "DeepseekV3ForCausalLM"));
   }
   ModelSpec s;
   s.name = std::string(name);
@@ -224,6 +246,9 @@ StatusOr<ModelSpec> ModelFromHfConfig(absl::string_view json_text,
   }
   BATON_RETURN_IF_ERROR(GetNumber(j, "rms_norm_eps", 1e-12, 1, s.norm_eps));
   BATON_RETURN_IF_ERROR(GetNumber(j, "rope_theta", 1, 1e12, s.rope_theta));
+  if (!moe_family.empty()) {
+    BATON_RETURN_IF_ERROR(internal::ReadMoeHfFields(j, moe_family, s));
+  }
   BATON_RETURN_IF_ERROR(ValidateModelSpec(s));
   return s;
 }
@@ -268,6 +293,11 @@ std::vector<UnitSpec> BuildUnits(const ModelSpec& s) {
   for (int64_t i = 0; i < s.layers; ++i) {
     UnitSpec b{absl::StrCat("block", i), UnitKind::kBlock,
                static_cast<int>(i), {}};
+    if (internal::GeneralBlock(s)) {
+      internal::AddGeneralBlockParams(s, i, b);
+      units.push_back(std::move(b));
+      continue;
+    }
     b.params.push_back(Param(b.name, "attn_norm.weight", {h}));
     b.params.push_back(Param(b.name, "wq", {q, h}));
     b.params.push_back(Param(b.name, "wk", {kv, h}));
@@ -294,8 +324,29 @@ int64_t ParameterCount(const ModelSpec& spec) {
   return CheckedParameterCount(spec).value_or(-1);
 }
 
+int64_t ActiveParameterCount(const ModelSpec& spec) {
+  if (!internal::GeneralBlock(spec)) return ParameterCount(spec);
+  return GeneralParameterCount(spec, true).value_or(-1);
+}
+
+int64_t ExpertParameterCount(const ModelSpec& spec) {
+  if (!spec.moe.enabled()) return 0;
+  return GeneralParameterCount(spec, false, true).value_or(-1);
+}
+
+const char* MoeRouterName(MoeRouter r) {
+  return r == MoeRouter::kSigmoid ? "sigmoid" : "softmax";
+}
+
 double TrainingFlopsPerSequence(const ModelSpec& m, int64_t seq) {
   const double s = static_cast<double>(seq);
+  if (internal::GeneralBlock(m)) {
+    double per_token = 2.0 * m.hidden * m.vocab;
+    for (int64_t b = 0; b < m.layers; ++b) {
+      per_token += internal::GeneralBlockForwardFlopsPerToken(m, seq, b);
+    }
+    return 3.0 * s * per_token;
+  }
   const double h = m.hidden, q = m.heads * m.head_dim,
                kv = m.kv_heads * m.head_dim, f = m.intermediate, v = m.vocab;
   // Per token, forward: projections 2*h*(2q + 2kv), attention 4*s*q (no
@@ -304,7 +355,15 @@ double TrainingFlopsPerSequence(const ModelSpec& m, int64_t seq) {
   return 3.0 * s * (static_cast<double>(m.layers) * per_layer + 2 * h * v);
 }
 
+double BlockForwardFlopsAt(const ModelSpec& m, int64_t seq, int64_t block) {
+  if (internal::GeneralBlock(m)) {
+    return static_cast<double>(seq) * internal::GeneralBlockForwardFlopsPerToken(m, seq, block);
+  }
+  return BlockForwardFlops(m, seq);
+}
+
 double BlockForwardFlops(const ModelSpec& m, int64_t seq) {
+  if (internal::GeneralBlock(m)) return BlockForwardFlopsAt(m, seq, 0);
   const double s = static_cast<double>(seq);
   const double h = m.hidden, q = m.heads * m.head_dim,
                kv = m.kv_heads * m.head_dim, f = m.intermediate;

@@ -229,7 +229,7 @@ StatusOr<std::vector<int>> VirtualStageLayers(const ModelSpec& spec, const Polic
 
 std::vector<double> UnitTrainingFlops(const ModelSpec& spec, int64_t seq) {
   std::vector<double> c(static_cast<size_t>(spec.layers) + 3, 0.0);
-  for (int64_t b = 0; b < spec.layers; ++b) c[1 + b] = 3 * BlockForwardFlops(spec, seq);
+  for (int64_t b = 0; b < spec.layers; ++b) c[1 + b] = 3 * BlockForwardFlopsAt(spec, seq, b);
   c.back() = 6.0 * static_cast<double>(spec.hidden) * spec.vocab * seq;
   return c;
 }
