@@ -159,7 +159,8 @@ struct SchedulePosition {
   // world rank. -1 for collectives.
   int32_t peer = -1;
   // The mesh group it runs over: scheduler::MeshGroup::bits() (bit d is
-  // mesh dimension d: pp, dp_replicate, dp_shard, hpz, cp, tp); 0: none.
+  // mesh dimension d: pp, dp_replicate, dp_shard, hpz, cp, tp, ep, edp);
+  // 0: none.
   uint8_t group = 0;
   // Check mode: inproc and ucx compare the positions of the calls they
   // match (with the kind, count and type they always compare) and fail

@@ -40,8 +40,8 @@ size_t RoundUp(size_t n) {
   return c;
 }
 
-constexpr const char* kDimNames[] = {"pp", "dp_replicate", "dp_shard",
-                                     "hpz", "cp", "tp"};
+constexpr const char* kDimNames[] = {"pp", "dp_replicate", "dp_shard", "hpz",
+                                     "cp", "tp", "ep", "edp"};
 
 }  // namespace
 
@@ -50,7 +50,7 @@ std::string MeshGroupBitsName(uint8_t bits) {
   std::vector<std::string> names;
   for (int d = 0; d < 8; ++d) {
     if ((bits >> d & 1) == 0) continue;
-    names.push_back(d < 6 ? kDimNames[d] : absl::StrCat("dim", d));
+    names.push_back(kDimNames[d]);
   }
   return absl::StrJoin(names, "+");
 }

@@ -484,7 +484,7 @@ class Executor final : private ExecutorParts {
   ExecutorOptions options_;
   // The mesh groups' communicators by MeshGroup::bits() (BindGroups), and
   // those made by Split.
-  std::array<Communicator*, 1 << kNumMeshDims> group_comm_{};
+  std::array<Communicator*, 1 << kNumMeshGroupBits> group_comm_{};
   std::vector<std::unique_ptr<Communicator>> owned_comms_;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Event>> node_events_;  // nullptr: not needed

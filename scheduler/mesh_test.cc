@@ -194,3 +194,86 @@ TEST(MeshTest, SplitByTheMeshGivesItsGroupsOnInproc) {
 
 }  // namespace
 }  // namespace baton::scheduler
+
+namespace baton::scheduler {
+namespace {
+
+// Every group of folded dimension set `g` partitions the world; its
+// members share the pipeline coordinate and every folded coordinate
+// outside `g`; positions and group indices are Split's key and colour.
+void CheckFoldedGroups(const DeviceMesh& m, MeshGroup g) {
+  std::set<int> seen, indices;
+  for (int r = 0; r < m.world_size(); ++r) {
+    const std::vector<int> ranks = m.group_ranks(r, g);
+    ASSERT_EQ(static_cast<int>(ranks.size()), m.size(g)) << g.name();
+    EXPECT_EQ(ranks[m.position(r, g)], r) << g.name() << " rank " << r;
+    for (int q : ranks) {
+      EXPECT_EQ(m.group_index(q, g), m.group_index(r, g)) << g.name();
+      EXPECT_EQ(m.coord(q, MeshDim::kPipeline), m.coord(r, MeshDim::kPipeline));
+      for (MeshDim d : {MeshDim::kExpert, MeshDim::kExpertData}) {
+        if (!g.has(d)) {
+          EXPECT_EQ(m.coord(q, d), m.coord(r, d)) << g.name();
+        }
+      }
+    }
+    if (m.position(r, g) == 0) {
+      indices.insert(m.group_index(r, g));
+      for (int q : ranks) EXPECT_TRUE(seen.insert(q).second) << g.name();
+    }
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), m.world_size()) << g.name();
+  EXPECT_EQ(static_cast<int>(indices.size()), m.world_size() / m.size(g)) << g.name();
+}
+
+TEST(MeshTest, ExpertsFoldOverTheStageRanks) {
+  // pp 2, dp 8, tp 2 (32 ranks, 16 per stage); ep 4 with etp 1: an expert
+  // group is 4 consecutive ranks of a stage (spanning 2 tp ranks and 2 data
+  // ranks), edp = 16 / 4.
+  MeshSizes s = Sizes(2, 1, 8, 1, 1, 2);
+  s[MeshDim::kExpert] = 4;
+  auto m = DeviceMesh::Create(s);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->world_size(), 32);
+  EXPECT_EQ(m->size(kExpertGroup), 4);
+  EXPECT_EQ(m->size(kExpertDataGroup), 4);
+  EXPECT_EQ(m->group_ranks(5, kExpertGroup), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(m->group_ranks(17, kExpertDataGroup), (std::vector<int>{17, 21, 25, 29}));
+  EXPECT_EQ(m->ToString(), "pp=2 dp_replicate=1 dp_shard=8 hpz=1 cp=1 tp=2 ep=4 edp=4");
+  CheckFoldedGroups(*m, kExpertGroup);
+  CheckFoldedGroups(*m, kExpertDataGroup);
+  // etp = tp: the expert group strides over the tensor ranks.
+  s.expert_tensor = 2;
+  m = DeviceMesh::Create(s);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->size(kExpertDataGroup), 2);
+  EXPECT_EQ(m->group_ranks(1, kExpertGroup), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(m->group_ranks(1, kExpertDataGroup), (std::vector<int>{1, 9}));
+  CheckFoldedGroups(*m, kExpertGroup);
+  CheckFoldedGroups(*m, kExpertDataGroup);
+  // Another order: the flat index follows the mesh order.
+  MeshSizes o = Sizes(2, 1, 4, 1, 2, 1);
+  o[MeshDim::kExpert] = 8;
+  auto permuted = DeviceMesh::Create(o, {MeshDim::kReplicate, MeshDim::kShard, MeshDim::kHpz,
+                                         MeshDim::kContext, MeshDim::kTensor,
+                                         MeshDim::kPipeline});
+  ASSERT_TRUE(permuted.ok()) << permuted.status();
+  EXPECT_EQ(permuted->group_ranks(0, kExpertGroup),
+            (std::vector<int>{0, 2, 4, 6, 8, 10, 12, 14}));
+  CheckFoldedGroups(*permuted, kExpertGroup);
+  CheckFoldedGroups(*permuted, kExpertDataGroup);
+}
+
+TEST(MeshTest, ExpertsThatDoNotFoldAreRefused) {
+  MeshSizes s = Sizes(2, 1, 4, 1, 1, 2);  // 8 ranks a stage
+  s[MeshDim::kExpert] = 16;
+  EXPECT_NE(DeviceMesh::Create(s).status().message().find(
+                "ep x etp = 16 does not divide the 8 ranks of a pipeline stage"),
+            std::string::npos);
+  s[MeshDim::kExpert] = 2;
+  s.expert_tensor = 4;
+  EXPECT_NE(DeviceMesh::Create(s).status().message().find("etp = 4 must be 1 or tp = 2"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace baton::scheduler

@@ -89,7 +89,7 @@ class NodeCoster {
   const SimOptions& o_;
   const ComputeModel& k_;
   // Placement of each mesh group the graph uses, by MeshGroup::bits().
-  std::array<std::optional<GroupPlacement>, 1 << scheduler::kNumMeshDims> placement_;
+  std::array<std::optional<GroupPlacement>, 1 << scheduler::kNumMeshGroupBits> placement_;
   double act_bytes_ = 0;        // parallel graphs: one micro-batch's activation
   double ring_step_bytes_ = 0;  // ... and one ring step's K and V
 };
