@@ -98,6 +98,14 @@ const char kUsage[] =
     "   the first / last stages' blocks; the data ranks are --gpus / (tp x\n"
     "   cp x pp), --micro-batch is per data rank; prints each stage's\n"
     "   memory and the bubble; sim/parallel_sim.h)\n"
+    "  [--ep=N [--etp=1|tp]] [--moe-dispatcher=alltoall|hierarchical|allgather]\n"
+    "  [--moe-overlap] [--moe-shared-overlap] [--moe-capacity=C] [--moe-imbalance=X]\n"
+    "   (mixtures of experts: expert parallelism over N ranks folded over a\n"
+    "   stage's ranks, expert tensor parallelism; how tokens reach their experts\n"
+    "   (DeepEP's hierarchical normal kernels, Megatron's all-gather); one\n"
+    "   micro-batch's dispatch / combine under another's compute; shared\n"
+    "   experts under the dispatch; a capacity factor (0: dropless); the\n"
+    "   busiest expert rank's load over the mean (default 1); docs/moe.md)\n"
     "  [--policy=NAME | --compare=a,b,...] [--trace=PATH] [--svg=PATH] [--json]\n"
     "  [--policy-file=PATH] (a policy file, scheduler/policy_file.h: its\n"
     "   micro_steps sets the micro-batch and its recompute_blocks the\n"
@@ -158,9 +166,10 @@ Status ParseParallel(Flags& f) {
        w.pp_last_layers > 0) && w.pp < 2) {
     return Bad("--pp-schedule, --vpp and --pp-first/last-layers need --pp=N with N > 1");
   }
-  f.parallel = w.tp > 1 || w.cp > 1 || w.pp > 1;
+  f.parallel = w.tp > 1 || w.cp > 1 || w.pp > 1 || w.ep > 1 || w.etp > 1;
   if (f.parallel && (!f.policy_file.empty())) {
-    return Bad("--tp, --cp and --pp set the mesh; a policy file carries its own: give one");
+    return Bad("--tp, --cp, --pp, --ep and --etp set the mesh; a policy file carries its own: "
+               "give one");
   }
   return absl::OkStatus();
 }
@@ -198,6 +207,11 @@ StatusOr<Flags> Parse(const std::vector<std::string>& args, bool* help, bool* ve
       f.memory = true;
       continue;
     }
+    if (a == "--moe-overlap" || a == "--moe-shared-overlap") {
+      BATON_RETURN_IF_ERROR(flags.TrySwitch(a));
+      (a == "--moe-overlap" ? f.workload.moe_a2a_overlap : f.workload.moe_shared_overlap) = true;
+      continue;
+    }
     if (a == "--sp" || a == "--tp-overlap" || a == "--tp-across-nodes") {
       BATON_RETURN_IF_ERROR(flags.TrySwitch(a));
       (a == "--sp" ? f.workload.sp : a == "--tp-overlap" ? f.workload.tp_overlap
@@ -223,6 +237,17 @@ StatusOr<Flags> Parse(const std::vector<std::string>& args, bool* help, bool* ve
     else if (key == "--pp") { BATON_RETURN_IF_ERROR(PositiveInt(key, v, kMaxGpus, f.workload.pp)); }
     else if (key == "--vpp") { BATON_RETURN_IF_ERROR(PositiveInt(key, v, kMaxGpus, f.workload.vpp)); }
     else if (key == "--pp-schedule") f.pp_schedule = v;
+    else if (key == "--ep") { BATON_RETURN_IF_ERROR(PositiveInt(key, v, kMaxGpus, f.workload.ep)); }
+    else if (key == "--etp") { BATON_RETURN_IF_ERROR(PositiveInt(key, v, kMaxGpus, f.workload.etp)); }
+    else if (key == "--moe-dispatcher") {
+      auto d = scheduler::ParseMoeDispatcher(v);
+      if (!d.ok()) return Bad(absl::StrCat("--moe-dispatcher: ", d.status().message()));
+      f.workload.moe_dispatcher = *d;
+    } else if (key == "--moe-capacity") {
+      BATON_ASSIGN_OR_RETURN(f.workload.moe_capacity_factor, cli::ParseNumber(key, v, 0, 1024));
+    } else if (key == "--moe-imbalance") {
+      BATON_ASSIGN_OR_RETURN(f.workload.moe_imbalance, cli::ParseNumber(key, v, 1, 64));
+    }
     else if (key == "--pp-first-layers") {
       { BATON_RETURN_IF_ERROR(PositiveInt(key, v, kMaxGpus, f.workload.pp_first_layers)); }
     } else if (key == "--pp-last-layers") {
@@ -281,9 +306,10 @@ StatusOr<Flags> Parse(const std::vector<std::string>& args, bool* help, bool* ve
   }
   if (f.tune && (f.workload.tp > 1 || f.workload.cp > 1 || f.workload.pp > 1 ||
                  f.workload.sp || f.workload.tp_overlap || f.workload.vpp > 1 ||
-                 !f.pp_schedule.empty())) {
-    return Bad("--tune searches the mesh (tensor, context, pipeline and data dimensions); "
-         "drop --tp, --sp, --tp-overlap, --cp, --pp, --vpp and --pp-schedule");
+                 !f.pp_schedule.empty() || f.workload.ep > 1 || f.workload.etp > 1)) {
+    return Bad("--tune searches the mesh (tensor, context, pipeline, expert and data "
+               "dimensions); drop --tp, --sp, --tp-overlap, --cp, --pp, --vpp, --pp-schedule, "
+               "--ep and --etp");
   }
   if (f.tune && (f.recompute_given || f.workload.shard_group >= 0 ||
                  f.workload.hpz_group >= 0 || !f.trace.empty() || !f.svg.empty())) {
@@ -335,6 +361,12 @@ StatusOr<scheduler::Policy> PolicyFromFile(const Flags& f, const scheduler::Mode
   w.pp = p->pipeline_parallel;
   w.vpp = p->virtual_stages;
   w.schedule = p->pipeline_schedule;
+  w.ep = p->expert_parallel;
+  w.etp = p->expert_tensor_parallel;
+  w.moe_dispatcher = p->moe_dispatcher;
+  w.moe_a2a_overlap = p->moe_a2a_overlap;
+  w.moe_shared_overlap = p->moe_shared_overlap;
+  w.moe_capacity_factor = p->moe_capacity_factor;
   if (Status s = sim::ValidateWorkload(w); !s.ok()) {
     return Bad(absl::StrCat("policy file ", f.policy_file, ": ", s.message()));
   }
@@ -362,6 +394,22 @@ StatusOr<scheduler::Policy> PolicyFromFile(const Flags& f, const scheduler::Mode
     return Bad(absl::StrCat("policy file ", f.policy_file, ": ", g.status().message()));
   }
   return *std::move(p);
+}
+
+// A mixture of experts: its layout and what its all-to-all left exposed.
+std::string MoeLine(const scheduler::ModelSpec& model, const scheduler::Policy& p,
+                    const sim::Workload& w, const sim::SimResult& r) {
+  auto mesh = scheduler::ResolveMesh(p, w.gpus);
+  const int edp = mesh.ok() ? mesh->size(scheduler::kExpertDataGroup) : 0;
+  return absl::StrFormat(
+      "        experts: ep=%d etp=%d edp=%d, %lld per rank, dispatcher %s%s%s; exposed "
+      "all-to-all %.3f s; MFU on %.2fB active parameters; dispatch buffers %.2f GiB\n",
+      p.expert_parallel, p.expert_tensor_parallel, edp,
+      static_cast<long long>(model.moe.experts / p.expert_parallel),
+      scheduler::MoeDispatcherName(p.moe_dispatcher),
+      p.moe_a2a_overlap ? ", a2a overlapped across micro-batches" : "",
+      p.moe_shared_overlap ? ", shared experts under the dispatch" : "", r.exposed_a2a_s,
+      scheduler::ActiveParameterCount(model) / 1e9, r.memory.dispatch / 1073741824.0);
 }
 
 // --memory: one line per policy, bytes per GPU by what holds them.
@@ -551,9 +599,13 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
       return Bad(std::string(scheduler::PolicyPreset(p).status().message()));
     }
   }
-  absl::StrAppendFormat(&out, "# %s (%.2fB parameters) on %d x %s (%d per node), seq %lld, "
+  const std::string active =
+      model->moe.enabled()
+          ? absl::StrFormat(", %.2fB active", scheduler::ActiveParameterCount(*model) / 1e9)
+          : std::string();
+  absl::StrAppendFormat(&out, "# %s (%.2fB parameters%s) on %d x %s (%d per node), seq %lld, "
               "global batch %lld, micro-batch %lld\n",
-              model->name.c_str(), scheduler::ParameterCount(*model) / 1e9,
+              model->name.c_str(), scheduler::ParameterCount(*model) / 1e9, active.c_str(),
               w.gpus, cluster->name.c_str(), cluster->gpus_per_node,
               static_cast<long long>(w.seq),
               static_cast<long long>(w.global_batch),
@@ -579,10 +631,15 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
     absl::StrAppendFormat(&out, "# kernel stack: %s, %s GEMMs (sim/compute_model.h KernelStack)\n",
                 f.kernel_stack.c_str(), f.gemm_dtype.c_str());
   }
-  const bool parallel = f.parallel || (file_policy && scheduler::IsParallel(*file_policy));
+  // A mixture of experts always runs as parallel graphs (its expert nodes).
+  const bool parallel = f.parallel || (file_policy && scheduler::IsParallel(*file_policy)) ||
+                        model->moe.enabled();
   if (parallel && (f.memory || f.tech.any())) {
-    return Bad("--memory and the techniques' flags cover the data-parallel step; the policy "
-               "file sets tensor, context or pipeline parallelism");
+    return Bad(model->moe.enabled()
+                   ? "--memory and the techniques' flags cover the data-parallel step; a "
+                     "mixture of experts runs as parallel graphs (its stages' memory is printed)"
+                   : "--memory and the techniques' flags cover the data-parallel step; the "
+                     "policy file sets tensor, context or pipeline parallelism");
   }
   if (parallel) {
     auto p = file_policy ? StatusOr<scheduler::Policy>(*file_policy)
@@ -598,7 +655,9 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
     return run;
   }
   const std::vector<std::string> names =
-      file_policy ? std::vector<std::string>{file_policy->name} : f.policies;
+      file_policy                                  ? std::vector<std::string>{file_policy->name}
+      : model->moe.enabled() && !f.policies_given ? std::vector<std::string>{"baton"}
+                                                   : f.policies;
   int name_width = 7;  // the policy column fits the longest name printed
   for (const std::string& name : names) {
     name_width = std::max(name_width, static_cast<int>(name.size()));
@@ -667,6 +726,7 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
     std::optional<sim::MemoryReport> mr;  // the data-parallel step's
     if (!parallel) mr = sim::ReportMemory(graph, *cluster, w);
     if (f.memory) PrintMemory(*mr, *cluster, r->fits, out);
+    if (model->moe.enabled()) out += MoeLine(*model, *policy, w, *r);
     if (!r->stages.empty()) out += sim::StagesText(*r);
     rows.push_back({{"policy", name},
                     {"step_time_s", r->step_s},
@@ -677,6 +737,14 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
                     {"recompute_blocks", r->recompute_blocks},
                     {"recompute", scheduler::RecomputeName(graph.policy.recompute)},
                     {"tokens_per_s_per_gpu", r->tokens_per_s_per_gpu}});
+    if (model->moe.enabled()) {
+      rows.back()["experts"] = {{"ep", policy->expert_parallel},
+                                {"etp", policy->expert_tensor_parallel},
+                                {"dispatcher", scheduler::MoeDispatcherName(policy->moe_dispatcher)},
+                                {"exposed_all_to_all_s", r->exposed_a2a_s},
+                                {"dispatch_buffers_bytes", r->memory.dispatch},
+                                {"active_parameters", scheduler::ActiveParameterCount(*model)}};
+    }
     if (mr) rows.back()["memory"] = MemoryJson(*mr);
     if (!r->stages.empty()) rows.back()["pipeline"] = sim::StagesJson(*r);
     if (o.timeline) {

@@ -700,6 +700,10 @@ Status Executor::RunWork(int i, const StepCallbacks& cb) {
       }
       return cb.compute(MakeComputeContext(i));
     }
+    case NodeKind::kDispatch:
+    case NodeKind::kCombine:
+      return absl::UnimplementedError(absl::StrCat(
+          "executor: ", n.name, ": expert dispatch and combine are simulated, not executed yet"));
     case NodeKind::kSend:
     case NodeKind::kRecv: {
       // A tag per direction and receiving chunk: between two stages the

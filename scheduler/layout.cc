@@ -105,6 +105,56 @@ Status AddAdapters(const LayoutOptions& o, std::vector<UnitSpec>& units) {
   return absl::OkStatus();
 }
 
+// Moves each bucket's routed-expert parameters into a bucket of their own
+// right after it (layout.h), renumbering buckets, slots and references.
+void SplitExpertBuckets(ModelLayout& l, int64_t granule) {
+  std::vector<Bucket> out;
+  std::vector<int> own(l.buckets.size());
+  // Per old bucket and slot: (new bucket, new slot).
+  std::vector<std::vector<std::pair<int, int>>> where(l.buckets.size());
+  for (size_t i = 0; i < l.buckets.size(); ++i) {
+    const Bucket& b = l.buckets[i];
+    Bucket dense = b, experts = b;
+    dense.params.clear();
+    experts.params.clear();
+    dense.numel = experts.numel = 0;
+    experts.name = absl::StrCat(b.name, ".experts");
+    experts.expert = true;
+    experts.adapters = -1;
+    experts.resident = false;
+    std::vector<std::pair<bool, int>> slot(b.params.size());
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      ParamSlot p = b.params[k];
+      const bool e = p.name.find(".experts.") != std::string::npos;
+      Bucket& t = e ? experts : dense;
+      p.offset = RoundUp(t.numel, granule);
+      t.numel = p.offset + p.numel;
+      t.params.push_back(std::move(p));
+      slot[k] = {e, static_cast<int>(t.params.size()) - 1};
+    }
+    own[i] = static_cast<int>(out.size());
+    out.push_back(std::move(dense));
+    const int exp_id = experts.params.empty() ? -1 : static_cast<int>(out.size());
+    if (exp_id >= 0) out.push_back(std::move(experts));
+    for (const auto& [e, k] : slot) where[i].push_back({e ? exp_id : own[i], k});
+  }
+  for (Bucket& b : out) {
+    if (b.adapters >= 0) b.adapters = own[b.adapters];
+  }
+  for (int& b : l.unit_bucket) {
+    if (b >= 0) b = own[b];
+  }
+  if (l.resident_bucket >= 0) l.resident_bucket = own[l.resident_bucket];
+  for (std::vector<ParamRef>& refs : l.unit_params) {
+    for (ParamRef& r : refs) {
+      const auto [b, k] = where[r.bucket][r.slot];
+      r.bucket = b;
+      r.slot = k;
+    }
+  }
+  l.buckets = std::move(out);
+}
+
 bool IsAdapter(const ParamSpec& p) {
   const size_t n = p.name.size();
   return n > 7 && (p.name.compare(n - 7, 7, ".lora_a") == 0 ||
@@ -281,12 +331,7 @@ StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
     resident_id = static_cast<int>(ordered.size());
     ordered.push_back(std::move(resident));
   }
-  for (int i = 0; i < static_cast<int>(ordered.size()); ++i) {
-    Bucket& b = ordered[i];
-    b.id = i;
-    b.padded_numel = RoundUp(std::max<int64_t>(b.numel, 1), shards * granule);
-    b.shard_numel = b.padded_numel / shards;
-  }
+  layout.buckets = std::move(ordered);
   layout.unit_bucket.assign(n_units, -1);
   layout.unit_params.resize(n_units);
   for (int u = 0; u < n_units; ++u) {
@@ -299,7 +344,13 @@ StatusOr<ModelLayout> BuildLayout(const ModelSpec& spec,
     }
   }
   layout.resident_bucket = resident_id;
-  layout.buckets = std::move(ordered);
+  if (spec.moe.enabled()) SplitExpertBuckets(layout, granule);
+  for (int i = 0; i < static_cast<int>(layout.buckets.size()); ++i) {
+    Bucket& b = layout.buckets[i];
+    b.id = i;
+    b.padded_numel = RoundUp(std::max<int64_t>(b.numel, 1), shards * granule);
+    b.shard_numel = b.padded_numel / shards;
+  }
   return layout;
 }
 

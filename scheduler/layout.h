@@ -31,6 +31,10 @@
 // base_dtype nf4 the frozen buckets of blocks store their parameters as
 // NF4 (scheduler/nf4_layout.h): 4.13 bits a parameter, gathered packed.
 //
+// Mixtures of experts: a bucket's routed-expert parameters ("experts.*" of
+// a MoE block) move to a bucket of their own right after it
+// (Bucket::expert), since they are sharded over other groups.
+//
 // Plain data; copyable.
 #ifndef BATON_SCHEDULER_LAYOUT_H_
 #define BATON_SCHEDULER_LAYOUT_H_
@@ -135,6 +139,10 @@ struct Bucket {
   // optimizer state.
   bool frozen = false;
   bool nf4 = false;   // frozen, stored as NF4 (LayoutOptions::base_dtype)
+  // A MoE block's routed experts ("<unit>.experts"), split from its unit's
+  // bucket: sharded over the expert-parallel and expert-data groups, not
+  // the data ranks (scheduler/mesh.h, scheduler/parallel_graph.h).
+  bool expert = false;
   int adapters = -1;  // a frozen bucket's companion holding its units' adapters
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -155,6 +156,22 @@ Status ValidateParallel(const ModelSpec& spec, const Policy& p) {
   if (spec.heads % tp != 0 || spec.kv_heads % tp != 0) {
     return bad("--tp=", tp, " must divide the model's ", spec.heads, " heads and ",
                spec.kv_heads, " KV heads (", spec.name, ")");
+  }
+  if (!spec.moe.enabled() && (p.expert_parallel > 1 || p.expert_tensor_parallel > 1)) {
+    return bad("--ep / --etp need a mixture-of-experts model; ", spec.name, " has no experts");
+  }
+  if (spec.moe.enabled()) {
+    if (spec.moe.experts % p.expert_parallel != 0) {
+      return bad("--ep=", p.expert_parallel, " must divide the model's ", spec.moe.experts,
+                 " experts (", spec.name, ")");
+    }
+    if (tp > 1 && !p.sequence_parallel) {
+      return bad("a mixture of experts with --tp=", tp, " needs --sp (its tokens are routed ",
+                 "from sequence shards, as Megatron-Core requires)");
+    }
+    if (p.moe_a2a_overlap && p.gather_per_micro_batch) {
+      return bad("moe_a2a_overlap with gather_per_micro_batch is not modelled");
+    }
   }
   if (int64_t{pp} * v > spec.layers) {
     return bad("--pp=", pp, v > 1 ? absl::StrCat(" x --vpp=", v) : std::string(),
@@ -310,6 +327,16 @@ MeshGroup ParallelDataGroup(const Policy& p) {
 
 namespace {
 
+// A MoE block's first node without tensor parallelism (the attention and
+// the router), and its MLP part's segments.
+constexpr uint8_t kMoeHead = SegmentBit(BlockSegment::kAttnNorm) |
+                             SegmentBit(BlockSegment::kAttention) |
+                             SegmentBit(BlockSegment::kMlpNorm);
+constexpr uint8_t kMoeMlp =
+    SegmentBit(BlockSegment::kMlpNorm) | SegmentBit(BlockSegment::kRouter) |
+    SegmentBit(BlockSegment::kShared) | SegmentBit(BlockSegment::kExperts) |
+    SegmentBit(BlockSegment::kUnpermute);
+
 // Builds one stage's graph (scheduler/parallel_graph.h lists its nodes).
 class StageBuilder {
  public:
@@ -383,7 +410,8 @@ class StageBuilder {
   // A tensor-parallel block's parts; `saved` (-1: none) is its saved
   // activation of the micro-batch, which every forward part writes and
   // every backward part reads.
-  int ForwardBlock(int u, int m, int c, int in, int saved);
+  int ForwardBlock(int u, int m, int c, int in, int saved,
+                   NodeKind kind = NodeKind::kForward);
   // `input` (-1: none): the chunk's received input activation, which the
   // attention part reads (a stage's first block).
   int BackwardBlock(int u, int m, int c, int in, bool split, int saved, int input);
@@ -391,6 +419,30 @@ class StageBuilder {
                std::vector<int> writes, bool grads, const std::string& tag);
   void AddRing(Node& n, bool backward);
   void TensorCollective(NodeKind kind, int in, int out, const std::string& name, int m);
+  // Mixture-of-experts blocks (scheduler/parallel_graph.h): whether unit u
+  // is one; its forward (or recompute) from the node covering `head`
+  // (with the router) to the unpermute, and its backward from the
+  // unpermute to the node covering `head`; the dispatch and combine nodes;
+  // a token buffer of `numel` elements.
+  bool Moe(int u) const {
+    return layout_.units[u].kind == UnitKind::kBlock &&
+           layout_.spec.moe_block(layout_.units[u].block);
+  }
+  int MoeForward(NodeKind kind, int u, int m, int c, int in, int saved, uint8_t head);
+  int MoeBackward(int u, int m, int c, int in, bool split, int saved, int input, uint8_t head);
+  void A2A(NodeKind kind, int in, int out, const std::string& name, int u, int m, int c);
+  int MoeBuf(const std::string& name, int64_t numel, bool grad) {
+    return Buffer(name, grad ? BufferRole::kActivationGrad : BufferRole::kActivation, -1, numel,
+                  p_.param_dtype, false);
+  }
+  // The tokens this rank routes per micro-batch, and the elements of the
+  // permuted copies it sends and of the dispatched tokens it receives.
+  int64_t MoeTokens() const;
+  int64_t MoeSentNumel() const;
+  int64_t MoeReceivedNumel() const;
+  // moe_a2a_overlap: issue the nodes [a, b) and [b, e) (two adjacent passes)
+  // interleaved, each cut after its dispatch and combine nodes.
+  void InterleavePasses(size_t a, size_t b, size_t e);
   void GradWritten(int u);
   void Reduce(int b);
   std::vector<FusedComm> TensorFused(bool backward) const;
@@ -476,12 +528,19 @@ void StageBuilder::Persistent() {
   }
   const int tp = p_.tensor_parallel;
   const int data = g_.mesh.size(ParallelDataGroup(p_));
+  const int64_t experts_split =
+      int64_t{g_.mesh.size(kExpertGroup)} * g_.mesh.expert_tensor();
+  const int edp = g_.mesh.size(kExpertDataGroup);
   for (int b : buckets_) {
     const Bucket& bk = layout_.buckets[b];
     // This rank's TP slice: the slice layout's bucket, or 1 / tp of the
-    // whole model's.
-    const int64_t whole = sliced_ ? bk.padded_numel : (bk.padded_numel + tp - 1) / tp;
-    const int64_t shard = p_.all_reduce ? whole : (whole + data - 1) / data;
+    // whole model's; a MoE block's experts: 1 / (ep x etp) of them, sharded
+    // over the expert-data group.
+    const int64_t whole = bk.expert ? (bk.padded_numel + experts_split - 1) / experts_split
+                          : sliced_ ? bk.padded_numel
+                                    : (bk.padded_numel + tp - 1) / tp;
+    const int group = bk.expert ? edp : data;
+    const int64_t shard = p_.all_reduce ? whole : (whole + group - 1) / group;
     if (bk.nf4) {
       // NF4 base weights: the shard's packing (fp32 words), gathered packed
       // (the data group's packings one after another) and dequantized per
@@ -552,6 +611,9 @@ BlockSegment ParamSegment(const std::string& name) {
   if (starts("attn_norm")) return BlockSegment::kAttnNorm;
   if (starts("mlp_norm")) return BlockSegment::kMlpNorm;
   if (starts("w_gate") || starts("w_up") || starts("w_down")) return BlockSegment::kMlp;
+  if (starts("router")) return BlockSegment::kRouter;
+  if (starts("experts.")) return BlockSegment::kExperts;
+  if (starts("shared")) return BlockSegment::kShared;
   return BlockSegment::kAttention;
 }
 
@@ -589,10 +651,11 @@ void StageBuilder::TensorCollective(NodeKind kind, int in, int out, const std::s
   n.micro_step = m;
 }
 
-int StageBuilder::ForwardBlock(int u, int m, int c, int in, int saved) {
+int StageBuilder::ForwardBlock(int u, int m, int c, int in, int saved, NodeKind kind) {
   const std::string& un = layout_.units[u].name;
   const std::string t = Tag(m, c);
   const bool sp = p_.sequence_parallel, ov = p_.tp_comm_overlap;
+  const char* f = kind == NodeKind::kRecompute ? "R " : "F ";
   auto reads = [&](int x) {
     std::vector<int> r = Params(u);
     if (x >= 0) r.push_back(x);
@@ -605,6 +668,9 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in, int saved) {
   };
   int cur = in;
   for (int half = 0; half < 2; ++half) {
+    if (half == 1 && Moe(u)) {  // the MoE part on the sequence shard
+      return MoeForward(kind, u, m, c, cur, saved, SegmentBit(BlockSegment::kMlpNorm));
+    }
     const uint8_t norm = SegmentBit(half == 0 ? BlockSegment::kAttnNorm : BlockSegment::kMlpNorm);
     const uint8_t body = SegmentBit(half == 0 ? BlockSegment::kAttention : BlockSegment::kMlp);
     const std::string what = half == 0 ? "attn" : "mlp";
@@ -612,8 +678,8 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in, int saved) {
     if (sp && !ov) {
       // The norm on sequence shards, then the gather of its output.
       const int normed = Act(absl::StrCat("act.", un, ".", what, "_norm", t), true, false);
-      Compute(NodeKind::kForward, u, m, c, norm, reads(cur), writes(normed), false,
-              absl::StrCat("F ", un, ".", what, "_norm", t));
+      Compute(kind, u, m, c, norm, reads(cur), writes(normed), false,
+              absl::StrCat(f, un, ".", what, "_norm", t));
       cur = Act(absl::StrCat("act.", un, ".", what, "_in", t), false, false);
       TensorCollective(NodeKind::kAllGather, normed, cur,
                        absl::StrCat("AG-TP ", un, ".", what, t), m);
@@ -623,8 +689,8 @@ int StageBuilder::ForwardBlock(int u, int m, int c, int in, int saved) {
     // sequence shard (sequence_parallel) of the part's output.
     const int partial =
         Act(absl::StrCat("act.", un, ".", what, "_partial", t), sp && ov, false);
-    Compute(NodeKind::kForward, u, m, c, covers, reads(cur), writes(partial), false,
-            absl::StrCat("F ", un, ".", what, t));
+    Compute(kind, u, m, c, covers, reads(cur), writes(partial), false,
+            absl::StrCat(f, un, ".", what, t));
     Node& bn = g_.nodes.back();
     bn.fused = TensorFused(false);
     if (half == 0) AddRing(bn, false);
@@ -648,6 +714,10 @@ int StageBuilder::BackwardBlock(int u, int m, int c, int in, bool split, int sav
   if (saved >= 0) reads.push_back(saved);
   int cur = in;
   for (int half = 1; half >= 0; --half) {
+    if (half == 1 && Moe(u)) {  // the MoE part on the sequence shard
+      cur = MoeBackward(u, m, c, cur, split, saved, -1, SegmentBit(BlockSegment::kMlpNorm));
+      continue;
+    }
     const uint8_t covers =
         half == 0 ? SegmentBit(BlockSegment::kAttnNorm) | SegmentBit(BlockSegment::kAttention)
                   : SegmentBit(BlockSegment::kMlpNorm) | SegmentBit(BlockSegment::kMlp);
@@ -673,6 +743,173 @@ int StageBuilder::BackwardBlock(int u, int m, int c, int in, bool split, int sav
   return cur;
 }
 
+int64_t StageBuilder::MoeTokens() const {
+  const int64_t t = act_numel_ / layout_.spec.hidden;  // s x b / cp
+  return p_.sequence_parallel ? t / p_.tensor_parallel : t;
+}
+
+int64_t StageBuilder::MoeSentNumel() const {
+  return MoeTokens() * layout_.spec.moe.top_k * layout_.spec.hidden;
+}
+
+int64_t StageBuilder::MoeReceivedNumel() const {
+  // Balanced: as many (token, expert) copies arrive as leave; the
+  // all-gather dispatcher receives every token of the expert group.
+  if (p_.moe_dispatcher == MoeDispatcher::kAllGather) {
+    return MoeTokens() * g_.mesh.size(kExpertGroup) * layout_.spec.hidden;
+  }
+  return MoeSentNumel();
+}
+
+void StageBuilder::A2A(NodeKind kind, int in, int out, const std::string& name, int u, int m,
+                       int c) {
+  Node& n = Add(kind, g_.stream_for(StreamClass::kExpert), {in}, {out}, name);
+  n.group = kExpertGroup;
+  n.unit = u;
+  n.micro_step = m;
+  n.chunk = c;
+}
+
+int StageBuilder::MoeForward(NodeKind kind, int u, int m, int c, int in, int saved,
+                             uint8_t head) {
+  const std::string& un = layout_.units[u].name;
+  const std::string t = Tag(m, c);
+  const bool rc = kind == NodeKind::kRecompute;
+  const std::string f = rc ? "R " : "F ";
+  const std::string pre = rc ? "r." : "";  // a recompute's own buffers
+  const bool sp = p_.sequence_parallel;
+  const bool shared = layout_.spec.moe.shared_experts > 0;
+  const int etp = g_.mesh.expert_tensor();
+  auto reads = [&](std::initializer_list<int> xs) {
+    std::vector<int> r = Params(u);
+    for (int x : xs) {
+      if (x >= 0) r.push_back(x);
+    }
+    return r;
+  };
+  auto writes = [&](std::initializer_list<int> ws) {
+    std::vector<int> w(ws);
+    if (saved >= 0) w.push_back(saved);
+    return w;
+  };
+  // The attention (without tensor parallelism), the norm, the router and
+  // the permute: the residual stream and the tokens in expert order.
+  const int mid = Act(absl::StrCat(pre, "act.", un, ".moe_in", t), sp, false);
+  const int perm = MoeBuf(absl::StrCat(pre, "moe.", un, ".permuted", t), MoeSentNumel(), false);
+  Compute(kind, u, m, c, head | SegmentBit(BlockSegment::kRouter), reads({in}),
+          writes({mid, perm}), false,
+          absl::StrCat(f, un, head == kMoeHead ? ".attn_router" : ".router", t));
+  if (head & SegmentBit(BlockSegment::kAttention)) AddRing(g_.nodes.back(), false);
+  const int disp = MoeBuf(absl::StrCat(pre, "moe.", un, ".dispatched", t), MoeReceivedNumel(),
+                          false);
+  A2A(NodeKind::kDispatch, perm, disp, absl::StrCat(rc ? "R-" : "", "DISPATCH ", un, t), u, m, c);
+  int shared_out = -1;
+  if (shared && p_.moe_shared_overlap) {  // under the dispatch
+    shared_out = Act(absl::StrCat(pre, "act.", un, ".shared", t), sp, false);
+    Compute(kind, u, m, c, SegmentBit(BlockSegment::kShared), reads({mid}), writes({shared_out}),
+            false, absl::StrCat(f, un, ".shared", t));
+  }
+  int ein = disp;
+  if (etp > 1) {  // the expert-tensor group's tokens
+    ein = MoeBuf(absl::StrCat(pre, "moe.", un, ".etp_in", t), MoeReceivedNumel() * etp, false);
+    TensorCollective(NodeKind::kAllGather, disp, ein, absl::StrCat("AG-ETP ", un, t), m);
+  }
+  const int eout = MoeBuf(absl::StrCat(pre, "moe.", un, ".expert_out", t),
+                          g_.buffers[ein].numel, false);
+  Compute(kind, u, m, c, SegmentBit(BlockSegment::kExperts), reads({ein}), writes({eout}), false,
+          absl::StrCat(f, un, ".experts", t));
+  int cin = eout;
+  if (etp > 1) {
+    cin = MoeBuf(absl::StrCat(pre, "moe.", un, ".etp_out", t), MoeReceivedNumel(), false);
+    TensorCollective(NodeKind::kReduceScatter, eout, cin, absl::StrCat("RS-ETP ", un, t), m);
+  }
+  const int comb = MoeBuf(absl::StrCat(pre, "moe.", un, ".combined", t), MoeSentNumel(), false);
+  A2A(NodeKind::kCombine, cin, comb, absl::StrCat(rc ? "R-" : "", "COMBINE ", un, t), u, m, c);
+  const uint8_t tail = SegmentBit(BlockSegment::kUnpermute) |
+                       (shared && !p_.moe_shared_overlap ? SegmentBit(BlockSegment::kShared) : 0);
+  const int out = Act(absl::StrCat(pre, "act.", un, t), sp, false);
+  Compute(kind, u, m, c, tail, reads({comb, mid, shared_out}), writes({out}), false,
+          absl::StrCat(f, un, ".unpermute", t));
+  return out;
+}
+
+int StageBuilder::MoeBackward(int u, int m, int c, int in, bool split, int saved, int input,
+                              uint8_t head) {
+  const std::string& un = layout_.units[u].name;
+  const std::string t = Tag(m, c);
+  const bool sp = p_.sequence_parallel;
+  const bool shared = layout_.spec.moe.shared_experts > 0;
+  const bool ov = p_.moe_shared_overlap;
+  const int etp = g_.mesh.expert_tensor();
+  auto reads = [&](std::initializer_list<int> xs) {
+    std::vector<int> r = Params(u);
+    if (saved >= 0) r.push_back(saved);
+    for (int x : xs) {
+      if (x >= 0) r.push_back(x);
+    }
+    return r;
+  };
+  // The unpermute's backward: each copy's output gradient, and the
+  // residual stream's.
+  const int dcomb = MoeBuf(absl::StrCat("dmoe.", un, ".combined", t), MoeSentNumel(), true);
+  const int dres = Act(absl::StrCat("dact.", un, ".moe_in", t), sp, true);
+  Compute(NodeKind::kBackward, u, m, c,
+          SegmentBit(BlockSegment::kUnpermute) |
+              (shared && !ov ? SegmentBit(BlockSegment::kShared) : 0),
+          reads({in}), {dcomb, dres}, !split, absl::StrCat("B ", un, ".unpermute", t));
+  const int dexp = MoeBuf(absl::StrCat("dmoe.", un, ".dispatched", t), MoeReceivedNumel(), true);
+  A2A(NodeKind::kDispatch, dcomb, dexp, absl::StrCat("DISPATCH-GRAD ", un, t), u, m, c);
+  int dshared = -1;
+  if (shared && ov) {
+    dshared = Act(absl::StrCat("dact.", un, ".shared", t), sp, true);
+    Compute(NodeKind::kBackward, u, m, c, SegmentBit(BlockSegment::kShared), reads({dres}),
+            {dshared}, !split, absl::StrCat("B ", un, ".shared", t));
+  }
+  int ein = dexp;
+  if (etp > 1) {
+    ein = MoeBuf(absl::StrCat("dmoe.", un, ".etp_in", t), MoeReceivedNumel() * etp, true);
+    TensorCollective(NodeKind::kAllGather, dexp, ein, absl::StrCat("AG-ETP ", un, ".d", t), m);
+  }
+  const int dein = MoeBuf(absl::StrCat("dmoe.", un, ".expert_in", t), g_.buffers[ein].numel, true);
+  Compute(NodeKind::kBackward, u, m, c, SegmentBit(BlockSegment::kExperts), reads({ein}), {dein},
+          !split, absl::StrCat("B ", un, ".experts", t));
+  int cin = dein;
+  if (etp > 1) {
+    cin = MoeBuf(absl::StrCat("dmoe.", un, ".etp_out", t), MoeReceivedNumel(), true);
+    TensorCollective(NodeKind::kReduceScatter, dein, cin, absl::StrCat("RS-ETP ", un, ".d", t), m);
+  }
+  const int dperm = MoeBuf(absl::StrCat("dmoe.", un, ".permuted", t), MoeSentNumel(), true);
+  A2A(NodeKind::kCombine, cin, dperm, absl::StrCat("COMBINE-GRAD ", un, t), u, m, c);
+  const int dx = Act(absl::StrCat("dact.", un, head == kMoeHead ? "" : ".mlp_in", t), sp, true);
+  Compute(NodeKind::kBackward, u, m, c, head | SegmentBit(BlockSegment::kRouter),
+          reads({dperm, dres, dshared, input}), {dx}, !split,
+          absl::StrCat("B ", un, head == kMoeHead ? ".attn_router" : ".router", t));
+  if (head & SegmentBit(BlockSegment::kAttention)) AddRing(g_.nodes.back(), true);
+  return dx;
+}
+
+void StageBuilder::InterleavePasses(size_t a, size_t b, size_t e) {
+  // Cut each pass after its dispatch and combine nodes; issue the pieces
+  // alternately, the first pass's first.
+  auto cut = [&](size_t lo, size_t hi) {
+    std::vector<std::vector<Node>> pieces(1);
+    for (size_t i = lo; i < hi; ++i) {
+      pieces.back().push_back(std::move(g_.nodes[i]));
+      const NodeKind k = pieces.back().back().kind;
+      if (k == NodeKind::kDispatch || k == NodeKind::kCombine) pieces.emplace_back();
+    }
+    return pieces;
+  };
+  std::vector<std::vector<Node>> first = cut(a, b), second = cut(b, e);
+  size_t at = a;
+  for (size_t i = 0; i < std::max(first.size(), second.size()); ++i) {
+    for (auto* list : {&first, &second}) {
+      if (i >= list->size()) continue;
+      for (Node& n : (*list)[i]) g_.nodes[at++] = std::move(n);
+    }
+  }
+}
+
 // Context parallelism's ring on a node holding the attention: K and V
 // (and in the backward dK, dV) of this rank's tokens per step.
 void StageBuilder::AddRing(Node& n, bool backward) {
@@ -692,9 +929,10 @@ void StageBuilder::GatherUnit(int u, int m, int c, const char* phase) {
     const int b = r.bucket;
     if (pass_gathered_[b] >= 0) continue;  // gathered for this pass already
     const Bucket& bk = layout_.buckets[b];
-    const int64_t whole = sliced_ ? bk.padded_numel
-                                  : (bk.padded_numel + p_.tensor_parallel - 1) /
-                                        p_.tensor_parallel;
+    const int64_t split = bk.expert ? int64_t{g_.mesh.size(kExpertGroup)} *
+                                          g_.mesh.expert_tensor()
+                                    : p_.tensor_parallel;
+    const int64_t whole = sliced_ ? bk.padded_numel : (bk.padded_numel + split - 1) / split;
     // NF4: the packings (fp32 words: the shard's times the group's size).
     const int64_t words = g_.buffers[shard_[b]].numel * g_.mesh.size(ParallelDataGroup(p_));
     pass_gathered_[b] =
@@ -705,7 +943,7 @@ void StageBuilder::GatherUnit(int u, int m, int c, const char* phase) {
     Node& n = Add(NodeKind::kAllGather, g_.stream_for(StreamClass::kAllGather), {shard_[b]},
                   {pass_gathered_[b]}, absl::StrCat("AG ", bk.name, t));
     n.bucket = b;
-    n.group = ParallelDataGroup(p_);
+    n.group = bk.expert ? kExpertDataGroup : ParallelDataGroup(p_);
     n.micro_step = m;
     n.chunk = c;
     if (window_src >= 0) {
@@ -723,9 +961,10 @@ void StageBuilder::DequantizeUnit(int u, int m, int c, const char* phase) {
     const Bucket& bk = layout_.buckets[b];
     if (!bk.nf4 || pass_dequantized_[b] >= 0) continue;
     const int packed = p_.gather_per_micro_batch ? pass_gathered_[b] : gathered_[b];
-    const int64_t whole = sliced_ ? bk.padded_numel
-                                  : (bk.padded_numel + p_.tensor_parallel - 1) /
-                                        p_.tensor_parallel;
+    const int64_t split = bk.expert ? int64_t{g_.mesh.size(kExpertGroup)} *
+                                          g_.mesh.expert_tensor()
+                                    : p_.tensor_parallel;
+    const int64_t whole = sliced_ ? bk.padded_numel : (bk.padded_numel + split - 1) / split;
     pass_dequantized_[b] = Buffer(absl::StrCat("gathered.", bk.name, t), BufferRole::kGathered,
                                   b, whole, p_.param_dtype, false);
     Node& n = Add(NodeKind::kDequantize, kComputeStream, {packed}, {pass_dequantized_[b]},
@@ -759,9 +998,9 @@ void StageBuilder::Reduce(int b) {
   Node& n = Add(p_.all_reduce ? NodeKind::kAllReduce : NodeKind::kReduceScatter, rs,
                 {grad_[b]}, {gshard_[b]}, absl::StrCat(p_.all_reduce ? "AR " : "RS ", name));
   n.bucket = b;
-  n.group = ParallelDataGroup(p_);
+  n.group = layout_.buckets[b].expert ? kExpertDataGroup : ParallelDataGroup(p_);
   n.micro_step = p_.micro_steps - 1;
-  if (!p_.all_reduce && g_.replicated()) {
+  if (!p_.all_reduce && g_.replicated() && !layout_.buckets[b].expert) {
     Node& r = Add(NodeKind::kAllReduce, rs, {gshard_[b]}, {gshard_[b]},
                   absl::StrCat("AR-R ", name));
     r.bucket = b;
@@ -800,6 +1039,11 @@ void StageBuilder::Forward(int m, int c) {
     }
     if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
       cur = ForwardBlock(u, m, c, cur, sv);
+      EndUnit();
+      continue;
+    }
+    if (Moe(u)) {
+      cur = MoeForward(NodeKind::kForward, u, m, c, cur, sv, kMoeHead);
       EndUnit();
       continue;
     }
@@ -848,13 +1092,23 @@ void StageBuilder::Backward(int m, int c, bool split) {
     GatherUnit(u, m, c, "bwd");
     DequantizeUnit(u, m, c, "bwd");
     const int sv = Saved(m, u);
-    if (Recomputed(u)) {
+    if (Recomputed(u) && Moe(u)) {
+      // Its forward again from the kept input, dispatch and combine included.
+      if (p_.tensor_parallel > 1) {
+        ForwardBlock(u, m, c, -1, sv, NodeKind::kRecompute);
+      } else {
+        MoeForward(NodeKind::kRecompute, u, m, c, -1, sv, kMoeHead);
+      }
+    } else if (Recomputed(u)) {
       std::vector<int> writes;
       if (sv >= 0) writes.push_back(sv);
       Compute(NodeKind::kRecompute, u, m, c, 0, Params(u), std::move(writes), false,
               absl::StrCat("R ", unit.name, t));
     }
-    if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
+    if (Moe(u) && p_.tensor_parallel == 1) {
+      const int input = recv_act_[m * p_.virtual_stages + c];
+      cur = MoeBackward(u, m, c, cur, split, sv, u == units.front() ? input : -1, kMoeHead);
+    } else if (unit.kind == UnitKind::kBlock && p_.tensor_parallel > 1) {
       // The chunk's first block: its attention part (the norm's backward)
       // reads the received input, as an unsplit block does.
       const int input = recv_act_[m * p_.virtual_stages + c];
@@ -903,7 +1157,8 @@ void StageBuilder::Weight(int m, int c) {
         const uint8_t covers =
             half == 0
                 ? SegmentBit(BlockSegment::kAttnNorm) | SegmentBit(BlockSegment::kAttention)
-                : SegmentBit(BlockSegment::kMlpNorm) | SegmentBit(BlockSegment::kMlp);
+            : Moe(u) ? kMoeMlp
+                     : SegmentBit(BlockSegment::kMlpNorm) | SegmentBit(BlockSegment::kMlp);
         Compute(NodeKind::kBackwardWeight, u, m, c, covers, reads, {}, true,
                 absl::StrCat("W ", unit.name, half == 0 ? ".attn" : ".mlp", Tag(m, c)));
       }
@@ -921,7 +1176,7 @@ StatusOr<StepGraph> StageBuilder::Build() {
   g_.policy = p_;
   g_.stage = stage_;
   g_.tensor_slices = sliced_;
-  g_.num_streams = NumStreams(p_.shared_comm_stream, false, true);
+  g_.num_streams = NumStreams(p_.shared_comm_stream, false, true, layout_.spec.moe.enabled());
   for (int c = 0; c < p_.virtual_stages; ++c) g_.chunk_units.push_back(vs_units_[VStage(c)]);
   position_.assign(layout_.units.size(), 0);
   for (const std::vector<int>& units : vs_units_) {
@@ -951,15 +1206,37 @@ StatusOr<StepGraph> StageBuilder::Build() {
       Node& n = Add(NodeKind::kAllGather, g_.stream_for(StreamClass::kAllGather), {shard_[b]},
                     {gathered_[b]}, absl::StrCat("AG ", layout_.buckets[b].name));
       n.bucket = b;
-      n.group = ParallelDataGroup(p_);
+      n.group = layout_.buckets[b].expert ? kExpertDataGroup : ParallelDataGroup(p_);
     }
   }
   const bool split = p_.pipeline_schedule == PipelineSchedule::kZbH1;
+  // moe_a2a_overlap: each backward pass and the forward pass right after it
+  // (of another micro-batch or chunk) are issued interleaved. Backward
+  // first on every stage: pair i of stage s then needs only pair i of
+  // stage s + 1 (its output gradient) and pair i - 1 of stage s - 1 (its
+  // input), so the stages cannot wait on each other in a cycle (a forward-
+  // first pair beside a backward-first one can).
+  size_t pair_start = SIZE_MAX;  // the first pass's first node of an open pair
+  size_t pair_mid = 0;
+  const Pass* open = nullptr;
   for (const Pass& pass : order_) {
+    const size_t begin = g_.nodes.size();
     switch (pass.kind) {
       case Pass::Kind::kForward: Forward(pass.micro, pass.chunk); break;
       case Pass::Kind::kBackward: Backward(pass.micro, pass.chunk, split); break;
       case Pass::Kind::kWeight: Weight(pass.micro, pass.chunk); break;
+    }
+    if (!p_.moe_a2a_overlap || !layout_.spec.moe.enabled()) continue;
+    if (open != nullptr && pass.kind == Pass::Kind::kForward &&
+        (open->micro != pass.micro || open->chunk != pass.chunk)) {
+      InterleavePasses(pair_start, pair_mid, g_.nodes.size());
+      open = nullptr;
+    } else if (pass.kind == Pass::Kind::kBackward) {
+      open = &pass;
+      pair_start = begin;
+      pair_mid = g_.nodes.size();
+    } else {
+      open = nullptr;
     }
   }
   for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
@@ -999,12 +1276,12 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
   const auto t0 = std::chrono::steady_clock::now();
   Policy policy = policy_in;
   BATON_RETURN_IF_ERROR(ValidatePolicy(policy));
-  if (!IsParallel(policy)) {
+  BATON_RETURN_IF_ERROR(ValidateModelSpec(spec));
+  if (!IsParallel(policy) && !spec.moe.enabled()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parallel graph: policy ", policy.name,
         " uses no tensor, context or pipeline parallelism: BuildStepGraph builds its graph"));
   }
-  BATON_RETURN_IF_ERROR(ValidateModelSpec(spec));
   BATON_RETURN_IF_ERROR(ValidateParallel(spec, policy));
   if (seq < 1 || micro_batch < 1 || seq % (2 * policy.context_parallel) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -1037,6 +1314,11 @@ StatusOr<ParallelStep> BuildParallelStep(const ModelSpec& spec, const Policy& po
   Sharding sharding = ShardingFor(policy, mesh);
   // Executed tensor parallelism: the layout of this rank's slice (whose
   // buffers the builder does not divide again).
+  if (tensor_slices && spec.moe.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel graph: ", spec.name, " is a mixture of experts, whose graphs are simulated; "
+        "the executor does not run expert dispatch yet"));
+  }
   const bool sliced = tensor_slices && policy.tensor_parallel > 1;
   ModelSpec laid_out = spec;
   if (sliced) {

@@ -56,6 +56,33 @@
 //             vocabulary-parallel embedding and head fuse their all-reduce
 //             (reduce-scatter / all-gather with sequence parallelism) and
 //             the parallel cross-entropy's three all-reduces of s floats;
+//   experts   a mixture-of-experts block (ModelSpec::moe_block) splits its
+//             MLP where its tokens leave for their experts and come back
+//             (Megatron-Core's MoE layer): forward, the attention (with
+//             tensor parallelism its nodes as above, the rest on the
+//             sequence shard) with the norm, the router and the permute
+//             ("F blockN.attn_router"; with tp "F blockN.router"); a
+//             kDispatch of the permuted tokens over the expert group on the
+//             expert stream ("DISPATCH blockN"); with moe_shared_overlap
+//             the shared experts ("F blockN.shared") while it runs; with
+//             etp > 1 an all-gather of the dispatched tokens over the
+//             tensor group; the grouped expert GEMMs ("F blockN.experts");
+//             (etp > 1: a reduce-scatter;) a kCombine back ("COMBINE");
+//             the unpermute and residual add (and the shared experts
+//             without the overlap, "F blockN.unpermute"). Backward mirrors
+//             it: unpermute, DISPATCH-GRAD (the output gradients to the
+//             experts), shared, experts, COMBINE-GRAD, router and
+//             attention. A recomputed MoE block runs its forward nodes
+//             again ("R ...", "R-DISPATCH", "R-COMBINE"). The routed
+//             experts' bucket (Bucket::expert) holds 1 / (ep x etp) of
+//             them per rank, gathered and reduce-scattered over the
+//             expert-data group (kExpertDataGroup), never over replicas.
+//             With moe_a2a_overlap each backward pass and the forward pass
+//             right after it (another micro-batch or chunk) are issued
+//             interleaved, each cut after its dispatch and combine nodes:
+//             one micro-batch's all-to-all runs under the other's compute
+//             (backward first on every stage, which keeps the stages'
+//             pairs free of cyclic waits);
 //   reduces   after a bucket's last backward (or weight pass) of the step,
 //             a reduce-scatter of its gradient over the data-shard group
 //             (all-reduce under all_reduce; with replicas an all-reduce of
@@ -154,7 +181,10 @@ StatusOr<std::vector<std::vector<PipelinePass>>> PipelineOrder(
 // the KV heads, more pipeline stages x virtual stages than blocks, the
 // interleaved schedule with blocks not a multiple of p x v or micro_steps
 // not a multiple of p, first / last layers leaving the other stages
-// nothing (or not dividing evenly), tied embeddings with pipeline_parallel > 1.
+// nothing (or not dividing evenly), tied embeddings with pipeline_parallel > 1;
+// --ep / --etp on a model without experts, ep not dividing the experts,
+// a MoE model with tensor parallelism but no sequence parallelism, or
+// moe_a2a_overlap with gather_per_micro_batch.
 Status ValidateParallel(const ModelSpec& spec, const Policy& policy);
 
 // Blocks per virtual stage (p x v entries, virtual stage c p + s is chunk c
@@ -207,7 +237,10 @@ struct ParallelStep {
 // hold its slice, as the executor runs it; otherwise (the simulator) the
 // layout is the whole model's and each rank holds 1 / tp of every bucket
 // (the vocabulary-parallel embedding and head included).
-// InvalidArgument for a policy that is not parallel or is invalid
+// A mixture-of-experts model's graphs come from here under any policy
+// (its expert nodes and buckets), and tensor_slices refuses it (the executor
+// does not run dispatch yet).
+// InvalidArgument for a policy that is not parallel (of a dense model) or is invalid
 // (ValidatePolicy, ResolveMesh, ValidateParallel), a seq that does not
 // split into 2 x context_parallel chunks, sequence parallelism with tokens
 // per context rank not a multiple of tensor_parallel, or virtual_layers of

@@ -89,6 +89,24 @@ ZenFlowIntervals ResolveZenFlow(const Policy& p) {
   return z;
 }
 
+const char* MoeDispatcherName(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::kAllToAll: return "alltoall";
+    case MoeDispatcher::kHierarchical: return "hierarchical";
+    case MoeDispatcher::kAllGather: return "allgather";
+  }
+  return "?";
+}
+
+StatusOr<MoeDispatcher> ParseMoeDispatcher(absl::string_view name) {
+  for (MoeDispatcher d :
+       {MoeDispatcher::kAllToAll, MoeDispatcher::kHierarchical, MoeDispatcher::kAllGather}) {
+    if (name == MoeDispatcherName(d)) return d;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown MoE dispatcher \"", name, "\" (alltoall, hierarchical, allgather)"));
+}
+
 StatusOr<Policy> PolicyPreset(absl::string_view name) {
   Policy p;
   p.name = std::string(name);
@@ -196,6 +214,18 @@ Status ValidateParallelKnobs(const Policy& p) {
   if (p.gather_per_micro_batch && p.pipeline_parallel < 2) {
     return bad("gather_per_micro_batch needs pipeline_parallel > 1 (data-parallel graphs "
                "gather per micro-step under reshard_after_forward)");
+  }
+  if (p.expert_parallel < 1) return bad("expert_parallel = ", p.expert_parallel, " must be >= 1");
+  if (p.expert_tensor_parallel != 1 && p.expert_tensor_parallel != p.tensor_parallel) {
+    return bad("expert_tensor_parallel = ", p.expert_tensor_parallel, " must be 1 or ",
+               "tensor_parallel = ", p.tensor_parallel,
+               " (the expert-tensor group is the tensor group)");
+  }
+  if (!std::isfinite(p.moe_capacity_factor) || p.moe_capacity_factor < 0 ||
+      (p.moe_capacity_factor > 0 && p.moe_capacity_factor < 1) ||
+      p.moe_capacity_factor > 1024) {
+    return bad("moe_capacity_factor = ", p.moe_capacity_factor,
+               " must be 0 (dropless) or in [1, 1024]");
   }
   if (IsParallel(p) && (p.offload != Offload::kNone || p.zenflow || p.hpz_group > 0)) {
     return bad("tensor, context and pipeline parallelism are not modelled with ",
@@ -412,6 +442,8 @@ StatusOr<DeviceMesh> ResolveMesh(const Policy& p, int world_size) {
   sizes[MeshDim::kPipeline] = std::max(p.pipeline_parallel, 1);
   sizes[MeshDim::kContext] = std::max(p.context_parallel, 1);
   sizes[MeshDim::kTensor] = std::max(p.tensor_parallel, 1);
+  sizes[MeshDim::kExpert] = std::max(p.expert_parallel, 1);
+  sizes.expert_tensor = std::max(p.expert_tensor_parallel, 1);
   sizes[MeshDim::kReplicate] = world_size / shard;
   sizes[MeshDim::kHpz] = std::max(hpz, 1);
   sizes[MeshDim::kShard] = shard / sizes[MeshDim::kHpz];

@@ -183,6 +183,43 @@
 //       Megatron's --decoder-first/last-pipeline-num-layers).
 //       recompute_blocks N in a parallel graph: the first N blocks of each
 //       virtual stage (Megatron's --recompute-num-layers per model chunk).
+//   expert_parallel = ep, expert_tensor_parallel = etp, moe_dispatcher,
+//   moe_a2a_overlap, moe_shared_overlap, moe_capacity_factor (MoE models)
+//       Experts folded over a stage's ranks (scheduler/mesh.h, Megatron's
+//       parallel folding): each expert-parallel group of ep ranks holds
+//       experts / ep experts each (ep must divide the experts and the
+//       stage's ranks over etp); their weights, gradients and optimizer
+//       states are sharded over the expert-data group edp (a stage's ranks
+//       / (ep x etp)) as dense weights are over the data ranks. etp: 1 (an
+//       expert's FFN whole on a rank, the usual choice for fine-grained
+//       experts) or tensor_parallel (each expert's FFN split like the
+//       dense MLP, its tokens all-gathered and reduce-scattered over the
+//       tensor group around it). Each MoE block's tokens are dispatched to
+//       their experts' ranks and combined back by nodes on the expert
+//       stream (scheduler/step_graph.h kDispatch / kCombine) by:
+//         alltoall      all-to-all(v) of one copy per (token, expert) over
+//                       the ep group (Megatron's alltoall dispatcher,
+//                       torchtitan's expert parallel);
+//         hierarchical  DeepEP's normal kernels (Megatron's flex
+//                       dispatcher): one copy per (token, node) over RDMA
+//                       to the peer GPU of each destination node, then over
+//                       NVLink to the experts' GPUs, deduplicated per rank;
+//         allgather     every rank all-gathers the ep group's tokens and
+//                       reduce-scatters the outputs (Megatron's allgather
+//                       dispatcher; no per-expert counts).
+//       moe_a2a_overlap: each steady-state forward / backward pair of two
+//       micro-batches is issued interleaved at the dispatch and combine
+//       points, so one micro-batch's all-to-all runs under the other's
+//       compute (Megatron's --overlap-moe-expert-parallel-comm, DeepSeek's
+//       DualPipe overlap of a forward and a backward chunk); costs both
+//       micro-batches' activations at once, which 1F1B holds anyway.
+//       moe_shared_overlap: the shared experts run on the compute stream
+//       while the dispatch is in flight (Megatron's
+//       --moe-shared-expert-overlap), else after the combine.
+//       moe_capacity_factor c > 0: each expert takes at most c x its
+//       balanced share of tokens (the rest are dropped; GShard / DeepSpeed
+//       capacity), so a load imbalance above c costs no time; 0: dropless.
+//       Need a MoE model (InvalidArgument otherwise, by the graph builder).
 //   gather_per_micro_batch (needs pipeline_parallel > 1)
 //       false: each stage gathers its buckets once per step and keeps
 //       them (Megatron's distributed optimizer, torchtitan's FSDP under
@@ -234,6 +271,13 @@ const char* PipelineScheduleName(PipelineSchedule schedule);
 // InvalidArgument listing the names for anything else.
 StatusOr<PipelineSchedule> ParsePipelineSchedule(absl::string_view name);
 
+// How a MoE block's tokens reach their experts (the moe_dispatcher knob).
+enum class MoeDispatcher { kAllToAll, kHierarchical, kAllGather };
+// "alltoall", "hierarchical", "allgather".
+const char* MoeDispatcherName(MoeDispatcher d);
+// InvalidArgument listing the names for anything else.
+StatusOr<MoeDispatcher> ParseMoeDispatcher(absl::string_view name);
+
 // A ZenFlow interval chosen by ResolveZenFlow ("auto").
 inline constexpr int kAutoInterval = -1;
 inline constexpr int kAutoUpdateInterval = 4;
@@ -271,6 +315,13 @@ struct Policy {
   bool sequence_parallel = false;
   bool tp_comm_overlap = false;
   int context_parallel = 1;
+  // Experts (MoE models; folded over a stage's ranks, scheduler/mesh.h).
+  int expert_parallel = 1;
+  int expert_tensor_parallel = 1;  // 1 or tensor_parallel
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  bool moe_a2a_overlap = false;
+  bool moe_shared_overlap = false;
+  double moe_capacity_factor = 0;  // 0: dropless
   int pipeline_parallel = 1;
   int virtual_stages = 1;
   PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
@@ -283,8 +334,11 @@ struct Policy {
 
 // Whether the policy uses tensor, context or pipeline parallelism (its
 // graphs come from scheduler/parallel_graph.h).
+// (Expert parallelism counts: its graphs are parallel graphs too; so does
+// a MoE model under any policy, scheduler/parallel_graph.h.)
 inline bool IsParallel(const Policy& p) {
-  return p.tensor_parallel > 1 || p.context_parallel > 1 || p.pipeline_parallel > 1;
+  return p.tensor_parallel > 1 || p.context_parallel > 1 || p.pipeline_parallel > 1 ||
+         p.expert_parallel > 1 || p.expert_tensor_parallel > 1;
 }
 
 // baton   static plan with reuse edges, AG and RS on two comm streams (a
@@ -331,6 +385,8 @@ std::vector<std::string> PolicyPresetNames();
 // pipeline_parallel > 1, first / last layers or gather_per_micro_batch
 // without it, negative first / last layers,
 // tensor / context / pipeline parallelism with offload, zenflow or hpz_group;
+// expert_parallel < 1, expert_tensor_parallel neither 1 nor tensor_parallel,
+// a negative or non-finite moe_capacity_factor (or one in (0, 1));
 // adamw8bit with a half parameter dtype or with zenflow, a lora_rank
 // outside [0, kMaxLoraRank], a non-positive lora_alpha, no LoRA targets,
 // nf4 without LoRA or under all_reduce, LoRA with zenflow. (A rank larger
@@ -358,7 +414,8 @@ struct ZenFlowIntervals {
 ZenFlowIntervals ResolveZenFlow(const Policy& policy);
 
 // The device mesh a policy implies for `world_size` ranks (scheduler/mesh.h):
-// pp, cp and tp as the policy's parallel sizes; of the data ranks (world /
+// pp, cp and tp as the policy's parallel sizes, ep and etp folded over a
+// stage's ranks (InvalidArgument when ep x etp does not divide them); of the data ranks (world /
 // (pp x cp x tp)), dp_replicate = data / shard group, dp_shard = shard
 // group / hpz group, hpz = hpz_group (1 without hpZ). A shard_group counts
 // data ranks (0: all of them). InvalidArgument naming the sizes when pp x

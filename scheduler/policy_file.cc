@@ -36,7 +36,7 @@ struct Field {
   using Member = std::variant<int Policy::*, int64_t Policy::*, bool Policy::*,
                               DataType Policy::*, double Policy::*, Offload Policy::*,
                               OptimizerKind Policy::*, Recompute Policy::*,
-                              PipelineSchedule Policy::*,
+                              PipelineSchedule Policy::*, MoeDispatcher Policy::*,
                               AutoInterval, InLayout<int64_t>, InLayout<bool>,
                               InLayout<BucketPolicy>, InLayout<int>, InLayout<double>,
                               InLayout<uint32_t>, InLayout<BaseDtype>>;
@@ -102,6 +102,12 @@ const std::vector<Field>& Fields() {
       {"pipeline_first_layers", &Policy::pipeline_first_layers, 0, kMaxModelLayers},
       {"pipeline_last_layers", &Policy::pipeline_last_layers, 0, kMaxModelLayers},
       {"gather_per_micro_batch", &Policy::gather_per_micro_batch},
+      {"expert_parallel", &Policy::expert_parallel, 1, kMaxWorldSize},
+      {"expert_tensor_parallel", &Policy::expert_tensor_parallel, 1, kMaxWorldSize},
+      {"moe_dispatcher", &Policy::moe_dispatcher},
+      {"moe_a2a_overlap", &Policy::moe_a2a_overlap},
+      {"moe_shared_overlap", &Policy::moe_shared_overlap},
+      {"moe_capacity_factor", &Policy::moe_capacity_factor},
   };
   return *fields;
 }
@@ -238,6 +244,17 @@ Status ReadValue(const json& v, const std::string& what, const Field&,
   out = *s;
   return absl::OkStatus();
 }
+Status ReadValue(const json& v, const std::string& what, const Field&, MoeDispatcher& out) {
+  StatusOr<MoeDispatcher> d = v.is_string()
+                                  ? ParseMoeDispatcher(v.get<std::string>())
+                                  : StatusOr<MoeDispatcher>(absl::InvalidArgumentError(""));
+  if (!d.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be \"alltoall\", \"hierarchical\" or \"allgather\", got ", JsonBrief(v)));
+  }
+  out = *d;
+  return absl::OkStatus();
+}
 // An AutoInterval: "auto" or an integer in [lo, hi].
 Status ReadInterval(const json& v, const std::string& what, const Field& field,
                     int& out) {
@@ -283,6 +300,7 @@ json WriteValue(Recompute r) { return RecomputeName(r); }
 json WriteValue(uint32_t targets) { return LoraTargetsName(targets); }
 json WriteValue(BaseDtype d) { return BaseDtypeName(d); }
 json WriteValue(PipelineSchedule s) { return PipelineScheduleName(s); }
+json WriteValue(MoeDispatcher d) { return MoeDispatcherName(d); }
 
 json WriteField(const Field& field, const Policy& p) {
   return std::visit(

@@ -31,6 +31,8 @@ const char* NodeKindName(NodeKind kind) {
     case NodeKind::kSend: return "send";
     case NodeKind::kRecv: return "recv";
     case NodeKind::kBackwardWeight: return "backward_weight";
+    case NodeKind::kDispatch: return "dispatch";
+    case NodeKind::kCombine: return "combine";
   }
   return "?";
 }
@@ -46,6 +48,10 @@ const char* BlockSegmentName(BlockSegment segment) {
     case BlockSegment::kAttention: return "attention";
     case BlockSegment::kMlpNorm: return "mlp_norm";
     case BlockSegment::kMlp: return "mlp";
+    case BlockSegment::kRouter: return "router";
+    case BlockSegment::kShared: return "shared";
+    case BlockSegment::kExperts: return "experts";
+    case BlockSegment::kUnpermute: return "unpermute";
   }
   return "?";
 }
@@ -85,6 +91,9 @@ std::vector<std::string> StepGraph::stream_names() const {
     names.push_back("tensor");
     names.push_back("pp_send");
     names.push_back("pp_recv");
+    if (num_streams > NumStreams(policy.shared_comm_stream, false, true)) {
+      names.push_back("expert");
+    }
   }
   if (offload()) {
     names.push_back("hostcopy");
@@ -860,6 +869,12 @@ StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
     return absl::InvalidArgumentError(absl::StrCat(
         "step graph: policy ", policy.name,
         " uses tensor, context or pipeline parallelism: BuildParallelStep builds its graphs"));
+  }
+  if (layout.spec.moe.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step graph: ", layout.spec.name,
+        " is a mixture of experts: BuildParallelStep builds its graphs (its dispatch and "
+        "combine nodes, its experts' buckets over the expert groups)"));
   }
   BATON_RETURN_IF_ERROR(CheckPolicyForModel(policy, layout.spec));
   const int world = world_size > 0 ? world_size : layout.sharding.ranks;

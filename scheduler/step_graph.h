@@ -115,6 +115,9 @@ enum class NodeKind {
   kSend,            // an activation (gradient) to another pipeline stage
   kRecv,            // ... from another pipeline stage
   kBackwardWeight,  // zero-bubble: the deferred weight-gradient pass
+  // Mixture-of-experts blocks (expert stream, over the expert group):
+  kDispatch,  // tokens (or, backward, output gradients) to their experts' ranks
+  kCombine,   // expert outputs (or, backward, input gradients) back to their tokens
 };
 const char* NodeKindName(NodeKind kind);
 // forward, recompute, backward, backward-weight
@@ -181,11 +184,23 @@ struct GraphBuffer {
 // the attention and the MLP and a reduce-scatter after each, without it an
 // all-reduce after each (forward); so a node covers one segment, or a norm
 // and its body. Node::segments is the set, a bit per BlockSegment.
+// A mixture-of-experts block has no kMlp; in its place, in forward
+// order: kRouter (the router GEMM, its top-k and the permute of the tokens
+// into per-expert order; memory-bound but the GEMM), kShared (the shared
+// experts, when the model has them), kExperts (the grouped expert GEMMs
+// and their activation on the dispatched tokens), kUnpermute (the
+// weighted sum of each token's expert outputs back in token order and the
+// residual add). Its nodes end at the dispatch and the combine
+// (scheduler/parallel_graph.h).
 enum class BlockSegment : int8_t {
   kAttnNorm = 0,
   kAttention = 1,
   kMlpNorm = 2,
   kMlp = 3,
+  kRouter = 4,
+  kShared = 5,
+  kExperts = 6,
+  kUnpermute = 7,
 };
 inline constexpr uint8_t SegmentBit(BlockSegment s) {
   return static_cast<uint8_t>(1u << static_cast<int>(s));
@@ -327,8 +342,9 @@ StatusOr<StepGraph> BuildStepGraph(const ModelLayout& layout,
                                    const GraphOptions& options = {},
                                    int world_size = 0);
 
-// (A policy with tensor, context or pipeline parallelism is refused here:
-// its graphs come from BuildParallelStep, scheduler/parallel_graph.h.)
+// (A policy with tensor, context, pipeline or expert parallelism, and a
+// mixture-of-experts model, are refused here: their graphs come from
+// BuildParallelStep, scheduler/parallel_graph.h.)
 
 // Convenience: layout + graph for a model, a policy and a world size.
 StatusOr<StepGraph> BuildStepGraph(const ModelSpec& spec, const Policy& policy,

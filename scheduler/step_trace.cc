@@ -40,6 +40,8 @@ const char* Category(NodeKind kind) {
     case NodeKind::kCopy:
     case NodeKind::kD2H:
     case NodeKind::kH2D:
+    case NodeKind::kDispatch:
+    case NodeKind::kCombine:
       return "copy";
     default:
       return "compute";

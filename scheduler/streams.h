@@ -9,7 +9,9 @@
 // parallelism (scheduler/parallel_graph.h, never under offload) has three
 // others in their place: the tensor stream (tensor-parallel collectives)
 // and the pipeline send and receive streams (activations and their
-// gradients between stages). A node names its stream by StreamId,
+// gradients between stages), and in a graph with mixture-of-experts blocks
+// one more, the expert stream (token dispatch and combine, all-to-all over
+// the expert-parallel group). A node names its stream by StreamId,
 // a dense index 0..StepGraph::num_streams-1 that the executor uses for its
 // runtime streams and the simulator for its lanes; a StreamId comes from
 // StreamFor (or from an index when iterating over a graph's streams), so no
@@ -37,6 +39,7 @@ enum class StreamClass : uint8_t {
   kTensor,        // parallel graphs only: tensor-parallel collectives
   kPipelineSend,  // parallel graphs only: sends to other stages
   kPipelineRecv,  // parallel graphs only: receives from other stages
+  kExpert,        // parallel graphs with experts: dispatch / combine
 };
 
 class StreamId {
@@ -77,29 +80,32 @@ constexpr StreamId StreamFor(StreamClass c, bool shared_comm_stream) {
     case StreamClass::kTensor: return StreamId(comm + 1);
     case StreamClass::kPipelineSend: return StreamId(comm + 2);
     case StreamClass::kPipelineRecv: return StreamId(comm + 3);
+    case StreamClass::kExpert: return StreamId(comm + 4);
   }
   return kComputeStream;
 }
 
 // How many streams a step uses (offload adds the host-copy and host ones,
-// a parallel graph its tensor and two pipeline streams).
+// a parallel graph its tensor and two pipeline streams, and with experts
+// the expert stream).
 constexpr int NumStreams(bool shared_comm_stream, bool offload = false,
-                         bool parallel = false) {
-  return (shared_comm_stream ? 2 : 3) + (offload ? 2 : 0) + (parallel ? 3 : 0);
+                         bool parallel = false, bool experts = false) {
+  return (shared_comm_stream ? 2 : 3) + (offload ? 2 : 0) + (parallel ? 3 : 0) +
+         (parallel && experts ? 1 : 0);
 }
 
 // Tag of the collectives issued on comm stream `s` (1 on the all-gather or
 // shared comm stream, 2 on the reduce-scatter stream; in parallel graphs
-// the tensor and pipeline streams' indices, at most 5).
+// the tensor, pipeline and expert streams' indices, at most 6).
 constexpr uint32_t CollectiveTag(StreamId s) {
   return static_cast<uint32_t>(s.index());
 }
 // The tag of a checkpoint save's one collective (the broadcast of its
 // nonce on the checkpoint stream; scheduler/checkpoint.h): above every
 // step tag, parallel graphs' included.
-inline constexpr uint32_t kCheckpointTag = 6;
+inline constexpr uint32_t kCheckpointTag = 7;
 // The first tag neither the step's collectives nor the executor's own use.
-inline constexpr uint32_t kFirstTrainerTag = 7;
+inline constexpr uint32_t kFirstTrainerTag = 8;
 
 }  // namespace baton::scheduler
 

@@ -62,7 +62,7 @@ const char* OffloadExecutorName(OffloadExecutor e) {
   return kExecutorNames[static_cast<int>(e)];
 }
 
-std::vector<std::string> ClusterPresetNames() { return {"h100", "a100"}; }
+std::vector<std::string> ClusterPresetNames() { return {"h100", "a100", "h800"}; }
 
 StatusOr<ClusterSpec> ClusterPreset(absl::string_view name) {
   ClusterSpec c;
@@ -82,6 +82,17 @@ StatusOr<ClusterSpec> ClusterPreset(absl::string_view name) {
   //         raw); copies pinned as baton's are (scheduler/offload.h).
   if (name == "h100") {
     return c;  // the defaults above
+  }
+  if (name == "h800") {
+    // H800 SXM: the H100's compute and memory (NVIDIA's H800 datasheet: the
+    // same 989 dense bf16 / 1979 fp8 TFLOP/s and 80 GB HBM3) with NVLink cut
+    // to 400 GB/s (bidirectional; the H100's 900): the ring busbw measured
+    // on the H100 (370) scaled by 400 / 900 = 164 GB/s, which DeepEP's
+    // README gives as "~160 GB/s" measured on H800. Network: one 400 Gb/s
+    // ConnectX-7 per GPU (DeepSeek-V3, arXiv 2412.19437 sec. 3.1: the
+    // H800 cluster's InfiniBand) = 50 GB/s, as the h100 preset.
+    c.nvlink_gbps = 370.0 * 400 / 900;
+    return c;
   }
   if (name == "a100") {
     c.peak_tflops = 312;

@@ -90,6 +90,8 @@ struct ClusterSpec {
 
 // "h100": 8 x H100 SXM per node, NVLink4, 8 x 400 Gb/s NDR per node.
 // "a100": DGX A100 80 GB, NVLink3, 8 x 200 Gb/s HDR per node.
+// "h800": 8 x H800 SXM per node (H100 compute, NVLink 400 GB/s), 8 x 400
+// Gb/s per node (DeepSeek-V3's cluster).
 // NotFound listing the names otherwise.
 StatusOr<ClusterSpec> ClusterPreset(absl::string_view name);
 std::vector<std::string> ClusterPresetNames();

@@ -255,6 +255,16 @@ class ComputeModel {
   // One device copy kernel moving `bytes` (read + write counted).
   KernelSum CopyBytes(double bytes) const;
 
+  // The primitives the kernels above are priced with, for the other
+  // cost models built on them (sim/moe_cost.h): a bf16 GEMM of (m x k) @
+  // (k x n) at the table's rate scaled to the GPU, a device copy of
+  // `bytes` (read + write counted), a memory-bound op of the table.
+  double GemmSeconds(double m, double n, double k) const { return Gemm(m, n, k); }
+  double CopySeconds(double bytes) const { return Copy(bytes); }
+  StatusOr<double> OpSeconds(const char* op, double bytes, bool backward) const {
+    return Op(op, bytes, backward);
+  }
+
   double compute_scale() const { return compute_scale_; }
   double memory_scale() const { return memory_scale_; }
   double launch_s() const { return launch_s_; }

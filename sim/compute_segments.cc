@@ -2,6 +2,7 @@
 // kernels of a tensor / context parallel rank (sim/compute_model.h).
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "baton/sim/compute_model.h"
@@ -112,7 +113,39 @@ Status ComputeModel::BuildSegments(const ClusterSpec& cluster, const scheduler::
   BATON_ASSIGN_OR_RETURN(const double glu_b, Op("swiglu", T * F * 6, true));
   const double residual = Copy(Tn * h * 6);
   const int rope_passes = attention.no_rope ? 0 : 3;
-  const double rope_q = Copy(T * H * d * 8), rope_k = Copy(T * G * d * 8);
+  double rope_q = Copy(T * H * d * 8), rope_k = Copy(T * G * d * 8);
+  // The attention's input projections (out, in) and its output
+  // projection's input width: fused QKV, or multi-head latent attention's
+  // down and up projections (DeepSeek-V2 / V3: q_a, q_b, kv_a, kv_b; the
+  // down projections replicated over the tensor group, as Megatron-Core's
+  // MLA keeps them; their RMSNorms on the latent) with RoPE on the rope
+  // dims only.
+  struct Proj {
+    double out, in;
+  };
+  std::vector<Proj> in_proj = {{qkv, h}};
+  double o_in = H * d, latent_norm = 0;
+  if (m.mla.enabled()) {
+    const scheduler::MlaSpec& a = m.mla;
+    const double ql = static_cast<double>(a.q_lora_rank),
+                 kvl = static_cast<double>(a.kv_lora_rank),
+                 rope = static_cast<double>(a.qk_rope_head_dim),
+                 v = static_cast<double>(a.v_head_dim),
+                 nope = static_cast<double>(a.qk_nope_head_dim);
+    in_proj.clear();
+    if (ql > 0) {
+      in_proj.push_back({ql, h});
+      in_proj.push_back({H * d, ql});
+    } else {
+      in_proj.push_back({H * d, h});
+    }
+    in_proj.push_back({kvl + rope, h});
+    in_proj.push_back({H * (nope + v), kvl});
+    o_in = H * v;
+    latent_norm = T * (ql + kvl) * 4;
+    rope_q = Copy(T * H * rope * 8);
+    rope_k = Copy(T * rope * 8);
+  }
   // A linear of (T x k) @ (k x n): GEMM at the stack's rate.
   auto linear = [&](KernelSum& k, double& gemm, double mm, double nn, double kk) {
     const double t = Gemm(mm, nn, kk) * fp8;
@@ -140,9 +173,15 @@ Status ComputeModel::BuildSegments(const ClusterSpec& cluster, const scheduler::
   } else {
     g.fwd[0].Add(norm_f, L);
   }
-  cast(g.fwd[1], T * h, 5);
-  cast(g.fwd[1], h * qkv, 5);
-  linear(g.fwd[1], g.gemm_fwd[1], T, qkv, h);
+  for (const Proj& pr : in_proj) {
+    cast(g.fwd[1], T * pr.in, 5);
+    cast(g.fwd[1], pr.in * pr.out, 5);
+    linear(g.fwd[1], g.gemm_fwd[1], T, pr.out, pr.in);
+  }
+  if (latent_norm > 0) {
+    BATON_ASSIGN_OR_RETURN(const double ln, Op("rmsnorm", latent_norm, false));
+    g.fwd[1].Add(ln, L);
+  }
   if (compiled) {
     if (rope_passes > 0) g.fwd[1].Add(Copy(T * (H + G) * d * 4), L);
   } else {
@@ -152,9 +191,9 @@ Status ComputeModel::BuildSegments(const ClusterSpec& cluster, const scheduler::
     }
   }
   g.fwd[1].Add(attn_f, L);
-  cast(g.fwd[1], T * H * d, 5);
-  cast(g.fwd[1], H * d * h, 5);
-  linear(g.fwd[1], g.gemm_fwd[1], T, h, H * d);
+  cast(g.fwd[1], T * o_in, 5);
+  cast(g.fwd[1], o_in * h, 5);
+  linear(g.fwd[1], g.gemm_fwd[1], T, h, o_in);
   if (compiled) {
     g.fwd[2].Add(Copy(Tn * h * 8), L);
   } else {
@@ -212,9 +251,9 @@ Status ComputeModel::BuildSegments(const ClusterSpec& cluster, const scheduler::
     g.bwd_input[2].Add(residual, L);
   }
   // Attention.
-  bwd_casts(1, T * h, T * H * d, H * d * h);
-  dgrad(1, T, H * d, h);
-  wgrad(1, H * d, h, T);
+  bwd_casts(1, T * h, T * o_in, o_in * h);
+  dgrad(1, T, o_in, h);
+  wgrad(1, o_in, h, T);
   g.bwd_input[1].Add(attn_b, L);
   if (compiled) {
     if (rope_passes > 0) g.bwd_input[1].Add(Copy(T * (H + G) * d * 4), L);
@@ -224,9 +263,15 @@ Status ComputeModel::BuildSegments(const ClusterSpec& cluster, const scheduler::
       g.bwd_input[1].Add(rope_k, L);
     }
   }
-  bwd_casts(1, T * qkv, T * h, h * qkv);
-  dgrad(1, T, h, qkv);
-  wgrad(1, h, qkv, T);
+  if (latent_norm > 0) {
+    BATON_ASSIGN_OR_RETURN(const double lb, Op("rmsnorm", latent_norm, true));
+    g.bwd_input[1].Add(lb, L);
+  }
+  for (auto it = in_proj.rbegin(); it != in_proj.rend(); ++it) {
+    bwd_casts(1, T * it->out, T * it->in, it->in * it->out);
+    dgrad(1, T, it->in, it->out);
+    wgrad(1, it->in, it->out, T);
+  }
   if (compiled) {
     g.bwd_input[0].Add(Copy(Tn * h * 6), L);
     g.bwd_input[0].Add(Copy(Tn * h * 2), L);

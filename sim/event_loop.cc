@@ -280,6 +280,8 @@ void EventLoop::BlameGap(int v, int64_t t) {
   const StepGraph& g = *graphs_[stage_of_[blame]];
   if (g.parallel() && b.kind == NodeKind::kRecv) {
     r.exposed_pp_ns += gap;
+  } else if (b.kind == NodeKind::kDispatch || b.kind == NodeKind::kCombine) {
+    r.exposed_ep_ns += gap;
   } else if (g.parallel() && b.stream == g.stream_for(StreamClass::kTensor)) {
     r.exposed_tp_ns += gap;
   } else if (b.stream == g.stream_for(StreamClass::kAllGather) &&

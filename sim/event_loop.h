@@ -16,8 +16,9 @@
 //   blame      every idle gap of the compute stream is charged to what it
 //              waited for: an all-gather (exposed_ag), a reduction or an
 //              accumulation (exposed_rs), or the host (exposed_host); in
-//              parallel graphs a tensor collective (exposed_tp) or a
-//              pipeline receive (exposed_pp: the bubble).
+//              parallel graphs a tensor collective (exposed_tp), a
+//              pipeline receive (exposed_pp: the bubble) or an expert
+//              dispatch / combine (exposed_ep).
 // A node cost that is not finite, a step longer than 1e6 s, or a graph that
 // cannot finish is refused (InvalidArgument naming the node; Internal for
 // a deadlock).
@@ -52,6 +53,8 @@ struct EventLoopResult {
   // Parallel graphs: ... on a tensor collective, on a pipeline receive.
   int64_t exposed_tp_ns = 0;
   int64_t exposed_pp_ns = 0;
+  // ... on an expert dispatch or combine (MoE graphs).
+  int64_t exposed_ep_ns = 0;
 };
 
 // The most simulated time of one step.

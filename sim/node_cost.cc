@@ -15,8 +15,9 @@ using scheduler::NodeKind;
 using scheduler::UnitKind;
 
 NodeCoster::NodeCoster(const scheduler::StepGraph& graph, const ClusterSpec& cluster,
-                       const SimOptions& options, const ComputeModel& compute)
-    : g_(graph), c_(cluster), o_(options), k_(compute) {
+                       const SimOptions& options, const ComputeModel& compute,
+                       const MoeCost* moe)
+    : g_(graph), c_(cluster), o_(options), k_(compute), moe_(moe) {
   for (const Node& n : g_.nodes) {
     auto& p = placement_[n.group.bits()];
     if (!p) p = PlaceGroup(g_.mesh, n.group, c_.gpus_per_node);
@@ -77,6 +78,9 @@ NodeCost NodeCoster::Cost(const Node& n) const {
     }
     case NodeKind::kRecv:
       return NodeCost{};  // finishes with its send (the event loop's wait)
+    case NodeKind::kDispatch:
+    case NodeKind::kCombine:
+      return ExpertExchange(n);
     case NodeKind::kAllGather:
       return Collective(CollectiveKind::kAllGather, buffer_bytes(n.writes[0]), n.group);
     case NodeKind::kReduceScatter:
@@ -196,7 +200,6 @@ double NodeCoster::CommSeconds(CollectiveKind kind, double bytes, MeshGroup grou
 double NodeCoster::ParallelCompute(const Node& n) const {
   const scheduler::UnitSpec& unit = g_.layout.units[n.unit];
   const bool split = g_.policy.pipeline_schedule == scheduler::PipelineSchedule::kZbH1;
-  const BlockSegments& seg = k_.Segments();
   const bool bwd = n.kind == NodeKind::kBackward;
   const bool weight = n.kind == NodeKind::kBackwardWeight;
   if (unit.kind != UnitKind::kBlock) {
@@ -221,22 +224,46 @@ double NodeCoster::ParallelCompute(const Node& n) const {
     }
     return k.seconds + (weight ? 0 : VocabularyComm(n));
   }
+  if (n.kind == NodeKind::kRecompute && n.segments == 0) return RecomputeSeconds();
+  return BlockSegmentsSeconds(n);
+}
+
+double NodeCoster::BlockSegmentsSeconds(const Node& n) const {
+  const bool split = g_.policy.pipeline_schedule == scheduler::PipelineSchedule::kZbH1;
+  const BlockSegments& seg = k_.Segments();
+  const bool bwd = n.kind == NodeKind::kBackward;
+  const bool weight = n.kind == NodeKind::kBackwardWeight;
+  const scheduler::UnitSpec& unit = g_.layout.units[n.unit];
+  const bool moe = moe_ != nullptr && g_.layout.spec.moe_block(unit.block);
+  // A MoE block's whole unit: its attention segments and its MoE ones.
+  constexpr uint8_t kMoeAll = 0xF7;  // every segment but the dense MLP
+  double moe_part = 0;
+  if (moe) {
+    const uint8_t all = n.segments == 0 ? kMoeAll : n.segments;
+    for (int i = 4; i < 8; ++i) {
+      if ((all & (1u << i)) == 0) continue;
+      const MoeKernels& mk = moe_->kernels;
+      moe_part += weight ? mk.weight[i - 4].seconds
+                  : bwd  ? (split ? mk.bwd_input[i - 4].seconds : mk.bwd[i - 4].seconds)
+                         : mk.fwd[i - 4].seconds;
+    }
+  }
   if (weight) {
-    // A tensor-parallel block part's weight pass: its segments' share of
-    // the weight-gradient kernels (the backward less its input part).
-    if (n.segments == 0) return seg.weight.seconds;
+    // A block part's weight pass: its segments' share of the weight-gradient
+    // kernels (the backward less its input part).
+    if (n.segments == 0 && !moe) return seg.weight.seconds;
+    const uint8_t covers = n.segments == 0 ? kMoeAll : n.segments;
     double part = 0, all = 0;
     for (int i = 0; i < 4; ++i) {
       const double w = std::max(0.0, seg.bwd[i].seconds - seg.bwd_input[i].seconds);
       all += w;
-      if (n.segments & (1u << i)) part += w;
+      if (covers & (1u << i)) part += w;
     }
-    return all > 0 ? seg.weight.seconds * part / all : 0.0;
+    return (all > 0 ? seg.weight.seconds * part / all : 0.0) + moe_part;
   }
-  if (n.kind == NodeKind::kRecompute) return RecomputeSeconds();
-  // The segments this node covers (all four for a whole block).
-  const uint8_t covers = n.segments == 0 ? 0xF : n.segments;
-  double total = 0, gemm = 0, attn = 0;
+  // The segments this node covers (all four for a whole dense block).
+  const uint8_t covers = n.segments == 0 ? (moe ? kMoeAll : 0xF) : n.segments;
+  double total = moe_part, gemm = 0, attn = 0;
   for (int i = 0; i < 4; ++i) {
     if ((covers & (1u << i)) == 0) continue;
     total += bwd ? (split ? seg.bwd_input[i].seconds : seg.bwd[i].seconds) : seg.fwd[i].seconds;
@@ -246,6 +273,20 @@ double NodeCoster::ParallelCompute(const Node& n) const {
     attn = bwd ? seg.attn_bwd : seg.attn_fwd;
   }
   return WithFused(n, total, gemm, attn);
+}
+
+NodeCost NodeCoster::ExpertExchange(const Node& n) const {
+  NodeCost cost;
+  cost.comm = true;
+  if (o_.free_comm || moe_ == nullptr) return cost;
+  A2aShape a = moe_->a2a;
+  // The forward dispatch and the backward DISPATCH-GRAD go to the experts.
+  a.copy_bytes = n.kind == NodeKind::kDispatch ? moe_->to_experts_bytes : moe_->from_experts_bytes;
+  const CollectiveTime t = AllToAllTime(c_, *placement_[scheduler::kExpertGroup.bits()],
+                                        moe_->dispatcher, a, o_.bandwidth_scale);
+  cost.latency_s = t.latency_s;
+  cost.work_s = t.work_s;
+  return cost;
 }
 
 namespace {

@@ -28,6 +28,13 @@
 //              sequence parallelism reduce-scatter / all-gather; the
 //              cross-entropy's three all-reduces of s floats), exposed in
 //              the node;
+//   experts    a MoE block's router, shared-expert, expert and unpermute
+//              segments (sim/moe_cost.h MoeKernels) beside its attention
+//              segments; a recompute node with segments is their forward;
+//              kDispatch / kCombine over the expert group by the policy's
+//              dispatcher (sim/moe_cost.h AllToAllTime), each going to the
+//              experts (a forward dispatch, a backward DISPATCH-GRAD) in the
+//              to-experts dtype, each coming back in bf16;
 //   send       a point-to-point transfer to the peer stage (P2PTime; on
 //              NVLink when the pipeline neighbours share a node), sharing
 //              the links as a collective; a receive costs nothing itself:
@@ -49,6 +56,7 @@
 #include "baton/sim/cluster.h"
 #include "baton/sim/collective_cost.h"
 #include "baton/sim/compute_model.h"
+#include "baton/sim/moe_cost.h"
 
 namespace baton::sim {
 
@@ -62,8 +70,10 @@ struct NodeCost {
 
 class NodeCoster {
  public:
+  // `moe` (a graph of a MoE model: required) prices its expert nodes.
   NodeCoster(const scheduler::StepGraph& graph, const ClusterSpec& cluster,
-             const SimOptions& options, const ComputeModel& compute);
+             const SimOptions& options, const ComputeModel& compute,
+             const MoeCost* moe = nullptr);
 
   NodeCost Cost(const scheduler::Node& node) const;
 
@@ -75,6 +85,11 @@ class NodeCoster {
   double WithFused(const scheduler::Node& node, double total, double gemm,
                    double attention) const;
   double VocabularyComm(const scheduler::Node& node) const;
+  NodeCost ExpertExchange(const scheduler::Node& node) const;
+  // A block node's segments' kernels (bits 0-3 from the dense block's
+  // segments, 4-7 from the MoE kernels), forward (or a recompute with
+  // segments), backward (its input part under zb-h1) or weight pass.
+  double BlockSegmentsSeconds(const scheduler::Node& node) const;
   double RecomputeSeconds() const;
   // Context parallelism's ring over `attention` seconds of attention
   // kernels, one step moving `step_bytes`.
@@ -88,6 +103,7 @@ class NodeCoster {
   const ClusterSpec& c_;
   const SimOptions& o_;
   const ComputeModel& k_;
+  const MoeCost* moe_;
   // Placement of each mesh group the graph uses, by MeshGroup::bits().
   std::array<std::optional<GroupPlacement>, 1 << scheduler::kNumMeshGroupBits> placement_;
   double act_bytes_ = 0;        // parallel graphs: one micro-batch's activation

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "baton/sim/compute_model.h"
 #include "baton/sim/event_loop.h"
+#include "baton/sim/moe_cost.h"
 #include "baton/sim/node_cost.h"
 
 namespace baton::sim {
@@ -22,10 +23,17 @@ using scheduler::StepGraph;
 constexpr double kGiB = 1073741824.0;
 
 // One block's activation bytes per micro-batch on a rank, whole or
-// recomputed (parallel_sim.h).
+// recomputed (parallel_sim.h); a MoE block's whole, and its dispatch and
+// combine buffers in flight.
 struct BlockActivation {
-  double full = 0, recomputed = 0;
+  double full = 0, recomputed = 0, moe_full = 0, dispatch = 0;
 };
+
+// The tokens a rank routes per micro-batch in a MoE block.
+int64_t MoeTokens(const Policy& p, const Workload& w) {
+  const int64_t t = w.seq * w.micro_batch / p.context_parallel;
+  return p.sequence_parallel ? t / p.tensor_parallel : t;
+}
 
 BlockActivation BlockBytes(const scheduler::ModelSpec& m, const Policy& p, const Workload& w) {
   const double t = static_cast<double>(w.seq * w.micro_batch) / p.context_parallel;
@@ -40,6 +48,21 @@ BlockActivation BlockBytes(const scheduler::ModelSpec& m, const Policy& p, const
     a.full = t * h * (10 + 24 / tp);
   }
   a.recomputed = 2 * t * h / (p.sequence_parallel ? tp : 1);
+  if (m.moe.enabled()) {
+    // Korthikanti's 34 less the MLP's 19, and the MoE MLP (sim/moe_cost.h).
+    MoeShape shape;
+    shape.tokens = MoeTokens(p, w);
+    shape.ep = p.expert_parallel;
+    shape.etp = p.expert_tensor_parallel;
+    shape.imbalance = w.moe_imbalance;
+    shape.capacity = p.moe_capacity_factor;
+    a.moe_full = a.full * 15 / 34 + MoeMlpActivationBytes(m, shape);
+    const double load = shape.capacity > 0 ? std::min(shape.imbalance, shape.capacity)
+                                           : shape.imbalance;
+    // The permuted copies sent and the dispatched ones received, each way.
+    a.dispatch = 2 * (1 + load * shape.etp) * static_cast<double>(shape.tokens) *
+                 static_cast<double>(m.moe.top_k) * h * 2;
+  }
   return a;
 }
 
@@ -50,13 +73,17 @@ std::pair<double, int> StageActivations(const StepGraph& g, const std::vector<Pi
   const int chunks = static_cast<int>(g.chunk_units.size());
   std::vector<double> per_mb(chunks, 0);
   bool any_recompute = false;
+  double rebuilt = 0;  // the largest block a recomputed backward rebuilds
   for (int c = 0; c < chunks; ++c) {
     int k = 0;
     for (int u : g.chunk_units[c]) {
       if (g.layout.units[u].kind != scheduler::UnitKind::kBlock) continue;
       const bool rec = p.recompute_blocks < 0 || k < p.recompute_blocks;
+      const double full =
+          g.layout.spec.moe_block(g.layout.units[u].block) ? a.moe_full : a.full;
       any_recompute |= rec;
-      per_mb[c] += rec ? a.recomputed : a.full;
+      if (rec) rebuilt = std::max(rebuilt, full);
+      per_mb[c] += rec ? a.recomputed : full;
       ++k;
     }
   }
@@ -74,7 +101,7 @@ std::pair<double, int> StageActivations(const StepGraph& g, const std::vector<Pi
     peak = std::max(peak, live);
     most = std::max(most, held);
   }
-  if (any_recompute) peak += a.full;  // a recomputed block rebuilt in its backward
+  if (any_recompute) peak += rebuilt;  // a recomputed block rebuilt in its backward
   return {peak, most};
 }
 
@@ -154,6 +181,14 @@ std::vector<MemoryBreakdown> Memory(const ParallelStep& step, const ClusterSpec&
       mem.logits = t * std::ceil(static_cast<double>(m.vocab) / p.tensor_parallel) * 6;
     }
     mem.reserved = cluster.reserved_gib * kGiB;
+    for (const std::vector<int>& units : g.chunk_units) {
+      for (int u : units) {
+        if (g.layout.units[u].kind == scheduler::UnitKind::kBlock &&
+            m.moe_block(g.layout.units[u].block)) {
+          mem.dispatch = a.dispatch;
+        }
+      }
+    }
     out.push_back(mem);
   }
   return out;
@@ -234,6 +269,7 @@ SimResult Summarize(const scheduler::ModelSpec& model, const ClusterSpec& cluste
   r.exposed_host_s = b.exposed_host_ns * 1e-9;
   r.exposed_tp_s = b.exposed_tp_ns * 1e-9;
   r.exposed_pp_s = b.exposed_pp_ns * 1e-9;
+  r.exposed_a2a_s = b.exposed_ep_ns * 1e-9;
   r.straggler_s = cluster.straggler_cv * r.compute_s * ExpectedMaxOfNormals(w.gpus);
   r.step_s += r.straggler_s;
   const double local = static_cast<double>(w.global_batch) / w.gpus;
@@ -272,6 +308,9 @@ StatusOr<SimResult> SimulateParallel(const scheduler::ModelSpec& model,
         "--tp-across-nodes to simulate it anyway"));
   }
   const double limit = cluster.memory_gib * kGiB;
+  // Parallel graphs reduce each gradient once, after its last micro-batch
+  // (a MoE model's graph is one under a data-parallel preset too).
+  policy.reduce_every_micro_step = false;
   BATON_ASSIGN_OR_RETURN(const KernelTable* table, KernelTableOrH100(options.kernels));
   ShardShape shard;
   shard.tp = policy.tensor_parallel;
@@ -322,11 +361,16 @@ StatusOr<SimResult> SimulateParallel(const scheduler::ModelSpec& model,
                                                                w.micro_batch, {}, pass));
   }
   ParallelStep step = *std::move(built);
+  std::optional<MoeCost> moe;
+  if (model.moe.enabled()) {
+    BATON_ASSIGN_OR_RETURN(moe, BuildMoeCost(kernels, model, policy, MoeTokens(policy, w),
+                                             w.moe_imbalance, options.stack, cluster));
+  }
   std::vector<const StepGraph*> graphs;
   std::vector<std::vector<NodeCost>> costs;
   for (const StepGraph& g : step.stages) {
     graphs.push_back(&g);
-    const NodeCoster coster(g, cluster, options, kernels);
+    const NodeCoster coster(g, cluster, options, kernels, moe ? &*moe : nullptr);
     std::vector<NodeCost> c;
     c.reserve(g.nodes.size());
     for (const scheduler::Node& n : g.nodes) c.push_back(coster.Cost(n));

@@ -31,6 +31,8 @@ const char* Colour(NodeKind k) {
     case NodeKind::kSend:
     case NodeKind::kRecv: return "#edc948";
     case NodeKind::kBackwardWeight: return "#4e79a7";
+    case NodeKind::kDispatch:
+    case NodeKind::kCombine: return "#ff9da7";
   }
   return "#999999";
 }

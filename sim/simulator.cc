@@ -183,6 +183,15 @@ Status ValidateWorkload(const Workload& w) {
         "--tp, --cp, --pp and --vpp must be positive, got ", w.tp, ", ", w.cp, ", ", w.pp,
         ", ", w.vpp));
   }
+  if (w.ep < 1 || w.etp < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ep and --etp must be positive, got ", w.ep, ", ", w.etp));
+  }
+  if (!(w.moe_imbalance >= 1 && w.moe_imbalance <= 64)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--moe-imbalance must be in [1, 64] (the busiest expert rank's load over the mean), got ",
+        w.moe_imbalance));
+  }
   const int64_t model_ranks = int64_t{w.tp} * w.cp * w.pp;
   if (w.gpus % model_ranks != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -236,6 +245,12 @@ StatusOr<scheduler::Policy> SimPolicy(const std::string& name,
   p.pipeline_schedule = w.schedule;
   p.pipeline_first_layers = w.pp_first_layers;
   p.pipeline_last_layers = w.pp_last_layers;
+  p.expert_parallel = w.ep;
+  p.expert_tensor_parallel = w.etp;
+  p.moe_dispatcher = w.moe_dispatcher;
+  p.moe_a2a_overlap = w.moe_a2a_overlap;
+  p.moe_shared_overlap = w.moe_shared_overlap;
+  p.moe_capacity_factor = w.moe_capacity_factor;
   // Parallel graphs reduce each gradient once, after its last micro-batch.
   if (scheduler::IsParallel(p)) p.reduce_every_micro_step = false;
   return p;
@@ -350,7 +365,7 @@ StatusOr<SimResult> SimulatePolicy(const ModelSpec& model,
         workload.global_batch / workload.data_ranks() / workload.micro_batch,
         " micro-steps (global batch / data ranks / micro-batch)"));
   }
-  if (scheduler::IsParallel(policy)) {
+  if (scheduler::IsParallel(policy) || model.moe.enabled()) {
     return SimulateParallel(model, cluster, workload, std::move(policy), recompute_blocks,
                             options, nullptr, graph);
   }

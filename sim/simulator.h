@@ -128,6 +128,17 @@ struct Workload {
   // A tensor group larger than a node is refused unless this is set (its
   // collectives then cross the network on every block).
   bool tp_across_nodes = false;
+  // Experts (MoE models; scheduler/policy.h, SimPolicy sets them on the
+  // policy): ep and etp fold over a stage's ranks and leave data_ranks()
+  // as it is. moe_imbalance: the busiest expert rank's load over the mean
+  // (sim/moe_cost.h; 1: balanced), in [1, 64].
+  int ep = 1;
+  int etp = 1;
+  scheduler::MoeDispatcher moe_dispatcher = scheduler::MoeDispatcher::kAllToAll;
+  bool moe_a2a_overlap = false;
+  bool moe_shared_overlap = false;
+  double moe_capacity_factor = 0;
+  double moe_imbalance = 1;
   // The data-parallel ranks: gpus / (tp x cp x pp).
   int64_t data_ranks() const { return gpus / (int64_t{tp} * cp * pp); }
 };
@@ -171,7 +182,9 @@ struct MemoryBreakdown {
   double activations = 0;  // at the peak (end of a micro-step's forward)
   double logits = 0;
   double reserved = 0;
-  double peak() const { return states + arena + activations + logits + reserved; }
+  // MoE: one block's dispatch and combine buffers in flight (sim/parallel_sim.h).
+  double dispatch = 0;
+  double peak() const { return states + arena + activations + logits + reserved + dispatch; }
 };
 
 struct SimResult {
@@ -186,6 +199,7 @@ struct SimResult {
   double exposed_offload_s = 0;  // ... on the host optimizer (offload tail)
   double exposed_tp_s = 0;   // ... on tensor collectives (parallel graphs)
   double exposed_pp_s = 0;   // ... on pipeline receives (parallel graphs)
+  double exposed_a2a_s = 0;  // ... on expert dispatch / combine (MoE graphs)
   double mfu = 0;            // model FLOPs / (step time x peak)
   double tokens_per_s_per_gpu = 0;
   MemoryBreakdown memory;

@@ -40,10 +40,13 @@ struct Knobs {
   // sizes, and the schedule: 0 1f1b, 1 zb-h1, v >= 2 interleaved with v
   // virtual stages.
   int tp = 1, cp = 1, pp = 1, sched = 0;
-  bool parallel() const { return tp > 1 || cp > 1 || pp > 1; }
+  // Experts (MoE models): ep, etp (1 or tp), the all-to-all overlap.
+  int ep = 1, etp = 1, a2a = 0;
+  bool moe = false;  // a MoE model: every candidate is a parallel graph
+  bool parallel() const { return moe || tp > 1 || cp > 1 || pp > 1; }
   auto Tie() const {
-    return std::tie(tp, cp, pp, sched, micro_batch, reduce, shard, hpz, merge, fwd, bwd,
-                    offload, opt, lora);
+    return std::tie(tp, cp, pp, sched, ep, etp, a2a, micro_batch, reduce, shard, hpz, merge,
+                    fwd, bwd, offload, opt, lora);
   }
   bool operator<(const Knobs& o) const { return Tie() < o.Tie(); }
   bool operator==(const Knobs& o) const { return Tie() == o.Tie(); }
@@ -96,6 +99,7 @@ class Tuner {
     // Starting points: the presets the knobs can express.
     const int gpn = c_.gpus_per_node;
     Knobs base;
+    base.moe = m_.moe.enabled();
     base.opt = opts_.front();
     base.lora = loras_.front();
     base.micro_batch = std::find(mbs_.begin(), mbs_.end(), w_.micro_batch) != mbs_.end()
@@ -129,6 +133,11 @@ class Tuner {
           {cps_.size(), [&](Knobs& k, size_t i) { k.cp = cps_[i]; }},
           {scheds_.size(), [&](Knobs& k, size_t i) { k.sched = scheds_[i]; }},
       };
+      if (m_.moe.enabled()) {
+        dims.push_back({eps_.size(), [&](Knobs& k, size_t i) { k.ep = eps_[i]; }});
+        dims.push_back({2, [&](Knobs& k, size_t i) { k.etp = i == 0 ? 1 : k.tp; }});
+        dims.push_back({2, [&](Knobs& k, size_t i) { k.a2a = static_cast<int>(i); }});
+      }
     }
     const std::vector<std::pair<size_t, Setter>> dp_dims = {
         {shards_.size(), [&](Knobs& k, size_t i) { k.shard = shards_[i]; }},
@@ -255,6 +264,14 @@ class Tuner {
                           : k.sched == 1 ? scheduler::PipelineSchedule::kZbH1
                                          : scheduler::PipelineSchedule::kInterleaved;
     p.virtual_stages = k.sched >= 2 ? k.sched : 1;
+    p.expert_parallel = k.ep;
+    p.expert_tensor_parallel = k.etp;
+    p.moe_a2a_overlap = k.a2a == 1;
+    // The workload's dispatcher, shared-expert overlap and capacity apply to
+    // every candidate.
+    p.moe_dispatcher = w_.moe_dispatcher;
+    p.moe_shared_overlap = w_.moe_shared_overlap;
+    p.moe_capacity_factor = w_.moe_capacity_factor;
     p.reduce_dtype = kReduceDtypes[k.reduce];
     p.shard_group = k.shard;
     p.hpz_group = k.hpz;
@@ -287,6 +304,10 @@ class Tuner {
     w.pp = k.pp;
     w.vpp = p.virtual_stages;
     w.schedule = p.pipeline_schedule;
+    w.ep = k.ep;
+    w.etp = k.etp;
+    w.moe_dispatcher = p.moe_dispatcher;
+    w.moe_a2a_overlap = p.moe_a2a_overlap;
     if (!mesh.ok() || !ValidateWorkload(w).ok() ||
         int64_t{p.micro_steps} * (m_.layers + 3) > o_.max_step_units) {
       ++report_.refused;
@@ -341,6 +362,7 @@ class Tuner {
 
   // A parallel candidate keeps none of the data-parallel-only knobs.
   static void Canonical(Knobs& k) {
+    if (k.etp > 1) k.etp = k.tp;  // etp is 1 or tp
     if (!k.parallel()) {
       k.sched = 0;
       return;
@@ -365,13 +387,40 @@ class Tuner {
       cps_.push_back(c);
     }
     scheds_ = {0, 1, 2, 4};
+    if (m_.moe.enabled()) {
+      // Expert parallelism: powers of two dividing the experts, up to the
+      // experts and 64 x a node's GPUs (ep x etp must also divide a
+      // stage's ranks: ResolveMesh refuses the rest).
+      for (int64_t e = 1; e <= m_.moe.experts && e <= 64 * c_.gpus_per_node && e <= w_.gpus;
+           e *= 2) {
+        if (m_.moe.experts % e == 0) eps_.push_back(static_cast<int>(e));
+      }
+    }
   }
 
   // Tensor-parallel starts: the largest tensor group, the fewest stages
-  // whose lower bound fits.
+  // whose lower bound fits. A MoE model also starts from no tensor
+  // parallelism, each with expert parallelism over a node's GPUs (or the
+  // largest that divides the experts below it: Megatron-Core's placement
+  // rule, EP x TP inside the NVLink domain).
   void MeshStarts(const Knobs& base, std::vector<Knobs>& starts) {
+    if (!m_.moe.enabled()) {
+      MeshStart(base, tps_.back(), 1, starts);
+      return;
+    }
+    for (int tp : {1, tps_.back()}) {
+      int ep = 1;
+      for (int e : eps_) {
+        if (int64_t{e} * tp <= c_.gpus_per_node) ep = e;
+      }
+      MeshStart(base, tp, ep, starts);
+    }
+  }
+
+  void MeshStart(const Knobs& base, int tp, int ep, std::vector<Knobs>& starts) {
     Knobs k = base;
-    k.tp = tps_.back();
+    k.tp = tp;
+    k.ep = ep;
     for (int p : pps_) {
       k.pp = p;
       Canonical(k);
@@ -379,6 +428,7 @@ class Tuner {
       w.tp = k.tp;
       w.pp = k.pp;
       w.sp = k.tp > 1;
+      w.ep = k.ep;
       StatusOr<scheduler::DeviceMesh> mesh = scheduler::ResolveMesh(PolicyOf(k), w_.gpus);
       if (!k.parallel() || !mesh.ok() || !ValidateWorkload(w).ok()) continue;
       if (MeshLowerBound(k, w, *mesh) <= c_.memory_gib * 1073741824.0) {
@@ -394,11 +444,16 @@ class Tuner {
   // block's full activations.
   double MeshLowerBound(const Knobs& k, const Workload& w,
                         const scheduler::DeviceMesh& mesh) const {
-    const double params = static_cast<double>(scheduler::ParameterCount(m_));
+    // A MoE model's routed experts: / (ep x etp) per rank, their master and
+    // moments over the expert-data group.
+    const double experts = static_cast<double>(scheduler::ExpertParameterCount(m_));
+    const double params = static_cast<double>(scheduler::ParameterCount(m_)) - experts;
     const double d = mesh.size(scheduler::MeshGroup{scheduler::MeshDim::kShard,
                                                     scheduler::MeshDim::kHpz,
                                                     scheduler::MeshDim::kContext});
-    const double states = (6 + 12 / d) * params / (k.tp * k.pp);
+    const double edp = mesh.size(scheduler::kExpertDataGroup);
+    const double states = (6 + 12 / d) * params / (k.tp * k.pp) +
+                          (6 + 12 / edp) * experts / (static_cast<double>(k.ep) * k.etp * k.pp);
     const double t = static_cast<double>(w.seq * w.micro_batch) / k.cp;
     const double h = static_cast<double>(m_.hidden);
     const double m = static_cast<double>(w.global_batch) / (w.gpus / (k.tp * k.cp * k.pp)) /
@@ -417,7 +472,7 @@ class Tuner {
   std::vector<int> opts_, loras_;
   std::vector<int64_t> mbs_, merges_;
   std::vector<int> shards_, hpzs_;
-  std::vector<int> tps_{1}, pps_{1}, cps_{1}, scheds_{0};
+  std::vector<int> tps_{1}, pps_{1}, cps_{1}, scheds_{0}, eps_;
   std::map<Knobs, Entry> cache_;
   TuneReport report_;
   int simulated_ = 0;
@@ -483,12 +538,16 @@ StatusOr<TuneReport> Tune(const scheduler::ModelSpec& model,
 
 std::string DescribeKnobs(const TuneCandidate& c) {
   const Policy& p = c.policy;
-  if (scheduler::IsParallel(p)) {
+  if (scheduler::IsParallel(p) || p.moe_a2a_overlap) {
     return absl::StrCat(
         "mb=", c.workload.micro_batch, " tp=", p.tensor_parallel,
         p.sequence_parallel ? "+sp" : "", " cp=", p.context_parallel, " pp=",
-        p.pipeline_parallel, " schedule=", scheduler::PipelineScheduleName(p.pipeline_schedule),
-        p.virtual_stages > 1 ? absl::StrCat(":", p.virtual_stages) : std::string(),
+        p.pipeline_parallel, " vpp=", p.virtual_stages,
+        " schedule=", scheduler::PipelineScheduleName(p.pipeline_schedule),
+        p.expert_parallel > 1 || p.expert_tensor_parallel > 1
+            ? absl::StrCat(" ep=", p.expert_parallel, " etp=", p.expert_tensor_parallel,
+                           p.moe_a2a_overlap ? " a2a=overlap" : "")
+            : std::string(),
         " data=", c.workload.data_ranks(), " reduce=", DataTypeName(p.reduce_dtype),
         " shard=", p.shard_group, " recompute=",
         p.recompute_blocks < 0 ? std::string("all")

@@ -29,6 +29,16 @@
 //                      knobs other than reduce_dtype do not apply to a
 //                      parallel mesh (its optimizer shards over every data
 //                      rank, sim/parallel_sim.h).
+//   ep, etp, a2a       (a mixture of experts; with the mesh) expert
+//                      parallelism over powers of two dividing the experts
+//                      (up to 64 nodes' GPUs), etp 1 or tp, and the
+//                      all-to-all overlap across micro-batches off or on;
+//                      ResolveMesh refuses an ep x etp that does not divide
+//                      a stage's ranks. Every candidate of a MoE model is a
+//                      parallel graph (its data-parallel-only knobs fixed);
+//                      the workload's dispatcher, shared-expert overlap and
+//                      capacity apply to all. Starts: ep over a node's GPUs
+//                      (over tp) with tp 1 and with the largest tp.
 //   optimizer          adamw, and adamw8bit when allowed (TuneTechniques)
 //   adapters           none, LoRA (lora_rank, 16 when not given) when
 //                      allowed, LoRA over an NF4 base when allowed: these
@@ -52,7 +62,9 @@
 // values with the others fixed and keeps the best, until a pass changes
 // nothing (at most TuneOptions::max_passes). Each configuration is
 // simulated once (a cache). Before building a graph, a memory lower bound
-// (12 bytes per parameter of fp32 master and moments over the shard group,
+// (12 bytes per parameter of fp32 master and moments over the shard group;
+// a MoE model's routed experts / (ep x etp) with theirs over the
+// expert-data group,
 // the cluster's reserve, and activations and logits with every block
 // recomputed; for a mesh the first stage's parameters at 6 + 12 / data
 // bytes each, its in-flight block inputs and one block) skips
