@@ -641,7 +641,7 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
                    : "--memory and the techniques' flags cover the data-parallel step; the "
                      "policy file sets tensor, context or pipeline parallelism");
   }
-  if (parallel) {
+  if (parallel && !f.tune) {
     auto p = file_policy ? StatusOr<scheduler::Policy>(*file_policy)
                          : sim::SimPolicy(f.policies[0], w, cluster->gpus_per_node);
     auto mesh = p.ok() ? scheduler::ResolveMesh(*p, w.gpus)

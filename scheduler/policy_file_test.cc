@@ -76,6 +76,12 @@ Policy UnusualParallel() {
   p.pipeline_first_layers = 5;
   p.pipeline_last_layers = 6;
   p.gather_per_micro_batch = true;
+  p.expert_parallel = 8;
+  p.expert_tensor_parallel = 4;
+  p.moe_dispatcher = MoeDispatcher::kHierarchical;
+  p.moe_a2a_overlap = true;
+  p.moe_shared_overlap = true;
+  p.moe_capacity_factor = 1.25;
   return p;
 }
 
@@ -110,7 +116,7 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
   for (const std::string& key : PolicyFileFields()) {
     EXPECT_NE(text.find(absl::StrCat("\"", key, "\":")), std::string::npos) << key;
   }
-  EXPECT_EQ(PolicyFileFields().size(), 42u);
+  EXPECT_EQ(PolicyFileFields().size(), 48u);
   // Each knob of Unusual() differs from the default, and SamePolicy sees
   // each one: set them one at a time through the file.
   const std::string unusual = PolicyToJson(Unusual());
@@ -126,12 +132,14 @@ TEST(PolicyFileTest, EveryKnobIsWrittenAndDetectedBySamePolicy) {
       {"pipeline_first_layers", ", \"pipeline_parallel\": 2"},
       {"pipeline_last_layers", ", \"pipeline_parallel\": 2"},
       {"gather_per_micro_batch", ", \"pipeline_parallel\": 2"},
+      {"expert_tensor_parallel", ", \"tensor_parallel\": 4"},
   };
   for (const std::string& key : PolicyFileFields()) {
     // false / true in both
     if (key == "all_reduce" || key == "reshard_after_forward") continue;
     const bool par = needs.count(key) > 0 || key == "tensor_parallel" ||
-                     key == "context_parallel" || key == "pipeline_parallel";
+                     key == "context_parallel" || key == "pipeline_parallel" ||
+                     key.rfind("expert_", 0) == 0 || key.rfind("moe_", 0) == 0;
     const std::string& from = par ? parallel : technique_keys.count(key) ? techniques : unusual;
     const size_t at = from.find(absl::StrCat("\"", key, "\":"));
     std::string field = from.substr(at, from.find('\n', at) - at);

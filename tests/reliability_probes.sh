@@ -10,7 +10,9 @@
 #   limits  every bound of scheduler/limits.h through every route that
 #           reaches it (flag, policy file, config.json; simulate and
 #           train_tiny alike), refused with the same words;
-#   dupkey  a key given twice in each kind of JSON input, refused naming it.
+#   dupkey  a key given twice in each kind of JSON input, refused naming it;
+#   moe     bad mixture-of-experts input (top-k above the experts, ep not
+#           dividing the experts, ep x etp not fitting a stage's ranks, ...).
 # Prints one line per probe and the count; exits 1 if any probe failed.
 # PROBE_ONLY=REGEX runs only the probes whose class/name matches.
 set -u
@@ -294,6 +296,21 @@ dup config-sim 'config.json: duplicate key "hidden_size"' "$sim" --hf-config="$f
 dup config-tiny 'config.json: duplicate key "hidden_size"' "$tiny" --hf-config="$f"
 f=$(pf dnest.json '{"preset": "baton", "name": "x", "name": "y"}')
 dup policy-name "policy file $f: duplicate key \"name\"" "$sim" "${job[@]}" --policy-file="$f"
+
+# ---- moe: bad mixture-of-experts input (issue 48) ---------------------------
+moe() { refuse moe "$1" 2 "$2" /dev/null -- "${@:3}"; }
+f=$(pf moe_topk.json '{"architectures": ["MixtralForCausalLM"], "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128, "num_local_experts": 8, "num_experts_per_tok": 9}')
+moe topk-above-experts 'moe top_k = 9 must be in [1, 8] (the routed experts)' "$sim" --hf-config="$f" --gpus=8 --global-batch=8 --seq=512
+moe ep-not-dividing-experts "--ep=6 must divide the model's 8 experts" "$sim" --model=mixtral-8x7b --gpus=12 --global-batch=12 --seq=512 --ep=6
+moe ep-not-fitting-ranks 'ep x etp = 32 does not divide the 16 ranks of a pipeline stage' "$sim" --model=mixtral-8x7b --gpus=16 --global-batch=16 --seq=512 --ep=32
+moe ep-etp-not-fitting-ranks 'ep x etp = 16 does not divide the 8 ranks of a pipeline stage' "$sim" --model=mixtral-8x7b --gpus=8 --global-batch=8 --seq=512 --tp=2 --sp --ep=8 --etp=2
+moe etp-not-tp 'etp = 4 must be 1 or tp = 2' "$sim" --model=mixtral-8x7b --gpus=16 --global-batch=16 --seq=512 --tp=2 --sp --ep=2 --etp=4
+moe ep-dense-model 'need a mixture-of-experts model' "$sim" --model=tiny --gpus=8 --global-batch=8 --seq=512 --ep=2
+moe tp-without-sp 'needs --sp' "$sim" --model=mixtral-8x7b --gpus=16 --global-batch=16 --seq=512 --tp=2 --ep=2
+moe imbalance-range '--moe-imbalance' "$sim" --model=mixtral-8x7b --gpus=8 --global-batch=8 --seq=512 --moe-imbalance=0.5
+moe dispatcher-name 'unknown MoE dispatcher "deepep2"' "$sim" --model=mixtral-8x7b --gpus=8 --global-batch=8 --seq=512 --moe-dispatcher=deepep2
+f=$(pf moe_pol.json '{"preset": "baton", "expert_parallel": 3}')
+moe ep-policy-file "--ep=3 must divide the model's 8 experts" "$sim" --model=mixtral-8x7b --gpus=12 --global-batch=12 --seq=512 --policy-file="$f"
 
 echo "$probes probes, $failed failed"
 exit $(( failed > 0 ))
