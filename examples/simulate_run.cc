@@ -71,7 +71,7 @@ Status Bad(const std::string& message) { return absl::InvalidArgumentError(messa
 
 // The --help text; %s: the techniques' flags (TechniqueFlags::Usage).
 const char kUsage[] =
-    "usage: simulate [--model=NAME | --hf-config=PATH] [--cluster=h100|a100]\n"
+    "usage: simulate [--model=NAME | --hf-config=PATH] [--cluster=h100|a100|h800]\n"
     "  [--cluster-file=JSON] [--gpus=N] [--seq=N] [--global-batch=N]\n"
     "  [--micro-batch=N] [--recompute-layers=N|all|auto]\n"
     "  [--shard-group=N] [--hpz-group=N] (hierarchical sharding: ranks per\n"
@@ -701,7 +701,7 @@ StatusOr<SimulateRun> RunSimulate(const std::vector<std::string>& args) {
     const sim::MemoryBreakdown& m = r->memory;
     const std::string parts = absl::StrFormat(
         "(%.1f+%.1f+%.1f+%.1f+%.1f)", m.states / gib, m.arena / gib,
-        m.activations / gib, m.logits / gib, m.reserved / gib);
+        (m.activations + m.dispatch) / gib, m.logits / gib, m.reserved / gib);
     absl::StrAppendFormat(&out, "%-*s %8.3f %8.3f %8.3f %8.3f %5.1f%% %9.0f %8.1f %30s %6.2f %5s\n",
                 name_width, name.c_str(), r->step_s, r->compute_s, r->exposed_ag_s,
                 r->exposed_rs_s, 100 * r->mfu, r->tokens_per_s_per_gpu,

@@ -51,7 +51,7 @@ std::string StagesText(const SimResult& r) {
     absl::StrAppendFormat(&out, "%-6zu %6d %8.3f %6.1f%% %9d %8.1f %26s %5s\n", s, st.layers,
                           st.busy_s, 100 * st.bubble, st.in_flight, m.peak() / kGiB,
                           absl::StrFormat("(%.1f+%.1f+%.1f+%.1f)", m.states / kGiB,
-                                          m.activations / kGiB, m.logits / kGiB,
+                                          (m.activations + m.dispatch) / kGiB, m.logits / kGiB,
                                           m.reserved / kGiB),
                           st.fits ? "yes" : "NO");
   }
