@@ -23,12 +23,15 @@ ALLOWED = {
     "scheduler": {"runtime", "memory", "comm"},
     "optim": {"runtime", "memory", "comm", "ops", "scheduler"},
     "sim": {"runtime", "memory", "scheduler"},
+    # Parallel dimensions that need both transfers and kernels (context/:
+    # ring and all-gather attention); beside optim/.
+    "parallel": {"runtime", "comm", "ops"},
     "cli": {"runtime"},
-    "examples": {"runtime", "memory", "comm", "ops", "scheduler", "optim", "sim", "cli"},
-    "bench": {"runtime", "memory", "comm", "ops", "scheduler", "optim", "sim", "cli"},
+    "examples": {"runtime", "memory", "comm", "ops", "scheduler", "optim", "parallel", "sim", "cli"},
+    "bench": {"runtime", "memory", "comm", "ops", "scheduler", "optim", "parallel", "sim", "cli"},
     # The Python module: above examples (it calls simulate's RunSimulate).
-    "python": {"runtime", "memory", "comm", "ops", "scheduler", "optim", "sim", "cli",
-               "examples"},
+    "python": {"runtime", "memory", "comm", "ops", "scheduler", "optim", "parallel", "sim",
+               "cli", "examples"},
     "testing": {"runtime"},
     "tests": None,   # end-to-end tests may use anything
     "tools": None,

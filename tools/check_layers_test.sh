@@ -18,8 +18,9 @@ fake "$T/a" scheduler/x.cc '#include "baton/ops/adamw.h"'
 fake "$T/a" scheduler/y.cc '#include "baton/comm/communicator.h"'
 fake "$T/b" bench/BUILD 'cc_binary(name = "b", deps = ["//examples:cli"])'
 fake "$T/c" ops/testing/t.cc '#include "baton/scheduler/executor.h"'
+fake "$T/d" ops/x.cc '#include "baton/parallel/context/split.h"'
 for case in "a:scheduler/x.cc:1: scheduler/ includes ops/" "b:bench/BUILD:1: bench/ depends on examples/" \
-            "c:ops/testing/t.cc:1: ops/ includes scheduler/"; do
+            "c:ops/testing/t.cc:1: ops/ includes scheduler/" "d:ops/x.cc:1: ops/ includes parallel/"; do
   dir="${case%%:*}" want="${case#*:}"
   out="$(python3 "$check" "$T/$dir")"; rc=$?
   if [[ $rc -ne 1 ]] || ! grep -qF -- "$want" <<<"$out" || [[ $(wc -l <<<"$out") -ne 1 ]]; then
