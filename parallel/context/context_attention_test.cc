@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -131,10 +133,13 @@ Layer MakeLayer(const AttentionShape& g, uint64_t seed) {
 
 // Runs `layers` forward in order and backward in reverse (as a step does)
 // with one ContextAttention per rank, and puts each rank's results into the
-// layers. `options` as given (the test's observer and position).
+// layers. `observer(r)`: rank r's observer (none when null); with
+// `after_forward`, each rank synchronizes its compute stream after the
+// forwards and calls it with its rank before the backwards.
 void RunLayers(Ranks& ranks, int cp, const AttentionShape& g, std::vector<Layer>& layers,
                const ContextAttentionOptions& options,
-               const std::function<ContextAttentionObserver*(int)>& observer = nullptr) {
+               const std::function<ContextAttentionObserver*(int)>& observer = nullptr,
+               const std::function<void(int)>& after_forward = nullptr) {
   using ops::testing::Fetch;
   using ops::testing::Pack;
   using ops::testing::Poisoned;
@@ -174,6 +179,11 @@ void RunLayers(Ranks& ranks, int cp, const AttentionShape& g, std::vector<Layer>
       ASSERT_TRUE(ca.Forward(compute, ranks.comm_stream(r), b[i].q.data(), b[i].k.data(),
                              b[i].v.data(), b[i].out.data(),
                              static_cast<float*>(b[i].lse.data())).ok());
+    }
+    if (after_forward) {
+      const Status fwd = compute.Synchronize();
+      ASSERT_TRUE(fwd.ok()) << fwd;
+      after_forward(r);
     }
     for (size_t i = layers.size(); i-- > 0;) {
       ASSERT_TRUE(ca.Backward(compute, ranks.comm_stream(r), b[i].dout.data(), b[i].q.data(),
@@ -247,6 +257,200 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(ModeName(std::get<0>(info.param)), "_",
                           ContextAttentionKindName(std::get<1>(info.param)));
     });
+
+// Holds the blocks of each ring step on the compute stream until the
+// transfers that the step's blocks must overlap with have ENDED on the comm
+// stream (host work waiting on notifications set by host work after each
+// transfer): if a transfer waited for those blocks instead, the gate would
+// time out and the call fail. Also logs the order in which work is issued.
+// One call at a time: Reset between calls, after the streams have run.
+class GateObserver : public ContextAttentionObserver {
+ public:
+  explicit GateObserver(int cp) : cp_(cp) {}
+
+  Status Around(ContextWork what, int step, Stream& stream,
+                const std::function<Status()>& issue) override {
+    log_.push_back(absl::StrCat(ContextWorkName(what), " ", step));
+    if (what == ContextWork::kKvTransfer || what == ContextWork::kDkvTransfer) {
+      BATON_RETURN_IF_ERROR(issue());
+      absl::Notification* ended = Ended(what, step);
+      return stream.Enqueue([ended] {
+        ended->Notify();
+        return absl::OkStatus();
+      });
+    }
+    // The blocks of step s overlap T(s+1); backward ones also D(s), which
+    // brings the dK / dV they will add to.
+    std::vector<std::pair<std::string, absl::Notification*>> before;
+    if (step + 1 < cp_) {
+      before.emplace_back(absl::StrCat("kv transfer ", step + 1),
+                          Ended(ContextWork::kKvTransfer, step + 1));
+    }
+    if (what == ContextWork::kBackwardBlocks && step >= 1) {
+      before.emplace_back(absl::StrCat("dkv transfer ", step),
+                          Ended(ContextWork::kDkvTransfer, step));
+    }
+    BATON_RETURN_IF_ERROR(stream.Enqueue([before, step]() -> Status {
+      for (const auto& [name, n] : before) {
+        if (!n->WaitForNotificationWithTimeout(absl::Seconds(20))) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "the blocks of step ", step, " could not run before ", name,
+              " ended: the transfer waits for them (not overlapped)"));
+        }
+      }
+      return absl::OkStatus();
+    }));
+    return issue();
+  }
+
+  std::vector<std::string> TakeLog() { return std::exchange(log_, {}); }
+  void Reset() { ended_.clear(); }
+
+ private:
+  absl::Notification* Ended(ContextWork what, int step) {
+    auto& n = ended_[{static_cast<int>(what), step}];
+    if (n == nullptr) n = std::make_unique<absl::Notification>();
+    return n.get();
+  }
+  int cp_;
+  std::vector<std::string> log_;
+  std::map<std::pair<int, int>, std::unique_ptr<absl::Notification>> ended_;
+};
+
+class ContextRingTest : public ::testing::TestWithParam<Mode> {};
+
+// Ring attention over 3 and 4 ranks with every step's blocks gated on the
+// transfers they overlap (so the overlap is a fact, not a timing): the
+// results still equal the unsplit attention; the issue order is T(1), B(0),
+// T(2), B(1), ...; every transfer is recorded with the call's position and
+// its peer (sends to rank + 1, receives from rank - 1).
+TEST_P(ContextRingTest, TransfersOverlapTheBlocksOfTheStepBefore) {
+  for (int cp : {3, 4}) {
+    SCOPED_TRACE(::testing::Message() << "cp " << cp);
+    const AttentionShape g{1, 2 * cp * 2, 4, 2, 8, DataType::kF32};
+    Ranks ranks(cp, GetParam());
+    std::vector<std::unique_ptr<GateObserver>> gates;
+    for (int r = 0; r < cp; ++r) gates.push_back(std::make_unique<GateObserver>(cp));
+    std::vector<Layer> layers = {MakeLayer(g, 7)};
+    ContextAttentionOptions o;
+    o.position.step = 7;
+    std::vector<std::vector<std::string>> forward_log(cp);
+    RunLayers(
+        ranks, cp, g, layers, o, [&](int r) { return gates[r].get(); },
+        [&](int r) {
+          forward_log[r] = gates[r]->TakeLog();
+          gates[r]->Reset();
+        });
+    ExpectEqualsUnsplit(layers[0], g.dtype);
+    std::vector<std::string> fwd, bwd;
+    for (int s = 0; s < cp; ++s) {
+      if (s + 1 < cp) fwd.push_back(absl::StrCat("kv transfer ", s + 1));
+      fwd.push_back(absl::StrCat("attention blocks ", s));
+      if (s + 1 < cp) bwd.push_back(absl::StrCat("kv transfer ", s + 1));
+      bwd.push_back(absl::StrCat("attention blocks backward ", s));
+      bwd.push_back(absl::StrCat("dkv transfer ", s + 1));
+    }
+    for (int r = 0; r < cp; ++r) {
+      EXPECT_EQ(forward_log[r], fwd) << "rank " << r;
+      EXPECT_EQ(gates[r]->TakeLog(), bwd) << "rank " << r;
+      // Forward and backward: 2 (cp - 1) K / V groups of 2 sends and 2
+      // receives, cp dK / dV groups of 1 and 1.
+      const std::vector<CollectiveRecord> recs = ranks.comm(r).recorder()->Records();
+      EXPECT_EQ(recs.size(), static_cast<size_t>(8 * (cp - 1) + 2 * cp));
+      for (const CollectiveRecord& rec : recs) {
+        const bool send = rec.kind == CollectiveKind::kSend;
+        EXPECT_EQ(rec.position.peer, send ? (r + 1) % cp : (r + cp - 1) % cp);
+        EXPECT_EQ(rec.position.step, 7);
+        EXPECT_FALSE(rec.failed);
+      }
+    }
+  }
+}
+
+// A rank of the ring that never comes: its neighbours fail within the
+// timeout, each naming it as the peer that did not send or receive, and
+// their flight records of the failed transfers carry the step. The
+// all-gather variant names it too.
+TEST_P(ContextRingTest, AStoppedRankIsNamedByItsPeersWithinTheTimeout) {
+  for (ContextAttentionKind kind : {ContextAttentionKind::kRing, ContextAttentionKind::kAllGather}) {
+    SCOPED_TRACE(ContextAttentionKindName(kind));
+    const int cp = 3;
+    const AttentionShape local{1, 4, 2, 1, 4, DataType::kF32};
+    Ranks ranks(cp, GetParam(), absl::Milliseconds(300));
+    ContextAttentionOptions o;
+    o.kind = kind;
+    o.position.step = 5;
+    std::vector<Status> got(cp);
+    std::vector<absl::Duration> took(cp);
+    ranks.Run(
+        [&](int r) {
+          auto ca = *ContextAttention::Create(ranks.comm(r), ranks.device(), local, o);
+          std::vector<float> q(16, 0.5f), kv(8, 0.25f), out(16), lse(8);
+          const absl::Time t0 = absl::Now();
+          Status s = ca->Forward(ranks.compute(r), ranks.comm_stream(r), q.data(), kv.data(),
+                                 kv.data(), out.data(), lse.data());
+          if (s.ok()) s = ranks.compute(r).Synchronize();
+          got[r] = s;
+          took[r] = absl::Now() - t0;
+          (void)ranks.comm_stream(r).Synchronize();
+        },
+        {0, 2});  // rank 1 has stopped
+    for (int r : {0, 2}) {
+      EXPECT_EQ(got[r].code(), absl::StatusCode::kDeadlineExceeded) << got[r];
+      EXPECT_LT(took[r], absl::Seconds(10)) << "rank " << r;
+      const std::string m(got[r].message());
+      if (kind == ContextAttentionKind::kRing) {
+        // Rank 2 waits for what rank 1 sends, rank 0 for rank 1 to receive.
+        EXPECT_NE(m.find(r == 2 ? "rank 1 did not send" : "rank 1 did not receive"),
+                  std::string::npos) << m;
+        EXPECT_NE(m.find(absl::StrCat("on rank ", r)), std::string::npos) << m;
+        bool recorded = false;
+        for (const CollectiveRecord& rec : ranks.comm(r).recorder()->Records()) {
+          recorded |= rec.failed && rec.position.peer == 1 && rec.position.step == 5;
+        }
+        EXPECT_TRUE(recorded) << "rank " << r << " has no failed record with peer 1, step 5";
+      } else {
+        EXPECT_NE(m.find("rank(s) 1"), std::string::npos) << m;
+        EXPECT_NE(m.find("step 5"), std::string::npos) << m;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ContextRingTest, ::testing::Values(Mode::kHost, Mode::kEvents),
+                         [](const auto& info) { return ModeName(info.param); });
+
+TEST(ContextAttentionArgsTest, BadArgumentsAreRefusedInOneLine) {
+  Ranks ranks(2, Mode::kHost);
+  const auto refused = [&](AttentionShape local, ContextAttentionOptions o, const char* says) {
+    const auto made = ContextAttention::Create(ranks.comm(0), ranks.device(), local, o);
+    ASSERT_FALSE(made.ok()) << says;
+    EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(made.status().message(), says);
+  };
+  refused({1, 5, 2, 1, 4, DataType::kF32}, {},
+          "context attention: the local seq 5 is not two equal chunks");
+  refused({1, 4, 3, 2, 4, DataType::kF32}, {},
+          "context attention: kv_heads 2 does not divide heads 3");
+  refused({1, 4, 2, 1, 0, DataType::kF32}, {},
+          "context attention: head_dim must be positive, got 0");
+  refused({1, 4, 2, 1, 4, DataType::kI32}, {},
+          "context attention: dtype must be float or bfloat16, got int32");
+  ContextAttentionOptions tag;
+  tag.tag = 300;
+  refused({1, 4, 2, 1, 4, DataType::kF32}, tag, "context attention: tag 300 is over 255");
+  EXPECT_EQ(ParseContextAttentionKind("ringg").status().message(),
+            "unknown context attention 'ringg' (ring or allgather)");
+  EXPECT_EQ(*ParseContextAttentionKind("allgather"), ContextAttentionKind::kAllGather);
+  auto ca = *ContextAttention::Create(ranks.comm(0), ranks.device(),
+                                      {1, 4, 2, 1, 4, DataType::kF32}, {});
+  EXPECT_EQ(ca->split().seq(), 8);
+  EXPECT_GT(ca->workspace_bytes(), 0u);
+  float buf[32] = {};
+  const Status st =
+      ca->Forward(ranks.compute(0), ranks.comm_stream(0), buf, nullptr, buf, buf, buf);
+  EXPECT_EQ(st.message(), "context attention forward: k is null");
+}
 
 }  // namespace
 }  // namespace baton::context
