@@ -4,8 +4,10 @@
 //            record gathered_
 //   compute: wait gathered_; UnsplitSequence gk_ -> fk_, gv_ -> fv_ (the
 //            whole sequences in order); for each query slot (chunk c of
-//            the 2C), one block against keys [0, (c+1) chunk) with the
-//            causal mask at c's positions (ops/attention_block.h); cast.
+//            the 2C), one block per key chunk 0..c (full, the last one
+//            diagonal; ops/attention_block.h), merged; cast. Blocks of one
+//            chunk each keep the CUDA kernels' limit at the chunk's length,
+//            not the sequence's.
 // Backward: the same gathers (nothing is kept from the forward, so one
 // object serves every layer), the blocks' backward into float dK / dV of
 // the whole sequences, SplitAllRanks into [C, batch, local seq] order, and
@@ -45,12 +47,15 @@ class AllGatherAttention final : public ContextAttention {
   float* F(const DeviceBuffer& b) const { return static_cast<float*>(b.data()); }
   // Gathers k and v (C > 1) and puts them in sequence order in fk_ / fv_.
   Status GatherKv(Stream& compute, Stream& comm, const void* k, const void* v);
-  // Query slot `slot` against the keys of the sequence before it.
-  ops::AttentionBlockShape SlotBlock(int slot) const;
+  // Query slot `slot` against key chunk `kv_chunk` of the whole sequences.
+  ops::AttentionBlockShape SlotBlock(int slot, int64_t kv_chunk) const;
+  int64_t QueryChunk(int slot) const { return split_.ChunkOf(rank_, slot); }
 
   DeviceBuffer gk_, gv_;      // gathered, by rank: dtype full_elems()
   DeviceBuffer fk_, fv_;      // in sequence order: dtype full_elems()
   DeviceBuffer acc_;          // out (forward), dq (backward): float q_elems_
+  DeviceBuffer part_;         // a block's partial out: float q_elems_
+  DeviceBuffer part_lse_;     // its lse: float lse_elems_
   DeviceBuffer delta_;        // float lse_elems_
   DeviceBuffer fdk_, fdv_;    // dK / dV of the whole sequences: float full_elems()
   DeviceBuffer rdk_, rdv_;    // the same by rank: float full_elems()
@@ -64,6 +69,8 @@ Status AllGatherAttention::Init() {
   BATON_ASSIGN_OR_RETURN(fk_, Allocate(full_elems() * e));
   BATON_ASSIGN_OR_RETURN(fv_, Allocate(full_elems() * e));
   BATON_ASSIGN_OR_RETURN(acc_, Allocate(q_elems_ * f));
+  BATON_ASSIGN_OR_RETURN(part_, Allocate(q_elems_ * f));
+  BATON_ASSIGN_OR_RETURN(part_lse_, Allocate(lse_elems_ * f));
   BATON_ASSIGN_OR_RETURN(delta_, Allocate(lse_elems_ * f));
   BATON_ASSIGN_OR_RETURN(fdk_, Allocate(full_elems() * f));
   BATON_ASSIGN_OR_RETURN(fdv_, Allocate(full_elems() * f));
@@ -101,18 +108,10 @@ Status AllGatherAttention::GatherKv(Stream& compute, Stream& comm, const void* k
   return UnsplitSequence(compute, split_, local_.batch, row_bytes, by_rank_v, fv_.data());
 }
 
-ops::AttentionBlockShape AllGatherAttention::SlotBlock(int slot) const {
-  ops::AttentionBlockShape s = LocalBlockBase();
-  const int64_t chunk = split_.chunk(), c = split_.ChunkOf(rank_, slot);
-  s.kv_seq = split_.seq();
-  s.q_begin = slot * chunk;
-  s.q_len = chunk;
-  s.kv_begin = 0;
-  s.kv_len = (c + 1) * chunk;
-  s.mask = ops::BlockMask::kCausal;
-  s.q_pos = c * chunk;
-  s.kv_pos = 0;
-  return s;
+ops::AttentionBlockShape AllGatherAttention::SlotBlock(int slot, int64_t kv_chunk) const {
+  ops::AttentionBlockShape base = LocalBlockBase();
+  base.kv_seq = split_.seq();
+  return ops::ChunkBlock(base, split_.chunk(), slot, QueryChunk(slot), kv_chunk, kv_chunk);
 }
 
 Status AllGatherAttention::DoForward(Stream& compute, Stream& comm, const void* q,
@@ -120,8 +119,15 @@ Status AllGatherAttention::DoForward(Stream& compute, Stream& comm, const void* 
   BATON_RETURN_IF_ERROR(GatherKv(compute, comm, k, v));
   BATON_RETURN_IF_ERROR(Observe(ContextWork::kForwardBlocks, 0, compute, [&] {
     for (int slot = 0; slot < 2; ++slot) {
-      BATON_RETURN_IF_ERROR(ops::AttentionBlockForward(compute, SlotBlock(slot), q, fk_.data(),
-                                                       fv_.data(), F(acc_), lse));
+      BATON_RETURN_IF_ERROR(ops::AttentionBlockForward(compute, SlotBlock(slot, 0), q,
+                                                       fk_.data(), fv_.data(), F(acc_), lse));
+      for (int64_t kc = 1; kc <= QueryChunk(slot); ++kc) {
+        const ops::AttentionBlockShape blk = SlotBlock(slot, kc);
+        BATON_RETURN_IF_ERROR(ops::AttentionBlockForward(compute, blk, q, fk_.data(),
+                                                         fv_.data(), F(part_), F(part_lse_)));
+        BATON_RETURN_IF_ERROR(
+            ops::AttentionBlockMerge(compute, blk, F(acc_), lse, F(part_), F(part_lse_)));
+      }
     }
     return absl::OkStatus();
   }));
@@ -141,9 +147,11 @@ Status AllGatherAttention::DoBackward(Stream& compute, Stream& comm, const void*
   BATON_RETURN_IF_ERROR(compute.MemsetAsync(fdv_.data(), 0, full_elems() * sizeof(float)));
   BATON_RETURN_IF_ERROR(Observe(ContextWork::kBackwardBlocks, 0, compute, [&] {
     for (int slot = 0; slot < 2; ++slot) {
-      BATON_RETURN_IF_ERROR(ops::AttentionBlockBackward(compute, SlotBlock(slot), dout, q,
-                                                        fk_.data(), fv_.data(), lse, F(delta_),
-                                                        F(acc_), F(fdk_), F(fdv_)));
+      for (int64_t kc = 0; kc <= QueryChunk(slot); ++kc) {
+        BATON_RETURN_IF_ERROR(ops::AttentionBlockBackward(
+            compute, SlotBlock(slot, kc), dout, q, fk_.data(), fv_.data(), lse, F(delta_),
+            F(acc_), F(fdk_), F(fdv_)));
+      }
     }
     return absl::OkStatus();
   }));

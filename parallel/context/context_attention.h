@@ -17,10 +17,10 @@
 //               C of dK / dV (float) backward.
 //   kAllGather  Llama 3's form (suited to GQA, where K / V are small): an
 //               AllGather of K and V over the group, local attention of the
-//               rank's two query chunks against the keys before them;
-//               backward gathers K / V again (nothing is kept between the
-//               calls) and ReduceScatters dK / dV (float) back to their
-//               ranks.
+//               rank's two query chunks against the key chunks before them
+//               (one block per key chunk, merged); backward gathers K / V
+//               again (nothing is kept between the calls) and
+//               ReduceScatters dK / dV (float) back to their ranks.
 //
 // Tensors of Forward / Backward: ops/attention.h's, with `local` the rank's
 // shape: local.seq = 2 chunks = the global seq / C (rows batch-major, slot 0
@@ -28,6 +28,9 @@
 // AttentionBackward: out, dq, dk, dv in local.dtype (=), lse float
 // [batch, heads, local.seq]. Inside, partial outputs, lse and gradient
 // accumulators are float; each result is rounded to dtype once at the end.
+// Both variants attend one chunk of queries to one chunk of keys at a time
+// (ops/attention_block.h), so on CUDA a chunk (seq / 2C tokens) may hold up
+// to 4096 tokens, whatever the sequence's length.
 //
 // Streams and events (runtime/device.h's protocol). Each call takes the
 // `compute` stream (the caller's, where q, k, v, dout are produced and the
@@ -53,7 +56,11 @@
 //
 // Buffers. The caller owns q, k, v, dout, out, lse, dq, dk, dv (memory of
 // the device, valid until `compute` passes the call). The object owns its
-// workspace (workspace_bytes(); allocated at Create) and its events; one
+// workspace (workspace_bytes(); allocated at Create; with Q, KV and L the
+// bytes of the local q, of the local k and of lse in float, and e the
+// dtype's size / 4: ring 2 Q + 2 L + 8 KV + 4 e KV (C > 1); all-gather
+// 2 Q + 2 L + 2 KV + 4 C (1 + e) KV, the whole sequence's K / V and their
+// float gradients twice over) and its events; one
 // call at a time (not thread-safe), calls in the same order on every rank
 // of the group (they issue transfers of options.tag on `group`, which must
 // be issued in one order: communicator.h).

@@ -385,7 +385,8 @@ TEST_P(ContextRingTest, AStoppedRankIsNamedByItsPeersWithinTheTimeout) {
     ranks.Run(
         [&](int r) {
           auto ca = *ContextAttention::Create(ranks.comm(r), ranks.device(), local, o);
-          std::vector<float> q(16, 0.5f), kv(8, 0.25f), out(16), lse(8);
+          // local: 4 rows of 2 x 4 (q, out) and 1 x 4 (k, v); lse 2 x 4.
+          std::vector<float> q(32, 0.5f), kv(16, 0.25f), out(32), lse(8);
           const absl::Time t0 = absl::Now();
           Status s = ca->Forward(ranks.compute(r), ranks.comm_stream(r), q.data(), kv.data(),
                                  kv.data(), out.data(), lse.data());
@@ -445,7 +446,14 @@ TEST(ContextAttentionArgsTest, BadArgumentsAreRefusedInOneLine) {
   auto ca = *ContextAttention::Create(ranks.comm(0), ranks.device(),
                                       {1, 4, 2, 1, 4, DataType::kF32}, {});
   EXPECT_EQ(ca->split().seq(), 8);
-  EXPECT_GT(ca->workspace_bytes(), 0u);
+  // The header's workspace formulas: Q = 128, KV = 64, L = 32 bytes, e = 1.
+  EXPECT_EQ(ca->workspace_bytes(), 2 * 128 + 2 * 32 + 8 * 64 + 4 * 64u);
+  ContextAttentionOptions ag;
+  ag.kind = ContextAttentionKind::kAllGather;
+  EXPECT_EQ((*ContextAttention::Create(ranks.comm(0), ranks.device(),
+                                       {1, 4, 2, 1, 4, DataType::kF32}, ag))
+                ->workspace_bytes(),
+            2 * 128 + 2 * 32 + 2 * 64 + 4 * 2 * 2 * 64u);
   float buf[32] = {};
   const Status st =
       ca->Forward(ranks.compute(0), ranks.comm_stream(0), buf, nullptr, buf, buf, buf);
