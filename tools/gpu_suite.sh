@@ -123,7 +123,7 @@ expect() {
 # --- the parts, in priority order -----------------------------------------
 # Lower floors first (the CUDA code lives there), tests/ (end to end) last.
 floor_sort() {
-  awk '{ split($0, p, "/"); r = index(" runtime memory ops comm cli scheduler optim sim examples bench tests ", " " p[1] " ");
+  awk '{ split($0, p, "/"); r = index(" runtime memory ops comm cli scheduler optim parallel sim examples bench tests ", " " p[1] " ");
          printf "%04d %s\n", r == 0 ? 999 : r, $0 }' | sort | cut -d' ' -f2-
 }
 mapfile -t gpu_tests < <(awk -F'\t' '$2 == "gpu" { print $1 }' "$here/tests.txt" | floor_sort)
