@@ -40,7 +40,9 @@ const char* ModeName(Mode m) {
 // The ranks of one context group: communicators and two streams each.
 class Ranks {
  public:
-  Ranks(int n, Mode mode, absl::Duration timeout = absl::Seconds(60)) : n_(n) {
+  // one_stream: the transfers go on the compute stream too.
+  Ranks(int n, Mode mode, absl::Duration timeout = absl::Seconds(60), bool one_stream = false)
+      : n_(n), one_stream_(one_stream) {
     device_ = mode == Mode::kGpu ? *CreateCudaDevice(0) : *CreateHostDevice();
     CommConfig cfg;
     cfg.device = device_.get();
@@ -74,10 +76,11 @@ class Ranks {
   Device& device() { return *device_; }
   Communicator& comm(int r) { return *comms_[r]; }
   Stream& compute(int r) { return *compute_[r]; }
-  Stream& comm_stream(int r) { return *comm_[r]; }
+  Stream& comm_stream(int r) { return one_stream_ ? *compute_[r] : *comm_[r]; }
 
  private:
   int n_;
+  bool one_stream_;
   std::unique_ptr<Device> device_;
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<std::unique_ptr<Stream>> compute_, comm_;
@@ -246,6 +249,19 @@ TEST_P(ContextAttentionTest, ForwardAndBackwardEqualTheUnsplitAttention) {
       }
     }
   }
+}
+
+// The transfers on the compute stream itself: correct, without overlap.
+TEST_P(ContextAttentionTest, OneStreamForComputeAndTransfersIsCorrect) {
+  if (mode() == Mode::kGpu) GTEST_SKIP() << "the host modes cover the stream order";
+  const int cp = 3;
+  const AttentionShape g{1, 6 * cp, 4, 2, 8, DataType::kF32};
+  Ranks ranks(cp, mode(), absl::Seconds(60), /*one_stream=*/true);
+  std::vector<Layer> layers = {MakeLayer(g, 3)};
+  ContextAttentionOptions o;
+  o.kind = kind();
+  RunLayers(ranks, cp, g, layers, o);
+  ExpectEqualsUnsplit(layers[0], g.dtype);
 }
 
 INSTANTIATE_TEST_SUITE_P(
